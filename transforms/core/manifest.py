@@ -1,0 +1,94 @@
+"""The run record: `runs/<run_id>/manifest.json`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class StageRecord(BaseModel):
+    index: int
+    name: str
+    rows_in: int
+    rows_kept: int
+    rows_dropped: dict[str, int] = Field(default_factory=dict, description="Dropped rows per drop reason.")
+    seconds: float
+    outputs: dict[str, str] = Field(default_factory=dict, description="kept/rejected table paths.")
+    config: dict[str, Any] = Field(default_factory=dict)
+    fingerprint: str = ""
+    resumed: bool = Field(False, description="True when a finished checkpoint was reused.")
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.rows_dropped.values())
+
+    def conserved(self) -> bool:
+        return self.rows_in == self.rows_kept + self.dropped_total
+
+
+class RunManifest(BaseModel):
+    run_id: str
+    job: str
+    dataset: str
+    status: str = "running"
+    started_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+    finished_at: str | None = None
+    code_version: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    inputs: list[dict[str, Any]] = Field(default_factory=list)
+    stages: list[StageRecord] = Field(default_factory=list)
+    outputs: dict[str, str] = Field(default_factory=dict)
+    extras: dict[str, Any] = Field(default_factory=dict, description="Job-specific summaries (costs, samples).")
+    error: str | None = None
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(self.model_dump_json(indent=2), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> RunManifest:
+        return cls.model_validate_json(path.read_text(encoding="utf-8"))
+
+    def funnel(self) -> list[tuple[str, int]]:
+        if not self.stages:
+            return []
+        rows = [("input", self.stages[0].rows_in)]
+        rows += [(s.name, s.rows_kept) for s in self.stages]
+        return rows
+
+
+def code_version(repo: Path | None = None) -> dict[str, Any]:
+    repo = repo or Path(__file__).resolve().parents[2]
+    info: dict[str, Any] = {"package": "piqaforge"}
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, timeout=10)
+        if sha.returncode == 0:
+            info["git_sha"] = sha.stdout.strip()
+            info["dirty"] = bool(dirty.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def fingerprint_file(path: Path, chunk: int = 1 << 20) -> dict[str, Any]:
+    """sha256 of the whole file, streamed: inputs are identified by content, not name."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return {"path": str(path), "bytes": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def fingerprint_config(*parts: Any) -> str:
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

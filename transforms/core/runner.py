@@ -1,0 +1,220 @@
+"""Run a source and a chain of stages on Ray Data, one materialised checkpoint per stage.
+
+Each stage's output is written once, split by `_status` into `staged/.../NN_<stage>/` (kept)
+and `rejected/.../NN_<stage>/` (dropped, with reasons). The kept files are the next stage's
+input and the checkpoint a resumed run starts from, and counting rows from the files on disk
+makes "rows in = kept + dropped" a fact about what was written, not about what we meant to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from transforms.core import columns as C
+from transforms.core.lake import Lake, count_rows, parquet_files, value_counts
+from transforms.core.manifest import RunManifest, StageRecord, code_version, fingerprint_config
+from transforms.core.stage import GlobalStage, Stage, mark_dropped
+
+log = logging.getLogger("piqaforge")
+
+CHECKPOINT = "_CHECKPOINT.json"
+
+
+class Source(Protocol):
+    """Where a job's rows come from; the runner records it as stage 0 ("read")."""
+
+    name: str
+
+    def read(self) -> Any:
+        """A Ray Dataset in the common schema; unreadable records carry a drop_reason."""
+
+    def fingerprints(self) -> list[dict[str, Any]]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Start or join Ray. Under `ray job submit` RAY_ADDRESS is set and we join the cluster."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                 object_store_memory=int(os.environ.get("PIQAFORGE_OBJECT_STORE_BYTES", 2 * 2**30)))
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = os.environ.get("PIQAFORGE_PROGRESS", "1") != "0"
+
+
+def apply_stage(stage: Stage, ds: Any) -> Any:
+    """Turn a stage into Ray Data work: a task per batch, an actor pool when it loads a model."""
+    if isinstance(stage, GlobalStage):
+        return stage.run_dataset(ds)
+    args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": stage.resources.batch_size}
+    args.update(stage.resources.ray_remote_args())
+    if stage.stateful:
+        return ds.map_batches(_StageActor, fn_constructor_kwargs={"stage": stage},
+                              concurrency=stage.resources.concurrency or 1, **args)
+    return ds.map_batches(stage, **args)
+
+
+class _StageActor:
+    def __init__(self, stage: Stage):
+        self.stage = stage
+        self.stage.ensure_setup()
+
+    def __call__(self, batch: Any) -> Any:
+        return self.stage(batch)
+
+
+def _ensure_status(ds: Any, stage_name: str) -> Any:
+    # Sources and global stages may hand back rows without the bookkeeping columns.
+    return ds.map_batches(lambda b: mark_dropped(b, stage_name), batch_format="pyarrow")
+
+
+def _write_split(ds: Any, kept_dir: Path, rejected_dir: Path) -> None:
+    tmp = kept_dir.parent / f".tmp-{kept_dir.name}-{secrets.token_hex(3)}"
+    ds.write_parquet(str(tmp), partition_cols=[C.STATUS])
+    for target in (kept_dir, rejected_dir):
+        if target.exists():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+    for status, target in ((C.KEPT, kept_dir), (C.REJECTED, rejected_dir)):
+        part = tmp / f"{C.STATUS}={status}"
+        if part.exists():
+            part.rename(target)
+        else:
+            target.mkdir(parents=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _record(index: int, name: str, rows_in: int, kept_dir: Path, rejected_dir: Path, seconds: float,
+            config: dict[str, Any], fingerprint: str) -> StageRecord:
+    kept = count_rows(kept_dir)
+    dropped = value_counts(rejected_dir, C.DROP_REASON) if parquet_files(rejected_dir) else {}
+    return StageRecord(index=index, name=name, rows_in=rows_in, rows_kept=kept, rows_dropped=dropped,
+                       seconds=round(seconds, 3), outputs={"kept": str(kept_dir), "rejected": str(rejected_dir)},
+                       config=config, fingerprint=fingerprint)
+
+
+def _load_checkpoint(kept_dir: Path, fingerprint: str) -> StageRecord | None:
+    marker = kept_dir / CHECKPOINT
+    if not marker.exists():
+        return None
+    record = StageRecord.model_validate_json(marker.read_text())
+    return record if record.fingerprint == fingerprint else None
+
+
+def _save_checkpoint(kept_dir: Path, record: StageRecord) -> None:
+    (kept_dir / CHECKPOINT).write_text(record.model_dump_json(indent=2))
+
+
+def run_pipeline(
+    *,
+    job: str,
+    dataset: str,
+    source: Source,
+    stages: Sequence[Stage],
+    lake: Lake,
+    config: dict[str, Any],
+    run_id: str | None = None,
+    resume: bool = False,
+    after_stage: Callable[[StageRecord], None] | None = None,
+) -> RunManifest:
+    """Run `source` → `stages` into `lake`; returns the manifest (also written to disk)."""
+    import ray
+
+    lake.create()
+    run_id = run_id or Lake.new_run_id(job)
+    manifest = RunManifest(run_id=run_id, job=job, dataset=dataset, config=config, code_version=code_version())
+    manifest_path = lake.manifest_path(run_id)
+    try:
+        manifest.inputs = source.fingerprints()
+        fingerprint = fingerprint_config(source.describe(), manifest.inputs)
+        kept_dir = lake.zone("raw", dataset, run_id)
+        rejected_dir = lake.stage_dir("rejected", dataset, run_id, 0, source.name)
+        steps: list[tuple[str, Stage | None]] = [(source.name, None)] + [(s.name, s) for s in stages]
+        rows_in = 0
+        for index, (name, stage) in enumerate(steps):
+            if stage is not None:
+                fingerprint = fingerprint_config(fingerprint, stage.describe())
+                kept_dir = lake.stage_dir("staged", dataset, run_id, index, name)
+                rejected_dir = lake.stage_dir("rejected", dataset, run_id, index, name)
+            record = _load_checkpoint(kept_dir, fingerprint) if resume else None
+            if record is not None:
+                record.resumed = True
+                log.info("stage %s: reusing checkpoint %s", name, kept_dir)
+            else:
+                started = time.perf_counter()
+                if stage is None:
+                    ds = _ensure_status(source.read(), name)
+                elif rows_in == 0:
+                    ds = None
+                else:
+                    ds = apply_stage(stage, ray.data.read_parquet(str(prev_kept)))
+                    if isinstance(stage, GlobalStage):
+                        ds = _ensure_status(ds, name)
+                if ds is None:
+                    for d in (kept_dir, rejected_dir):
+                        shutil.rmtree(d, ignore_errors=True)
+                        d.mkdir(parents=True)
+                else:
+                    _write_split(ds, kept_dir, rejected_dir)
+                cfg = stage.describe() if stage is not None else source.describe()
+                record = _record(index, name, rows_in, kept_dir, rejected_dir, time.perf_counter() - started,
+                                 cfg, fingerprint)
+                if stage is None:  # the source's input is every record it saw, kept or not
+                    record.rows_in = record.rows_kept + record.dropped_total
+                _save_checkpoint(kept_dir, record)
+            manifest.stages.append(record)
+            manifest.write(manifest_path)
+            if after_stage is not None:
+                after_stage(record)
+            rows_in = record.rows_kept
+            prev_kept = kept_dir
+        curated = lake.zone("curated", dataset, run_id)
+        if curated.exists():
+            shutil.rmtree(curated)
+        shutil.copytree(prev_kept, curated, ignore=shutil.ignore_patterns(CHECKPOINT))
+        manifest.outputs.update({"curated": str(curated), "rejected": str(lake.zone("rejected", dataset, run_id)),
+                                 "manifest": str(manifest_path)})
+        manifest.status = "succeeded"
+    except BaseException as err:
+        manifest.status = "failed"
+        manifest.error = f"{type(err).__name__}: {err}"
+        manifest.extras["traceback"] = traceback.format_exc(limit=20)
+        raise
+    finally:
+        import datetime as dt
+
+        manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
+        manifest.write(manifest_path)
+    return manifest
+
+
+def conservation_errors(manifest: RunManifest) -> list[str]:
+    """Every stage: rows in = kept + dropped; and each stage's input is the previous stage's kept."""
+    errors = []
+    for prev, rec in zip([None, *manifest.stages], manifest.stages, strict=False):
+        if not rec.conserved():
+            errors.append(f"{rec.name}: in {rec.rows_in} != kept {rec.rows_kept} + dropped {rec.dropped_total}")
+        if prev is not None and rec.rows_in != prev.rows_kept:
+            errors.append(f"{rec.name}: in {rec.rows_in} != previous kept {prev.rows_kept}")
+    return errors
+
+
+def dump_json(obj: Any, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str), encoding="utf-8")

@@ -1,0 +1,190 @@
+"""The stage contract.
+
+A stage is a small pydantic model: its fields are its configuration, `reads`/`writes` declare the
+columns it needs and makes, and `resources` says what one copy of it costs on a cluster. It maps
+an Arrow batch to a batch of the *same rows in the same order*; a row it wants gone gets a
+`drop_reason`, and the runner moves it to `rejected/`. Heavy models load in `setup()`, which
+runs once per worker (a Ray actor when `stateful`), never at import.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from transforms.core import columns as C
+
+
+class StageError(RuntimeError):
+    """A stage could not run on its input (wrong columns, broken contract)."""
+
+
+class Resources(BaseModel):
+    """What one copy of a stage needs; the runner turns this into Ray Data arguments."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: float = Field(1.0, ge=0, description="CPUs per task or actor.")
+    gpus: float = Field(0.0, ge=0, description="GPUs per actor (fractions share a GPU).")
+    memory_gb: float | None = Field(None, ge=0, description="Memory to reserve per task/actor, in GiB.")
+    concurrency: int | None = Field(
+        None, ge=1, description="Number of actors for stateful stages; tasks are scheduled freely when unset."
+    )
+    batch_size: int | None = Field(4096, ge=1, description="Rows per batch handed to the stage.")
+    runtime_env: dict[str, Any] | None = Field(
+        None,
+        description="Ray runtime_env for this stage's workers (e.g. a vLLM or cuML environment); "
+        "lets one job mix stages whose dependencies cannot share one Python environment.",
+    )
+    accelerator_type: str | None = Field(None, description="Ray accelerator type, e.g. 'H100'.")
+
+    def ray_remote_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {"num_cpus": self.cpus}
+        if self.gpus:
+            args["num_gpus"] = self.gpus
+        if self.memory_gb:
+            args["memory"] = int(self.memory_gb * 2**30)
+        if self.runtime_env:
+            args["runtime_env"] = self.runtime_env
+        if self.accelerator_type:
+            args["accelerator_type"] = self.accelerator_type
+        return args
+
+
+class Stage(BaseModel):
+    """Base class of every row-wise stage."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    name: ClassVar[str] = "stage"
+    reads: ClassVar[tuple[str, ...]] = ()
+    writes: ClassVar[tuple[str, ...]] = ()
+    # True when setup() loads something expensive: the runner then uses an actor pool so the
+    # model loads once per worker instead of once per batch.
+    stateful: ClassVar[bool] = False
+
+    resources: Resources = Field(default_factory=Resources, description="Per-copy resources on a cluster.")
+
+    _is_set_up: bool = PrivateAttr(default=False)
+
+    # -- to override -------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Load models or indexes. Runs once per worker, before the first batch."""
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        """Return `batch` with the `writes` columns and, for rows to drop, a `drop_reason`."""
+        raise NotImplementedError
+
+    # -- the contract, enforced ----------------------------------------------------------------
+    def check_columns(self, schema: pa.Schema) -> None:
+        missing = [c for c in self.reads if c not in schema.names]
+        if missing:
+            raise StageError(
+                f"stage '{self.name}' needs column(s) {missing}, but the batch has {schema.names}. "
+                f"Check the column mapping or the stage order."
+            )
+
+    def ensure_setup(self) -> None:
+        if not self._is_set_up:
+            self.setup()
+            self._is_set_up = True
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        self.check_columns(batch.schema)
+        self.ensure_setup()
+        n = batch.num_rows
+        out = self.process(batch) if n else self.process_empty(batch)
+        if out.num_rows != n:
+            raise StageError(
+                f"stage '{self.name}' returned {out.num_rows} rows for {n}: stages must mark rows with a "
+                f"drop_reason instead of deleting them."
+            )
+        missing = [c for c in self.writes if c not in out.schema.names]
+        if missing:
+            raise StageError(f"stage '{self.name}' promised column(s) {missing} but did not write them.")
+        return mark_dropped(out, self.name)
+
+    def process_empty(self, batch: pa.Table) -> pa.Table:
+        # Empty blocks happen on Ray; give them the output schema without calling the model.
+        out = batch
+        for col in self.writes:
+            if col not in out.schema.names:
+                out = out.append_column(col, pa.nulls(0, pa.string()))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "reads": list(self.reads), "writes": list(self.writes), **self.model_dump()}
+
+
+class FilterStage(Stage):
+    """A stage that only decides keep-or-drop: override `reasons` and return null for kept rows."""
+
+    def reasons(self, batch: pa.Table) -> pa.Array:
+        raise NotImplementedError
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        return set_drop_reason(batch, self.reasons(batch))
+
+
+class GlobalStage(Stage):
+    """A stage that must see the whole dataset at once (dedup, sampling, clustering).
+
+    `process_table` is the pure function that unit tests call on a small table. `run_dataset` is
+    what the runner calls on Ray; the default gathers the blocks into one remote task (not the
+    driver), which is right for the small tables late in a recipe. Stages that scale to millions
+    of rows (exact and MinHash dedup) override it with a distributed implementation.
+    """
+
+    def process_table(self, table: pa.Table) -> pa.Table:
+        raise NotImplementedError
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        return self.process_table(batch)
+
+    def run_dataset(self, ds: Any) -> Any:
+        import ray
+
+        refs = ds.to_arrow_refs()
+        remote = ray.remote(**self.resources.ray_remote_args())(_run_global)
+        return ray.data.from_arrow_refs([remote.remote(self, *refs)])
+
+
+def _run_global(stage: GlobalStage, *tables: pa.Table) -> pa.Table:
+    table = pa.concat_tables(list(tables), promote_options="default") if tables else pa.table({})
+    return stage(table)
+
+
+# -- helpers shared by stages and the runner ------------------------------------------------------
+def set_drop_reason(batch: pa.Table, reasons: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """Merge new reasons into the batch; an earlier reason on the same row wins."""
+    reasons = reasons.cast(pa.string())
+    if C.DROP_REASON in batch.schema.names:
+        current = batch.column(C.DROP_REASON).cast(pa.string())
+        merged = pc.coalesce(current, reasons)
+        return batch.set_column(batch.schema.get_field_index(C.DROP_REASON), C.DROP_REASON, merged)
+    return batch.append_column(C.DROP_REASON, reasons)
+
+
+def mark_dropped(batch: pa.Table, stage_name: str) -> pa.Table:
+    """Give every row a string `drop_reason`, `drop_stage` and `_status` (kept/rejected)."""
+    n = batch.num_rows
+    if C.DROP_REASON not in batch.schema.names:
+        batch = batch.append_column(C.DROP_REASON, pa.nulls(n, pa.string()))
+    reason = batch.column(C.DROP_REASON).cast(pa.string())
+    batch = batch.set_column(batch.schema.get_field_index(C.DROP_REASON), C.DROP_REASON, reason)
+    dropped = pc.is_valid(reason)
+    stage_col = pc.if_else(dropped, pa.scalar(stage_name), pa.scalar(None, pa.string()))
+    if C.DROP_STAGE in batch.schema.names:
+        old = batch.column(C.DROP_STAGE).cast(pa.string())
+        batch = batch.set_column(batch.schema.get_field_index(C.DROP_STAGE), C.DROP_STAGE, pc.coalesce(old, stage_col))
+    else:
+        batch = batch.append_column(C.DROP_STAGE, stage_col)
+    status = pc.if_else(dropped, pa.scalar(C.REJECTED), pa.scalar(C.KEPT))
+    if C.STATUS in batch.schema.names:
+        return batch.set_column(batch.schema.get_field_index(C.STATUS), C.STATUS, status)
+    return batch.append_column(C.STATUS, status)

@@ -1,0 +1,88 @@
+"""The one interface every LLM backend implements (vLLM, OpenAI-compatible HTTP, transformers).
+
+Stages and the evaluator only talk to `LLMEngine`; the config's `backend` tag picks the class,
+registered as a "module:Class" string so nothing heavy is imported until an engine is built.
+Implementations: see the modules named in ENGINES (issue 3 fills these in).
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ChatMessage = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
+
+ENGINES: dict[str, str] = {
+    "transformers": "transforms.llm.hf:TransformersEngine",
+    "vllm": "transforms.llm.vllm_engine:VLLMEngine",
+    "openai": "transforms.llm.openai_engine:OpenAIEngine",
+}
+
+
+class EngineConfig(BaseModel):
+    """Which model, served how. Backend-specific knobs live in `options`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["transformers", "vllm", "openai"] = Field("transformers", description="Engine class.")
+    model: str = Field("gemma3-270m", description="Model name or path (a name in the local model cache, "
+                       "a HF id on a cluster, or the served model name of an endpoint).")
+    name: str | None = Field(None, description="Short name used in verdict columns and drop reasons.")
+    params_b: float | None = Field(None, description="Parameters in billions, for cost estimates.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific options.")
+
+    @property
+    def short_name(self) -> str:
+        return self.name or self.model.rsplit("/", 1)[-1]
+
+
+class GenerationParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: list[str] = Field(default_factory=list)
+    seed: int | None = 0
+
+
+class LLMEngine(ABC):
+    """Batched calls; every method takes and returns lists aligned with its input."""
+
+    def __init__(self, config: EngineConfig):
+        self.config = config
+
+    def setup(self) -> None:
+        """Load weights / open connections. Called once per worker (inside a Ray actor)."""
+
+    @abstractmethod
+    def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
+        """Generate one reply per conversation (the chat template is applied by the engine)."""
+
+    @abstractmethod
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
+        """For each fully rendered prompt, the log-probability of each option as the next text.
+
+        Used by classifiers ("yes"/"no") and A/B answers: only the last position's logits are needed.
+        """
+
+    @abstractmethod
+    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, int]]:
+        """For each (context, continuation): sum of log P(continuation | context) and its token count."""
+
+    def render_chat(self, conversation: list[ChatMessage]) -> str:
+        """The prompt text the chat template produces (for option_logprobs on chat models)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+def build_engine(config: EngineConfig) -> LLMEngine:
+    module_name, cls_name = ENGINES[config.backend].split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls(config)
