@@ -147,6 +147,7 @@ def run_pipeline(
         rejected_dir = lake.stage_dir("rejected", dataset, run_id, 0, source.name)
         steps: list[tuple[str, Stage | None]] = [(source.name, None)] + [(s.name, s) for s in stages]
         rows_in = 0
+        prev_kept: Path = kept_dir
         for index, (name, stage) in enumerate(steps):
             if stage is not None:
                 fingerprint = fingerprint_config(fingerprint, stage.describe())

@@ -1,0 +1,1 @@
+"""Stage contract, lake, runner and run records."""
