@@ -1,0 +1,159 @@
+"""Score an item table with one LLMEngine: generation (parse the reply) or log-likelihood.
+
+Both return a *predictions* table, one row per item and method, in the long form the metrics and
+the report read: the item's id, label and subset columns, then `model`, `method`
+("generate" | "loglik_acc" | "loglik_acc_norm"), `variant` ("original" | "swapped"), `prompt`
+(id@version, the provenance of every number), `pred`, `correct`, `status` and the raw `reply` or
+log-probabilities. `correct` is null when the reply was not an answer (refusal, empty, unparsable).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from transforms.eval import items as I
+from transforms.eval.parse import parse_answer
+from transforms.eval.templates import LoglikContexts, answer_index, prompt_for
+from transforms.llm.base import GenerationParams, LLMEngine
+
+log = logging.getLogger("piqaforge.eval")
+
+GENERATE, LOGLIK_ACC, LOGLIK_NORM = "generate", "loglik_acc", "loglik_acc_norm"
+ORIGINAL, SWAPPED = "original", "swapped"
+PREDICTION_COLUMNS = ("model", "method", "variant", "prompt", "pred", "correct", "status", "reply",
+                      "ll_sol1", "ll_sol2", "ntok_sol1", "ntok_sol2")
+Progress = Callable[[int, int], None]
+
+
+def _carry(items: pa.Table) -> dict[str, list[Any]]:
+    """The item columns a prediction keeps; an item column named like a prediction column is renamed."""
+    keep = [I.ID, I.LABEL, *[c for c in I.subset_columns(items) if c != I.LABEL]]
+    out = {}
+    for col in dict.fromkeys(keep):
+        name = f"item_{col}" if col in PREDICTION_COLUMNS else col
+        out[name] = items.column(col).to_pylist()
+    return out
+
+
+def _batches(n: int, size: int) -> list[tuple[int, int]]:
+    return [(i, min(i + size, n)) for i in range(0, n, max(1, size))]
+
+
+def generate_predictions(engine: LLMEngine, items: pa.Table, *, model: str, params: GenerationParams,
+                         prompts: dict[str, str] | None = None, variant: str = ORIGINAL, batch_size: int = 16,
+                         progress: Progress | None = None) -> pa.Table:
+    """Ask the model to name the better solution; parse each reply exactly, then leniently."""
+    n = items.num_rows
+    cols = items.select([I.LANG, I.GOAL, I.SOL1, I.SOL2, I.LABEL]).to_pydict()
+    conversations, refs, parsers = [], [], []
+    for i in range(n):
+        prompt = prompt_for(cols[I.LANG][i], prompts)
+        rendered = prompt.render(goal=cols[I.GOAL][i], sol1=cols[I.SOL1][i], sol2=cols[I.SOL2][i])
+        conversations.append(rendered.messages)
+        refs.append(rendered.ref)
+        parsers.append(answer_index(prompt))
+    replies: list[str] = []
+    started = time.perf_counter()
+    for lo, hi in _batches(n, batch_size):
+        out = engine.chat(conversations[lo:hi], params)
+        if len(out) != hi - lo:
+            raise RuntimeError(f"engine returned {len(out)} replies for {hi - lo} conversations")
+        replies.extend("" if r is None else str(r) for r in out)
+        if progress:
+            progress(hi, n)
+    log.info("%s generate/%s: %d items in %.1fs", model, variant, n, time.perf_counter() - started)
+    preds, statuses, correct = [], [], []
+    for i, reply in enumerate(replies):
+        answers, aliases = parsers[i]
+        parsed = parse_answer(reply, answers, aliases)
+        preds.append(parsed.choice)
+        statuses.append(parsed.status)
+        correct.append(None if parsed.choice is None else parsed.choice == cols[I.LABEL][i])
+    table = {**_carry(items), "model": [model] * n, "method": [GENERATE] * n, "variant": [variant] * n,
+             "prompt": refs, "pred": preds, "correct": correct, "status": statuses, "reply": replies}
+    return _to_table(table, n)
+
+
+def loglik_scores(engine: LLMEngine, contexts: Sequence[str], sol1: Sequence[str], sol2: Sequence[str],
+                  batch_size: int = 16, progress: Progress | None = None) -> np.ndarray:
+    """(n, 4) array: sum log P(' ' + sol | context) for sol1, sol2, then their token counts."""
+    n = len(contexts)
+    out = np.zeros((n, 4), dtype=np.float64)
+    for lo, hi in _batches(n, batch_size):
+        requests = [(contexts[i], " " + sol1[i]) for i in range(lo, hi)]
+        requests += [(contexts[i], " " + sol2[i]) for i in range(lo, hi)]
+        res = engine.loglikelihood(requests)
+        if len(res) != len(requests):
+            raise RuntimeError(f"engine returned {len(res)} scores for {len(requests)} requests")
+        m = hi - lo
+        out[lo:hi, 0] = [r[0] for r in res[:m]]
+        out[lo:hi, 1] = [r[0] for r in res[m:]]
+        out[lo:hi, 2] = [r[1] for r in res[:m]]
+        out[lo:hi, 3] = [r[1] for r in res[m:]]
+        if progress:
+            progress(hi, n)
+    return out
+
+
+def choose(scores: np.ndarray, sol1: Sequence[str], sol2: Sequence[str], norm: str = "chars") -> dict[str, np.ndarray]:
+    """acc: argmax of the summed log-probability; acc_norm: argmax of it divided by the solution's length.
+
+    lm-evaluation-harness divides by `len(choice)`, the number of characters of the solution string
+    (without the leading space); for ASCII text that equals its byte length. `norm="bytes"` divides by
+    the UTF-8 byte length instead. Ties go to sol1, as np.argmax does in lm-eval.
+    """
+    if norm not in ("chars", "bytes"):
+        raise ValueError(f"norm must be 'chars' or 'bytes', not {norm!r}")
+
+    def length(s: str) -> float:
+        return float(max(1, len(s.encode("utf-8")) if norm == "bytes" else len(s)))
+
+    lengths = np.array([[length(a), length(b)] for a, b in zip(sol1, sol2, strict=True)]).reshape(-1, 2)
+    acc = np.argmax(scores[:, :2], axis=1)
+    acc_norm = np.argmax(scores[:, :2] / lengths, axis=1)
+    return {LOGLIK_ACC: acc, LOGLIK_NORM: acc_norm}
+
+
+def loglik_predictions(engine: LLMEngine, items: pa.Table, *, model: str, contexts: LoglikContexts,
+                       norm: str = "chars", batch_size: int = 16, hide_goal: bool = False,
+                       progress: Progress | None = None) -> pa.Table:
+    """Score both solutions as continuations of the goal's context; two methods, acc and acc_norm.
+
+    `hide_goal` renders the context with an empty goal: the solution-only baseline of the audit.
+    """
+    n = items.num_rows
+    cols = items.select([I.LANG, I.GOAL, I.SOL1, I.SOL2, I.LABEL]).to_pydict()
+    ctx = [contexts.render(cols[I.LANG][i], "" if hide_goal else cols[I.GOAL][i]) for i in range(n)]
+    started = time.perf_counter()
+    scores = loglik_scores(engine, ctx, cols[I.SOL1], cols[I.SOL2], batch_size, progress)
+    log.info("%s loglik: %d items in %.1fs", model, n, time.perf_counter() - started)
+    picks = choose(scores, cols[I.SOL1], cols[I.SOL2], norm)
+    labels = np.asarray(cols[I.LABEL])
+    parts = []
+    for method, pred in picks.items():
+        table = {**_carry(items), "model": [model] * n, "method": [method] * n, "variant": [ORIGINAL] * n,
+                 "prompt": [contexts.ref] * n, "pred": pred.tolist(), "correct": (pred == labels).tolist(),
+                 "status": ["scored"] * n, "ll_sol1": scores[:, 0].tolist(), "ll_sol2": scores[:, 1].tolist(),
+                 "ntok_sol1": scores[:, 2].astype(int).tolist(), "ntok_sol2": scores[:, 3].astype(int).tolist()}
+        parts.append(_to_table(table, n))
+    return pa.concat_tables(parts, promote_options="default")
+
+
+_TYPES = {"pred": pa.int8(), "correct": pa.bool_(), "ll_sol1": pa.float64(), "ll_sol2": pa.float64(),
+          "ntok_sol1": pa.int32(), "ntok_sol2": pa.int32(), "label": pa.int8()}
+
+
+def _to_table(columns: dict[str, list[Any]], n: int) -> pa.Table:
+    for name in PREDICTION_COLUMNS:
+        columns.setdefault(name, [None] * n)
+    arrays = {k: pa.array(v, type=_TYPES.get(k)) if k in _TYPES else pa.array(v) for k, v in columns.items()}
+    for k in ("reply", "prompt", "status", "model", "method", "variant"):
+        if pa.types.is_null(arrays[k].type):
+            arrays[k] = arrays[k].cast(pa.string())
+    return pa.table(arrays)

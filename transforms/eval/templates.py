@@ -1,0 +1,70 @@
+"""Which prompt evaluates which language, on top of the shared loader (transforms/llm/prompts.py).
+
+Generation prompts are ordinary prompt files, `prompts/eval_<name>/<lang>.yaml`; this module only
+picks one per language and turns its options/aliases into the index map the parser needs.
+Log-likelihood contexts are not chat prompts, so they live in one small versioned file,
+`prompts/eval_loglik/contexts.yaml`, rendered here with the same strict Jinja2 settings.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from transforms.llm.prompts import PROMPTS_DIR, PromptError, PromptTemplate, load_prompt
+
+DEFAULT_PROMPTS = {"ko": "eval_ko/ko", "ru": "eval_ru/ru", "default": "eval_generic/en"}
+
+
+def prompt_for(lang: str | None, prompts: dict[str, str] | None = None) -> PromptTemplate:
+    """The generation prompt for `lang` (falling back to the 'default' entry)."""
+    table = {**DEFAULT_PROMPTS, **(prompts or {})}
+    return load_prompt(table.get(lang or "", table["default"]))
+
+
+def answer_index(prompt: PromptTemplate) -> tuple[list[str], dict[str, int]]:
+    """(answers, aliases → index): options[0] names sol1, options[1] sol2."""
+    if len(prompt.options) != 2:
+        raise PromptError(f"{prompt.ref}: an evaluation prompt needs exactly two options, has {prompt.options}")
+    aliases = {alias: i for i, opt in enumerate(prompt.options) for alias in prompt.aliases.get(opt, [])}
+    return list(prompt.options), aliases
+
+
+class LoglikContexts:
+    """`contexts.yaml`: a Jinja2 context per language; each solution is scored as ' ' + solution."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.id = str(data["id"])
+        self.version = str(data["version"])
+        self.default = str(data.get("default", "en"))
+        self.contexts: dict[str, str] = {str(k): str(v) for k, v in data["contexts"].items()}
+        if self.default not in self.contexts:
+            raise PromptError(f"{self.id}: default language {self.default!r} has no context")
+
+    @property
+    def ref(self) -> str:
+        return f"{self.id}@{self.version}"
+
+    def template_for(self, lang: str | None) -> str:
+        return self.contexts.get(lang or "", self.contexts[self.default])
+
+    def render(self, lang: str | None, goal: str) -> str:
+        return str(_strict_env().from_string(self.template_for(lang)).render(goal=goal))
+
+
+@functools.cache
+def _strict_env() -> Any:
+    import jinja2
+
+    return jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+@functools.cache
+def load_loglik_contexts(root: str | None = None) -> LoglikContexts:
+    path = Path(root or PROMPTS_DIR) / "eval_loglik" / "contexts.yaml"
+    if not path.exists():
+        raise PromptError(f"log-likelihood contexts not found at {path}")
+    return LoglikContexts(yaml.safe_load(path.read_text(encoding="utf-8")))
