@@ -1,0 +1,129 @@
+"""The distilled prefilter: threshold selection, recall on fresh rows, degenerate samples, the stage.
+
+Training data here is Korean 3i4k questions (never the Naver KiN questions, which are kept for
+measuring). The teacher is a visible rule ("how do I / a way to" questions), so the tests check
+the distillation machinery, not a model's taste.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_ensemble import RuleEngine
+
+from transforms.core import columns as C
+from transforms.embed import EmbedderConfig, build_embedder
+from transforms.llm.ensemble import Classifier, EnsembleClassify
+from transforms.llm.prefilter import (
+    DegenerateSampleError,
+    DistilledPrefilter,
+    fit_prefilter,
+    recall_and_pass_rate,
+    sample_indices,
+    threshold_for_recall,
+)
+
+HOW_TO = re.compile(r"어떻게|방법")
+
+
+@pytest.fixture(scope="module")
+def questions(shared_data) -> tuple[list[str], np.ndarray]:
+    """500 real 3i4k questions, 150 of them how-to questions, in a fixed shuffled order."""
+    rows = [line.split("\t", 1)[1].strip() for line in (shared_data / "ko_3i4k" / "fci.txt").open(encoding="utf-8")
+            if line.startswith("2\t")]
+    rows = sorted(set(rows))
+    pos = [t for t in rows if HOW_TO.search(t)][:150]
+    neg = [t for t in rows if not HOW_TO.search(t)][::37][:350]
+    texts = pos + neg
+    order = np.random.default_rng(7).permutation(len(texts))
+    texts = [texts[i] for i in order]
+    return texts, np.array([bool(HOW_TO.search(t)) for t in texts])
+
+
+@pytest.fixture(scope="module")
+def embeddings(questions) -> np.ndarray:
+    return build_embedder().encode(questions[0])
+
+
+def test_threshold_is_the_highest_meeting_the_target():
+    scores = np.array([0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05])
+    labels = np.array([1, 0, 1, 1, 0, 1, 0, 1, 0, 0], dtype=bool)  # 5 positives
+    t = threshold_for_recall(scores, labels, 0.8)  # need 4 of 5 → the 4th positive's score
+    assert t == 0.4
+    assert recall_and_pass_rate(scores, labels, t) == (0.8, 0.6)
+    assert threshold_for_recall(scores, labels, 1.0) == 0.2
+    assert threshold_for_recall(scores, labels, 0.2) == 0.9
+
+
+def test_fitted_threshold_reaches_target_recall_on_fresh_rows(questions, embeddings):
+    texts, labels = questions
+    fit_part, fresh = slice(0, 300), slice(300, 500)
+    fitted, report = fit_prefilter(embeddings[fit_part], labels[fit_part], target_recall=0.9, holdout_fraction=0.4,
+                                   seed=0, min_per_class=4, embedder=EmbedderConfig(), embed_chars=256,
+                                   on_degenerate="error")
+    assert report["holdout_recall"] >= 0.9
+    assert report["holdout_positives"] == round(labels[fit_part].sum() * 0.4)
+    assert 0.5 < report["holdout_auc"] <= 1.0
+    # On 200 rows the model never saw, recall stays near the target and most negatives are cut.
+    recall, pass_rate = recall_and_pass_rate(fitted.scores(embeddings[fresh]), labels[fresh], fitted.threshold)
+    assert recall >= 0.8, recall
+    assert pass_rate < 0.85, pass_rate
+    # A stricter target can only lower the threshold.
+    stricter, _ = fit_prefilter(embeddings[fit_part], labels[fit_part], target_recall=1.0, holdout_fraction=0.4,
+                                seed=0, min_per_class=4, embedder=EmbedderConfig(), embed_chars=256,
+                                on_degenerate="error")
+    assert stricter.threshold <= fitted.threshold
+
+
+def test_degenerate_sample_is_an_error_or_passes_everything(embeddings):
+    labels = np.zeros(len(embeddings), dtype=bool)
+    labels[:2] = True
+    kw = dict(target_recall=0.98, holdout_fraction=0.4, seed=0, min_per_class=4, embedder=EmbedderConfig(),
+              embed_chars=256)
+    with pytest.raises(DegenerateSampleError, match=r"passed 2 and rejected 498 of 500.*sample_size"):
+        fit_prefilter(embeddings, labels, on_degenerate="error", **kw)
+    fitted, report = fit_prefilter(embeddings, labels, on_degenerate="pass_all", **kw)
+    assert report["degenerate"] is True
+    assert (fitted.scores(embeddings) >= fitted.threshold).all()
+
+
+def test_sample_is_deterministic_and_independent_of_row_order():
+    ids = [f"row-{i}" for i in range(1000)]
+    a = {ids[i] for i in sample_indices(ids, 50, seed=3)}
+    b = {ids[::-1][i] for i in sample_indices(ids[::-1], 50, seed=3)}
+    c = {ids[i] for i in sample_indices(ids, 50, seed=4)}
+    assert a == b and len(a) == 50
+    assert len(a & c) < 25
+
+
+def test_stage_distils_the_ensemble_and_filters_every_row(questions, tmp_path):
+    texts, labels = questions
+    table = pa.table({C.ID: [f"q{i}" for i in range(len(texts))], C.TEXT: texts})
+    teacher = EnsembleClassify(classifiers=[Classifier(name="rule")], cache_dir=str(tmp_path / "cache"))
+    engine = RuleEngine(["어떻게", "방법"])
+    teacher.use_engine("rule", engine)
+    stage = DistilledPrefilter(teacher=teacher, sample_size=200, seed=1, target_recall=0.9,
+                               output_dir=str(tmp_path / "prefilter"))
+    out = stage(table)
+    assert out.num_rows == table.num_rows  # marked, not deleted
+    assert len(engine.rows_asked) == 200  # the teacher saw only the sample
+    assert sum(out.column("prefilter_sampled").to_pylist()) == 200
+    kept = np.array([r is None for r in out.column(C.DROP_REASON).to_pylist()])
+    assert set(out.column(C.DROP_REASON).to_pylist()) <= {None, "prefilter_rejected"}
+    report = json.loads((tmp_path / "prefilter" / "report.json").read_text())
+    assert report == json.loads(json.dumps(stage.report))
+    assert report["holdout_recall"] >= 0.9
+    assert report["rows"] == 500 and report["rows_kept"] == int(kept.sum())
+    assert recall_and_pass_rate(kept.astype(float), labels, 1.0)[0] >= 0.8  # recall against the rule, all rows
+    model = json.loads((tmp_path / "prefilter" / "model.json").read_text())
+    assert len(model["coef"]) == 512 and model["threshold"] == report["threshold"]
+    # The ensemble stage reuses the teacher's answers: sampled rows cost no new calls.
+    sampled = out.filter(pa.array(out.column("prefilter_sampled").to_pylist()))
+    later_engine = RuleEngine(["어떻게", "방법"])
+    later = EnsembleClassify(classifiers=[Classifier(name="rule")], cache_dir=str(tmp_path / "cache"))
+    later.use_engine("rule", later_engine)(sampled.select([C.ID, C.TEXT]))
+    assert later_engine.rows_asked == []

@@ -1,0 +1,273 @@
+"""A cheap prefilter distilled from the LLM ensemble, so the ensemble only sees likely positives.
+
+1. Draw a fixed-seed random sample of the rows (`sample_size`) and run the ensemble on it.
+2. Embed the sample (multilingual USE by default) and fit a logistic regression to the ensemble's
+   verdict on a training part; on the held-out part choose the highest threshold whose recall
+   against the ensemble is at least `target_recall`.
+3. Score every row; rows under the threshold get `prefilter_rejected`.
+
+Why distil instead of training once on English PIQA: a multilingual-USE + LR model trained on
+English PIQA goals vs general questions reached only AUC 0.76 on real Korean KiN questions (issue 3),
+so the prefilter is fitted per crawl, on the crawl's own rows, against the verdict it must predict.
+
+The fitted model is a weight vector, saved as JSON (`model.json`) with `report.json` beside it under
+`output_dir` (the job sets runs/<run_id>/prefilter). The ensemble's answers on the sample land in its
+verdict cache, so sampled rows that pass the prefilter cost nothing in the ensemble stage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, Field, PrivateAttr
+
+from transforms.core import columns as C
+from transforms.core.stage import GlobalStage, set_drop_reason
+from transforms.embed.base import Embedder, EmbedderConfig
+from transforms.llm.ensemble import EnsembleClassify
+
+log = logging.getLogger("piqaforge.prefilter")
+
+DROP = "prefilter_rejected"
+
+
+class DegenerateSampleError(ValueError):
+    """The ensemble gave (almost) one answer on the whole sample: there is nothing to learn from."""
+
+
+class FittedPrefilter(BaseModel):
+    """What `apply` needs: the linear model, its threshold and how to embed."""
+
+    coef: list[float]
+    intercept: float
+    threshold: float = Field(..., description="Keep rows with score >= threshold; -inf keeps every row.")
+    embedder: EmbedderConfig
+    embed_chars: int
+    note: str = ""
+
+    def scores(self, embeddings: np.ndarray) -> np.ndarray:
+        if not self.coef:  # pass-all model (degenerate sample)
+            return np.ones(len(embeddings), dtype=np.float64)
+        z = embeddings.astype(np.float64) @ np.asarray(self.coef) + self.intercept
+        return 1.0 / (1.0 + np.exp(-z))
+
+
+# -- pure functions (unit-tested directly) ---------------------------------------------------------
+def sample_keys(ids: list[str], seed: int) -> np.ndarray:
+    """A per-row random key from (seed, id): the sample does not depend on row order or block layout."""
+    import xxhash
+
+    return np.array([xxhash.xxh64_intdigest(f"{seed}:{i}".encode()) for i in ids], dtype=np.uint64)
+
+
+def sample_indices(ids: list[str], size: int, seed: int) -> np.ndarray:
+    keys = sample_keys(ids, seed)
+    return np.sort(np.argsort(keys, kind="stable")[:size])
+
+
+def split_holdout(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified split: both parts get their share of positives (few positives is the usual case)."""
+    rng = np.random.default_rng(seed)
+    train, hold = [], []
+    for value in (True, False):
+        idx = np.flatnonzero(labels == value)
+        rng.shuffle(idx)
+        n_hold = int(round(len(idx) * fraction))
+        if len(idx) >= 2:
+            n_hold = min(max(n_hold, 1), len(idx) - 1)
+        hold.append(idx[:n_hold])
+        train.append(idx[n_hold:])
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(hold))
+
+
+def threshold_for_recall(scores: np.ndarray, labels: np.ndarray, target: float) -> float:
+    """The highest t with recall(score >= t) >= target among the positives."""
+    pos = np.sort(scores[labels])[::-1]
+    if len(pos) == 0:
+        raise DegenerateSampleError("no positive rows to set a recall threshold on")
+    need = max(1, math.ceil(target * len(pos) - 1e-9))
+    return float(pos[need - 1])
+
+
+def recall_and_pass_rate(scores: np.ndarray, labels: np.ndarray, threshold: float) -> tuple[float, float]:
+    keep = scores >= threshold
+    recall = float(keep[labels].mean()) if labels.any() else float("nan")
+    return recall, float(keep.mean()) if len(keep) else float("nan")
+
+
+def fit_prefilter(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: float, holdout_fraction: float,
+                  seed: int, min_per_class: int, embedder: EmbedderConfig, embed_chars: int,
+                  on_degenerate: str) -> tuple[FittedPrefilter, dict[str, Any]]:
+    labels = labels.astype(bool)
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    report: dict[str, Any] = {"sample_rows": len(labels), "sample_positives": n_pos,
+                              "teacher_pass_rate_on_sample": n_pos / max(len(labels), 1)}
+    if min(n_pos, n_neg) < min_per_class:
+        msg = (f"the ensemble passed {n_pos} and rejected {n_neg} of {len(labels)} sampled rows; the prefilter "
+               f"needs at least {min_per_class} of each. Raise prefilter.sample_size (expected positives = "
+               f"pass rate x sample size) or set prefilter.on_degenerate=pass_all to send every row to the ensemble.")
+        if on_degenerate == "error":
+            raise DegenerateSampleError(msg)
+        log.warning("prefilter disabled: %s", msg)
+        report.update(degenerate=True, note=msg, threshold=None)
+        return FittedPrefilter(coef=[], intercept=0.0, threshold=-math.inf, embedder=embedder,
+                               embed_chars=embed_chars, note="pass_all: degenerate sample"), report
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    train, hold = split_holdout(labels, holdout_fraction, seed)
+    model = LogisticRegression(class_weight="balanced", C=1.0, max_iter=2000, random_state=seed)
+    model.fit(embeddings[train], labels[train])
+    fitted = FittedPrefilter(coef=model.coef_[0].tolist(), intercept=float(model.intercept_[0]), threshold=0.0,
+                             embedder=embedder, embed_chars=embed_chars)
+    held_scores = fitted.scores(embeddings[hold])
+    fitted.threshold = threshold_for_recall(held_scores, labels[hold], target_recall)
+    recall, pass_rate = recall_and_pass_rate(held_scores, labels[hold], fitted.threshold)
+    report.update(degenerate=False, train_rows=len(train), holdout_rows=len(hold),
+                  holdout_positives=int(labels[hold].sum()), threshold=fitted.threshold,
+                  target_recall=target_recall, holdout_recall=recall, holdout_pass_rate=pass_rate,
+                  holdout_auc=float(roc_auc_score(labels[hold], held_scores)))
+    return fitted, report
+
+
+# -- the stage ---------------------------------------------------------------------------------------
+class DistilledPrefilter(GlobalStage):
+    name: ClassVar[str] = "prefilter"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
+    writes: ClassVar[tuple[str, ...]] = ("prefilter_score", "prefilter_sampled")
+
+    teacher: EnsembleClassify = Field(..., description="The ensemble whose verdict the prefilter learns.")
+    sample_size: int = Field(200, ge=2, description="Rows the ensemble labels for distillation.")
+    seed: int = Field(0, description="Sampling and split seed.")
+    holdout_fraction: float = Field(0.4, gt=0, lt=1, description="Part of the sample held out to set the threshold.")
+    target_recall: float = Field(0.98, gt=0, le=1, description="Recall against the ensemble on the held-out part.")
+    min_per_class: int = Field(4, ge=2, description="Fewest positives and negatives the sample must hold.")
+    on_degenerate: Literal["error", "pass_all"] = Field(
+        "error", description="When the sample is (nearly) one class: stop, or keep every row.")
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    embed_chars: int = Field(256, ge=16, description="Text is cut to this many characters before embedding.")
+    output_dir: str | None = Field(None, description="Where model.json and report.json go (runs/<run_id>/prefilter).")
+
+    _fitted: FittedPrefilter | None = PrivateAttr(None)
+    _report: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The last run's report: sample, threshold, held-out recall and pass rates."""
+        return self._report
+
+    # -- distillation (one task; it runs the ensemble, so it gets the ensemble's resources) ---------
+    def distil(self, sample: pa.Table) -> tuple[FittedPrefilter, dict[str, Any]]:
+        started = time.perf_counter()
+        judged = self.teacher(sample.select([C.ID, C.TEXT]))
+        labels = np.asarray(judged.column("ens_pass").to_pylist(), dtype=bool)
+        teacher_s = time.perf_counter() - started
+        embedder = Embedder(self.embedder)
+        emb = embedder.encode(_cut(sample.column(C.TEXT).to_pylist(), self.embed_chars))
+        fitted, report = fit_prefilter(emb, labels, target_recall=self.target_recall,
+                                       holdout_fraction=self.holdout_fraction, seed=self.seed,
+                                       min_per_class=self.min_per_class, embedder=self.embedder,
+                                       embed_chars=self.embed_chars, on_degenerate=self.on_degenerate)
+        calls = judged.column("ens_calls").to_numpy()
+        report.update(teacher_seconds=round(teacher_s, 2), teacher_calls=int(calls.sum()),
+                      teacher_calls_per_row=float(calls.mean()) if len(calls) else 0.0,
+                      distil_seconds=round(time.perf_counter() - started, 2), seed=self.seed)
+        log.info("prefilter fitted: %s", {k: report.get(k) for k in ("sample_positives", "holdout_recall",
+                                                                      "holdout_pass_rate", "holdout_auc")})
+        return fitted, report
+
+    def apply(self, table: pa.Table, fitted: FittedPrefilter, sampled: set[str]) -> pa.Table:
+        if fitted.coef:
+            emb = Embedder(fitted.embedder).encode(_cut(table.column(C.TEXT).to_pylist(), fitted.embed_chars))
+            scores = fitted.scores(emb)
+        else:
+            scores = np.ones(table.num_rows)
+        keep = scores >= fitted.threshold
+        out = _put(table, "prefilter_score", pa.array(scores, pa.float64()))
+        out = _put(out, "prefilter_sampled", pa.array([i in sampled for i in table.column(C.ID).to_pylist()]))
+        reasons = pc.if_else(pa.array(keep), pa.scalar(None, pa.string()), pa.scalar(DROP))
+        return set_drop_reason(out, reasons)
+
+    def save(self, fitted: FittedPrefilter, report: dict[str, Any]) -> None:
+        if not self.output_dir:
+            return
+        out = Path(self.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.json").write_text(fitted.model_dump_json(indent=1), encoding="utf-8")
+        (out / "report.json").write_text(json.dumps(report, indent=2, default=str), encoding="utf-8")
+
+    def finish_report(self, fitted: FittedPrefilter, report: dict[str, Any], rows: int, kept: int) -> None:
+        report.update(rows=rows, rows_kept=kept, pass_rate=kept / rows if rows else float("nan"))
+        self._fitted, self._report = fitted, report
+        self.save(fitted, report)
+
+    # -- in-process path (unit tests, small tables) ---------------------------------------------------
+    def process_table(self, table: pa.Table) -> pa.Table:
+        ids = [str(i) for i in table.column(C.ID).to_pylist()]
+        idx = sample_indices(ids, self.sample_size, self.seed)
+        fitted, report = self.distil(table.take(pa.array(idx)))
+        out = self.apply(table, fitted, {ids[i] for i in idx})
+        self.finish_report(fitted, report, table.num_rows, _kept(out))
+        return out
+
+    # -- Ray path: sample → one distillation task → distributed scoring --------------------------------
+    def run_dataset(self, ds: Any) -> Any:
+        import ray
+
+        seed = self.seed
+        keyed = ds.select_columns([C.ID, C.TEXT]).map_batches(
+            lambda b: b.append_column("_key", pa.array(sample_keys([str(i) for i in b.column(C.ID).to_pylist()],
+                                                                   seed))), batch_format="pyarrow")
+        sample = pa.concat_tables(ray.get(keyed.sort("_key").limit(self.sample_size).to_arrow_refs()))
+        remote = ray.remote(**self.teacher.resources.ray_remote_args())(_distil_task)
+        fitted, report = ray.get(remote.remote(self, sample.drop_columns(["_key"])))
+        sampled = set(sample.column(C.ID).to_pylist())
+        scored = ds.map_batches(_ApplyActor, fn_constructor_kwargs={"stage": self, "fitted": fitted,
+                                                                    "sampled": sampled},
+                                concurrency=self.resources.concurrency or 1, batch_format="pyarrow",
+                                batch_size=self.resources.batch_size, **self.resources.ray_remote_args())
+        scored = scored.materialize()
+        rows = kept = 0
+        for batch in scored.select_columns([C.DROP_REASON]).iter_batches(batch_format="pyarrow", batch_size=None):
+            rows += batch.num_rows
+            kept += _kept(batch)
+        self.finish_report(fitted, report, rows, kept)
+        return scored
+
+
+def _kept(table: pa.Table) -> int:
+    return int(pc.sum(pc.is_null(table.column(C.DROP_REASON))).as_py() or 0)
+
+
+def _distil_task(stage: DistilledPrefilter, sample: pa.Table) -> tuple[FittedPrefilter, dict[str, Any]]:
+    return stage.distil(sample)
+
+
+class _ApplyActor:
+    def __init__(self, stage: DistilledPrefilter, fitted: FittedPrefilter, sampled: set[str]):
+        self.stage, self.fitted, self.sampled = stage, fitted, sampled
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        from transforms.core.stage import mark_dropped
+
+        return mark_dropped(self.stage.apply(batch, self.fitted, self.sampled), self.stage.name)
+
+
+def _cut(texts: list[Any], n: int) -> list[str]:
+    return ["" if t is None else str(t)[:n] for t in texts]
+
+
+def _put(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    if name in table.schema.names:
+        return table.set_column(table.schema.get_field_index(name), name, values)
+    return table.append_column(name, values)
