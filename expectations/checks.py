@@ -1,0 +1,185 @@
+"""Per-row checks Great Expectations has no built-in for, computed in pandas before validation.
+
+Each adds a boolean column (`_minimal_pair_ok`, ...) that the suite expects to be True, so a
+failure names its rows by id. A check whose columns are missing is skipped (the column-exists
+expectation reports that); a check that cannot run (no model for a language) records why, and
+the gate fails it instead of crashing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from expectations.suite import SuiteConfig
+from transforms.piqa import textcheck as tc
+
+
+@dataclass
+class Derived:
+    """One computed check: the boolean column the gate expects to be True."""
+
+    name: str
+    column: str
+    description: str
+    needs: tuple[str, ...]
+    mostly: float = 1.0
+    error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _text(df: pd.DataFrame, col: str) -> list[str]:
+    return ["" if v is None or (isinstance(v, float) and v != v) else str(v) for v in df[col].tolist()]
+
+
+def _langs(df: pd.DataFrame, suite: SuiteConfig) -> list[str | None]:
+    default = suite.languages[0] if suite.languages and len(suite.languages) == 1 else None
+    if "lang" not in df.columns:
+        return [default] * len(df)
+    return [str(v) if isinstance(v, str) and v else default for v in df["lang"].tolist()]
+
+
+def item_key(goal: str, sol1: str, sol2: str) -> str:
+    """Goal plus the unordered pair of solutions, case- and space-folded: swapped copies collide."""
+    def norm(s: str) -> str:
+        return re.sub(r"\s+", " ", s).strip().casefold()
+    a, b = sorted((norm(sol1), norm(sol2)))
+    return f"{norm(goal)}\x1f{a}\x1f{b}"
+
+
+def derive(df: pd.DataFrame, suite: SuiteConfig) -> list[Derived]:
+    """Add the computed columns to `df` in place; return what each one means."""
+    checks: list[Derived] = []
+    if suite.exact_duplicates:
+        checks.append(Derived("no_duplicate_items", "_item_key",
+                              "no two rows share goal and solutions (case/space-folded, either order)",
+                              ("goal", "sol1", "sol2")))
+    if suite.minimal_pair:
+        mp = suite.minimal_pair
+        checks.append(Derived("minimal_pair", "_minimal_pair_ok",
+                              f"sol1 and sol2 differ by ≤ {mp.max_word_edits} words "
+                              f"(≤ {mp.max_char_edits} characters where text has no spaces)",
+                              ("sol1", "sol2"), mp.mostly))
+    if suite.near_duplicates:
+        nd = suite.near_duplicates
+        checks.append(Derived("no_near_duplicate_goals", "_goal_distinct_ok",
+                              f"no goal within cosine {nd.threshold} of an earlier kept goal "
+                              f"({nd.representation})", ("id", nd.column)))
+    if suite.language_purity:
+        lp = suite.language_purity
+        checks.append(Derived("language_purity", "_language_ok",
+                              f"≥ {lp.min_share:.0%} of rows have {'/'.join(lp.columns)} in the row's language",
+                              tuple(lp.columns), lp.min_share))
+    if suite.length and any(v is not None for k, v in suite.length.model_dump().items() if k != "mostly"):
+        checks.append(Derived("length_bounds", "_length_ok", _length_text(suite), ("goal", "sol1", "sol2"),
+                              suite.length.mostly))
+    if suite.require_provenance and "model" in df.columns:
+        checks.append(Derived("generation_provenance", "_provenance_ok",
+                              "generated rows (model set) record prompt_id and prompt_version", ("model",)))
+    for check in checks:
+        missing = [c for c in check.needs if c not in df.columns]
+        if missing:
+            check.error = f"skipped: needs column(s) {missing}"
+            continue
+        try:
+            _COMPUTE[check.name](df, suite, check)
+        except Exception as err:  # a check that cannot run fails the gate with its reason, never crashes it
+            check.error = f"could not run: {type(err).__name__}: {err}"
+    return checks
+
+
+def _length_text(suite: SuiteConfig) -> str:
+    parts = [f"{k.replace('_', ' ')} {v}" for k, v in suite.length.model_dump().items()  # type: ignore[union-attr]
+             if v is not None and k != "mostly"]
+    return "lengths within bounds: " + ", ".join(parts)
+
+
+def _exact(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
+    df["_item_key"] = [item_key(g, a, b) for g, a, b in zip(_text(df, "goal"), _text(df, "sol1"),
+                                                             _text(df, "sol2"), strict=True)]
+
+
+def _minimal_pair(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
+    mp = suite.minimal_pair
+    assert mp is not None
+    dist, ok = [], []
+    for a, b, lang in zip(_text(df, "sol1"), _text(df, "sol2"), _langs(df, suite), strict=True):
+        limit_word, limit_char = mp.max_word_edits, mp.max_char_edits
+        d, unit = tc.pair_distance(a, b, lang, unit=mp.unit, cap=max(limit_word, limit_char) + 1)
+        dist.append(d)
+        ok.append(d <= (limit_word if unit == "word" else limit_char))
+    df["_minimal_pair_distance"] = dist
+    df["_minimal_pair_ok"] = ok
+
+
+def _near_dup(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
+    import pyarrow as pa
+
+    from transforms.dedup.semantic import SemanticDedup
+
+    nd = suite.near_duplicates
+    assert nd is not None
+    cols = {"id": [str(v) for v in df["id"].tolist()], nd.column: _text(df, nd.column)}
+    if "lang" in df.columns:
+        cols["lang"] = [v if isinstance(v, str) else None for v in df["lang"].tolist()]
+    stage = SemanticDedup(column=nd.column, threshold=nd.threshold, representation=nd.representation,
+                          embedder=nd.embedder, keep="first")
+    dup = stage.duplicate_of(pa.table(cols))
+    df["_near_duplicate_of"] = dup
+    df["_goal_distinct_ok"] = [d is None for d in dup]
+
+
+def _language(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
+    lp = suite.language_purity
+    assert lp is not None
+    langs = _langs(df, suite)
+    ok = [True] * len(df)
+    for col in lp.columns:
+        texts = _text(df, col)
+        use_script = [lp.method == "script" or (lp.method == "auto" and lang in lp.script_languages)
+                      for lang in langs]
+        script_ok = tc.in_language(texts, langs, method="script", min_script_share=lp.min_script_share)
+        ft_rows = [i for i, s in enumerate(use_script) if not s]
+        ft_ok = tc.in_language([texts[i] for i in ft_rows], [langs[i] for i in ft_rows]) if ft_rows else []
+        col_ok = list(script_ok)
+        for i, good in zip(ft_rows, ft_ok, strict=True):
+            col_ok[i] = good
+        ok = [a and b for a, b in zip(ok, col_ok, strict=True)]
+    df["_language_ok"] = ok
+
+
+def _length(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
+    lb = suite.length
+    assert lb is not None
+    langs = _langs(df, suite)
+    goal = [tc.n_words(t, lang) for t, lang in zip(_text(df, "goal"), langs, strict=True)]
+    s1 = [tc.n_words(t, lang) for t, lang in zip(_text(df, "sol1"), langs, strict=True)]
+    s2 = [tc.n_words(t, lang) for t, lang in zip(_text(df, "sol2"), langs, strict=True)]
+
+    def within(v: int, lo: int | None, hi: int | None) -> bool:
+        return (lo is None or v >= lo) and (hi is None or v <= hi)
+
+    ok = []
+    for g, a, b in zip(goal, s1, s2, strict=True):
+        good = within(g, lb.min_goal_words, lb.max_goal_words)
+        good &= within(a, lb.min_solution_words, lb.max_solution_words)
+        good &= within(b, lb.min_solution_words, lb.max_solution_words)
+        good &= within(g + min(a, b), lb.min_goal_plus_solution_words, None)
+        ok.append(good)
+    df["_goal_words"], df["_length_ok"] = goal, ok
+
+
+def _provenance(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
+    def present(col: str) -> list[bool]:
+        return [bool(v) for v in _text(df, col)] if col in df.columns else [False] * len(df)
+
+    generated = present("model")
+    pid, pver = present("prompt_id"), present("prompt_version")
+    df["_provenance_ok"] = [not g or (a and b) for g, a, b in zip(generated, pid, pver, strict=True)]
+
+
+_COMPUTE = {"no_duplicate_items": _exact, "minimal_pair": _minimal_pair, "no_near_duplicate_goals": _near_dup,
+            "language_purity": _language, "length_bounds": _length, "generation_provenance": _provenance}
