@@ -23,6 +23,8 @@ class StageRecord(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict)
     fingerprint: str = ""
     resumed: bool = Field(False, description="True when a finished checkpoint was reused.")
+    partitions: int = Field(0, description="Resumable partitions the stage's input was cut into.")
+    partitions_reused: int = Field(0, description="Partitions finished by an earlier attempt and skipped.")
 
     @property
     def dropped_total(self) -> int:

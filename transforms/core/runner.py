@@ -4,10 +4,16 @@ Each stage's output is written once, split by `_status` into `staged/.../NN_<sta
 and `rejected/.../NN_<stage>/` (dropped, with reasons). The kept files are the next stage's
 input and the checkpoint a resumed run starts from, and counting rows from the files on disk
 makes "rows in = kept + dropped" a fact about what was written, not about what we meant to do.
+
+Resilience (transforms/core/partitions.py): a row-wise stage's input is cut into partitions with
+done markers, so a killed run resumed with `resume=True` skips finished stages *and* the finished
+partitions of the stage it died in; writes are idempotent, so Ray task retries after a lost node
+cannot duplicate rows.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -22,6 +28,17 @@ from typing import Any, Protocol
 from transforms.core import columns as C
 from transforms.core.lake import Lake, count_rows, parquet_files, value_counts
 from transforms.core.manifest import RunManifest, StageRecord, code_version, fingerprint_config
+from transforms.core.partitions import (
+    MAX_ROW_GROUP_ROWS,
+    PARTS_DIR,
+    PartitionLedger,
+    partition_rows_setting,
+    plan_digest,
+    plan_partitions,
+    read_partitions,
+    with_tracking,
+    write_tracked,
+)
 from transforms.core.stage import GlobalStage, Stage, mark_dropped
 
 log = logging.getLogger("piqaforge")
@@ -71,12 +88,58 @@ def apply_stage(stage: Stage, ds: Any) -> Any:
 
 
 class _StageActor:
-    def __init__(self, stage: Stage):
+    def __init__(self, stage: Stage, tracked: bool = False):
         self.stage = stage
         self.stage.ensure_setup()
+        self.call = with_tracking(stage) if tracked else stage
 
     def __call__(self, batch: Any) -> Any:
-        return self.stage(batch)
+        return self.call(batch)
+
+
+def _apply_tracked(stage: Stage, ds: Any) -> Any:
+    """Like `apply_stage` for a row-wise stage, carrying the partition columns through it."""
+    args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": stage.resources.batch_size}
+    args.update(stage.resources.ray_remote_args())
+    if stage.stateful:
+        return ds.map_batches(_StageActor, fn_constructor_kwargs={"stage": stage, "tracked": True},
+                              concurrency=stage.resources.concurrency or 1, **args)
+    return ds.map_batches(with_tracking(stage), **args)
+
+
+def _run_step(source: Source, stage: Stage | None, prev_kept: Path, rows_in: int, kept_dir: Path,
+              rejected_dir: Path, fingerprint: str, resume: bool, partition_rows: int) -> tuple[int, int]:
+    """Write one step's kept/rejected output; returns (partitions, partitions reused)."""
+    import ray
+
+    row_group_rows = min(MAX_ROW_GROUP_ROWS, partition_rows)
+    if stage is None:  # the source: one partition, not resumable mid-way (reading is the cheap part)
+        ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, "source", resume)
+        if 0 not in ledger.done:
+            write_tracked(_ensure_status(source.read(), source.name), ledger, None, row_group_rows)
+            return 1, 0
+        return 1, 1
+    if rows_in == 0:
+        PartitionLedger(kept_dir, rejected_dir, fingerprint, "empty", resume=False)
+        return 0, 0
+    files = parquet_files(prev_kept)
+    if isinstance(stage, GlobalStage):
+        ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, "global", resume)
+        if 0 in ledger.done:
+            return 1, 1
+        ds = _ensure_status(stage.run_dataset(ray.data.read_parquet([str(f) for f in files])), stage.name)
+        write_tracked(ds, ledger, {0: rows_in}, row_group_rows)
+        return 1, 0
+    parts = plan_partitions(files, partition_rows)
+    ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, plan_digest(parts), resume,
+                             expected={p.index: p.rows for p in parts})
+    pending = [p for p in parts if p.index not in ledger.done]
+    if len(pending) < len(parts):
+        log.info("stage %s: %d of %d partitions already done", stage.name, len(parts) - len(pending), len(parts))
+    if pending:
+        write_tracked(_apply_tracked(stage, read_partitions(pending)), ledger,
+                      {p.index: p.rows for p in pending}, row_group_rows)
+    return len(parts), len(parts) - len(pending)
 
 
 def _ensure_status(ds: Any, stage_name: str) -> Any:
@@ -132,14 +195,21 @@ def run_pipeline(
     run_id: str | None = None,
     resume: bool = False,
     after_stage: Callable[[StageRecord], None] | None = None,
+    partition_rows: int | None = None,
 ) -> RunManifest:
-    """Run `source` → `stages` into `lake`; returns the manifest (also written to disk)."""
-    import ray
+    """Run `source` → `stages` into `lake`; returns the manifest (also written to disk).
 
+    With `resume=True` a stage whose checkpoint matches its fingerprint (its config chained to
+    every upstream config and the input files' hashes) is reused, and a stage that was cut short
+    redoes only its unfinished partitions of ~`partition_rows` rows ($PIQAFORGE_PARTITION_ROWS).
+    """
     lake.create()
     run_id = run_id or Lake.new_run_id(job)
+    partition_rows = partition_rows_setting(partition_rows)
     manifest = RunManifest(run_id=run_id, job=job, dataset=dataset, config=config, code_version=code_version())
     manifest_path = lake.manifest_path(run_id)
+    if resume and manifest_path.exists():
+        _carry_attempts(manifest, manifest_path)
     try:
         manifest.inputs = source.fingerprints()
         fingerprint = fingerprint_config(source.describe(), manifest.inputs)
@@ -159,23 +229,13 @@ def run_pipeline(
                 log.info("stage %s: reusing checkpoint %s", name, kept_dir)
             else:
                 started = time.perf_counter()
-                if stage is None:
-                    ds = _ensure_status(source.read(), name)
-                elif rows_in == 0:
-                    ds = None
-                else:
-                    ds = apply_stage(stage, ray.data.read_parquet(str(prev_kept)))
-                    if isinstance(stage, GlobalStage):
-                        ds = _ensure_status(ds, name)
-                if ds is None:
-                    for d in (kept_dir, rejected_dir):
-                        shutil.rmtree(d, ignore_errors=True)
-                        d.mkdir(parents=True)
-                else:
-                    _write_split(ds, kept_dir, rejected_dir)
+                (kept_dir / CHECKPOINT).unlink(missing_ok=True)
+                n_parts, n_reused = _run_step(source, stage, prev_kept, rows_in, kept_dir, rejected_dir,
+                                              fingerprint, resume, partition_rows)
                 cfg = stage.describe() if stage is not None else source.describe()
                 record = _record(index, name, rows_in, kept_dir, rejected_dir, time.perf_counter() - started,
                                  cfg, fingerprint)
+                record.partitions, record.partitions_reused = n_parts, n_reused
                 if stage is None:  # the source's input is every record it saw, kept or not
                     record.rows_in = record.rows_kept + record.dropped_total
                 _save_checkpoint(kept_dir, record)
@@ -188,7 +248,7 @@ def run_pipeline(
         curated = lake.zone("curated", dataset, run_id)
         if curated.exists():
             shutil.rmtree(curated)
-        shutil.copytree(prev_kept, curated, ignore=shutil.ignore_patterns(CHECKPOINT))
+        shutil.copytree(prev_kept, curated, ignore=shutil.ignore_patterns(CHECKPOINT, PARTS_DIR, ".tmp-*"))
         manifest.outputs.update({"curated": str(curated), "rejected": str(lake.zone("rejected", dataset, run_id)),
                                  "manifest": str(manifest_path)})
         manifest.status = "succeeded"
@@ -198,11 +258,24 @@ def run_pipeline(
         manifest.extras["traceback"] = traceback.format_exc(limit=20)
         raise
     finally:
-        import datetime as dt
-
         manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
         manifest.write(manifest_path)
     return manifest
+
+
+def _carry_attempts(manifest: RunManifest, path: Path) -> None:
+    """A resumed run keeps the story of the attempts before it."""
+    try:
+        old = RunManifest.load(path)
+    except (OSError, ValueError):
+        return
+    manifest.started_at = old.started_at
+    attempts = list(old.extras.get("attempts", []))
+    attempts.append({"started_at": old.extras.get("attempt_started_at", old.started_at),
+                     "finished_at": old.finished_at, "status": old.status, "error": old.error,
+                     "stages_finished": [s.name for s in old.stages]})
+    manifest.extras["attempts"] = attempts
+    manifest.extras["attempt_started_at"] = dt.datetime.now(dt.UTC).isoformat()
 
 
 def conservation_errors(manifest: RunManifest) -> list[str]:
