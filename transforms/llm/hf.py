@@ -1,0 +1,294 @@
+"""`transformers` backend: a local causal LM on CPU or GPU (default: the packaged Gemma 3 270M).
+
+Scoring is where the time goes on CPU, and with a 262k-token vocabulary the output projection
+costs more than the 18 transformer layers. So the scoring paths never call `model(...)`: they run
+the decoder (`model.get_decoder()`) for hidden states and apply the LM head only at the positions
+whose next-token distribution is needed (one per prompt for `option_logprobs`, one per
+continuation token for `loglikelihood`).
+
+Rows of a classifier batch share a long instruction prefix, so each call tokenizes all its
+sequences, takes their longest common token prefix, runs it once and hands a copy of that KV cache,
+repeated along the batch, to every batch of row suffixes (right-padded, so positions stay those of
+the unpadded sequence). tests/test_llm_engines.py checks both tricks against a plain full forward.
+
+Options (`EngineConfig.options`, checked by `HFOptions`): device, dtype, batch_size,
+max_batch_tokens, prefix_cache, min_prefix_tokens, threads, chat_template, gguf_file.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.core.deps import require
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
+from transforms.llm.prepare import resolve_model
+
+# One scoring request: a token sequence and, per position to read, the token ids whose
+# log-probability as the *next* token is wanted.
+ScoreItem = tuple[list[int], list[tuple[int, list[int]]]]
+
+
+class HFOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    device: str | None = Field(None, description="'cpu', 'cuda', 'cuda:1'...; unset: cuda when available.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: float32 on CPU (bf16 matmuls are slow there), bfloat16 on GPU.")
+    batch_size: int = Field(16, ge=1, description="Max sequences per forward pass.")
+    max_batch_tokens: int = Field(8192, ge=1, description="Max padded suffix tokens per forward pass.")
+    gen_batch_size: int = Field(8, ge=1, description="Conversations per generate() call.")
+    prefix_cache: bool = Field(True, description="Reuse the KV cache of the prompts' common prefix.")
+    min_prefix_tokens: int = Field(8, ge=1, description="Shorter common prefixes are not worth caching.")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads (CPU).")
+    chat_template: Literal["auto", "plain"] = Field(
+        "auto", description="auto: the tokenizer's chat template when it has one, else plain text "
+        "(message contents separated by blank lines, for base models).")
+    gguf_file: str | None = Field(None, description="Load this GGUF file inside `model` (a folder).")
+
+
+class TransformersEngine(LLMEngine):
+    def __init__(self, config: EngineConfig):
+        super().__init__(config)
+        self.options = HFOptions(**config.options)
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self._torch: Any = None
+        self.device = "cpu"
+
+    # -- loading -------------------------------------------------------------------------------
+    def setup(self) -> None:
+        if self.model is not None:
+            return
+        torch = self._torch = require("torch", "llm", "the transformers engine")
+        transformers = require("transformers", "llm", "the transformers engine")
+        opts = self.options
+        if opts.threads:
+            torch.set_num_threads(opts.threads)
+        self.device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype_name = opts.dtype
+        if dtype_name == "auto":
+            dtype_name = "float32" if self.device == "cpu" else "bfloat16"
+        path = resolve_model(self.config.model)
+        kw: dict[str, Any] = {}
+        if opts.gguf_file:
+            require("gguf", "llm", "reading GGUF files")
+            kw["gguf_file"] = opts.gguf_file
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(path, **kw)
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(
+            path, dtype=getattr(torch, dtype_name), **kw).to(self.device).eval()
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+
+    def close(self) -> None:
+        self.model = self.tokenizer = None
+
+    def _ready(self) -> None:
+        if self.model is None:
+            self.setup()
+
+    # -- text -> tokens ------------------------------------------------------------------------
+    def encode(self, text: str, *, special: bool = True) -> list[int]:
+        """Token ids; a BOS is added once unless the text (a rendered chat) already starts with it."""
+        bos = self.tokenizer.bos_token
+        add = special and not (bos and text.startswith(bos))
+        ids: list[int] = self.tokenizer(text, add_special_tokens=add)["input_ids"]
+        if special and not ids and self.tokenizer.bos_token_id is not None:
+            ids = [self.tokenizer.bos_token_id]
+        return ids
+
+    def render_chat(self, conversation: list[ChatMessage]) -> str:
+        self._ready()
+        if self.options.chat_template == "auto" and getattr(self.tokenizer, "chat_template", None):
+            text: str = self.tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=True)
+            return text
+        # Base models: no roles, the contents in order; the prompt itself says what comes next.
+        return "\n\n".join(m["content"] for m in conversation)
+
+    # -- scoring -------------------------------------------------------------------------------
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
+        """log P(option | prompt), summed over the option's tokens.
+
+        Each option is tokenized on its own (no special tokens) and appended to the prompt's tokens,
+        so put the separating space or newline consistently at the end of the prompt or at the start
+        of every option. Single-token options (the common case) cost one forward per prompt; the
+        tokens after the first of a longer option are scored in extra sequences that share the
+        cached prefix.
+        """
+        self._ready()
+        if not prompts:
+            return []
+        opt_ids = [self.encode(o, special=False) for o in options]
+        if any(not ids for ids in opt_ids):
+            raise ValueError(f"options must not be empty strings: {list(options)!r}")
+        first = [ids[0] for ids in opt_ids]
+        items: list[ScoreItem] = []
+        owners: list[tuple[int, int]] = []  # (prompt index, option index or -1 for first tokens)
+        for p_idx, prompt in enumerate(prompts):
+            ids = self.encode(prompt)
+            items.append((ids, [(len(ids) - 1, first)]))
+            owners.append((p_idx, -1))
+            for o_idx, o in enumerate(opt_ids):
+                if len(o) > 1:  # the option's later tokens, each given the tokens before it
+                    items.append((ids + o[:-1], [(len(ids) + k, [o[k + 1]]) for k in range(len(o) - 1)]))
+                    owners.append((p_idx, o_idx))
+        scores = self._score(items)
+        out: list[list[float]] = [[0.0] * len(options) for _ in prompts]
+        for (p_idx, o_idx), score in zip(owners, scores, strict=True):
+            if o_idx < 0:
+                out[p_idx] = [a + b for a, b in zip(out[p_idx], score[0], strict=True)]
+            else:
+                out[p_idx][o_idx] += sum(s[0] for s in score)
+        return out
+
+    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, int]]:
+        """Sum of log P(continuation tokens | context); the continuation is tokenized on its own."""
+        self._ready()
+        items: list[ScoreItem] = []
+        counts: list[int] = []
+        for context, continuation in requests:
+            ctx = self.encode(context)
+            cont = self.encode(continuation, special=False)
+            counts.append(len(cont))
+            seq = ctx + cont
+            items.append((seq, [(len(ctx) - 1 + k, [t]) for k, t in enumerate(cont)]))
+        scores = self._score([it for it in items if it[1]])
+        out: list[tuple[float, int]] = []
+        it = iter(scores)
+        for n in counts:
+            out.append((float(sum(s[0] for s in next(it))) if n else 0.0, n))
+        return out
+
+    def _score(self, items: list[ScoreItem]) -> list[list[list[float]]]:
+        """For each item and each (position, token ids): log-softmax of the next-token logits."""
+        torch = self._torch
+        if not items:
+            return []
+        use_cache = self.options.prefix_cache and len(items) > 1
+        prefix_len = self._shared_prefix_len(items) if use_cache else 0
+        decoder = self.model.get_decoder()
+        prefix_cache = None
+        with torch.inference_mode():
+            if prefix_len:
+                prefix = torch.tensor([items[0][0][:prefix_len]], device=self.device)
+                prefix_cache = decoder(input_ids=prefix, use_cache=True).past_key_values
+            results: list[list[list[float]] | None] = [None] * len(items)
+            for batch in self._batches(items, prefix_len):
+                self._score_batch(decoder, items, batch, prefix_len, prefix_cache, results)
+        return [r if r is not None else [] for r in results]
+
+    def _shared_prefix_len(self, items: list[ScoreItem]) -> int:
+        first = items[0][0]
+        n = min(len(first), *(min(p for p, _ in q) for _, q in items))
+        for seq, _ in items[1:]:
+            i = 0
+            lim = min(n, len(seq))
+            while i < lim and seq[i] == first[i]:
+                i += 1
+            n = i
+            if n < self.options.min_prefix_tokens:
+                return 0
+        # Keep at least one token to feed per row (and positions to read lie in the suffix).
+        return n if n >= self.options.min_prefix_tokens else 0
+
+    def _batches(self, items: list[ScoreItem], prefix_len: int) -> list[list[int]]:
+        order = sorted(range(len(items)), key=lambda i: -len(items[i][0]))
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            width = len(items[cur[0]][0]) - prefix_len if cur else len(items[i][0]) - prefix_len
+            if cur and (len(cur) >= self.options.batch_size
+                        or width * (len(cur) + 1) > self.options.max_batch_tokens):
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            batches.append(cur)
+        return batches
+
+    def _score_batch(self, decoder: Any, items: list[ScoreItem], batch: list[int], prefix_len: int,
+                     prefix_cache: Any, results: list[Any]) -> None:
+        torch = self._torch
+        pad = self.tokenizer.pad_token_id
+        suffixes = [items[i][0][prefix_len:] for i in batch]
+        width = max(len(s) for s in suffixes)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), prefix_len + width), dtype=torch.long)
+        for r, s in enumerate(suffixes):
+            ids[r, : len(s)] = torch.tensor(s)
+            mask[r, : prefix_len + len(s)] = 1
+        kw: dict[str, Any] = {"use_cache": prefix_cache is not None}
+        if prefix_cache is not None:
+            cache = copy.deepcopy(prefix_cache)
+            cache.batch_repeat_interleave(len(batch))
+            kw["past_key_values"] = cache
+        hidden = decoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                         **kw).last_hidden_state
+        rows, cols = [], []
+        for r, i in enumerate(batch):
+            for pos, _ in items[i][1]:
+                rows.append(r)
+                cols.append(pos - prefix_len)
+        logprobs = self._logprobs(hidden[rows, cols])
+        k = 0
+        for i in batch:
+            out = []
+            for _, token_ids in items[i][1]:
+                out.append(logprobs[k, token_ids].tolist())
+                k += 1
+            results[i] = out
+
+    def _logprobs(self, hidden: Any) -> Any:
+        torch = self._torch
+        logits = self.model.get_output_embeddings()(hidden).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return torch.log_softmax(logits, dim=-1).cpu()
+
+    # -- generation ----------------------------------------------------------------------------
+    def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
+        self._ready()
+        torch = self._torch
+        prompts = [self.encode(self.render_chat(c)) for c in conversations]
+        eos = [self.tokenizer.eos_token_id]
+        end_turn = self.tokenizer.convert_tokens_to_ids("<end_of_turn>")
+        if isinstance(end_turn, int) and end_turn != self.tokenizer.unk_token_id:
+            eos.append(end_turn)
+        sample = params.temperature > 0
+        if sample and params.seed is not None:
+            torch.manual_seed(params.seed)
+        gen_kw: dict[str, Any] = {
+            "max_new_tokens": params.max_tokens, "do_sample": sample,
+            "pad_token_id": self.tokenizer.pad_token_id, "eos_token_id": eos}
+        if sample:
+            gen_kw.update(temperature=params.temperature, top_p=params.top_p)
+        else:  # greedy: silence the sampling defaults some generation configs carry
+            gen_kw.update(temperature=None, top_p=None, top_k=None)
+        replies: list[str] = [""] * len(prompts)
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        step = self.options.gen_batch_size
+        with torch.inference_mode():
+            for start in range(0, len(order), step):
+                idx = order[start:start + step]
+                width = max(len(prompts[i]) for i in idx)
+                ids = torch.full((len(idx), width), self.tokenizer.pad_token_id, dtype=torch.long)
+                mask = torch.zeros((len(idx), width), dtype=torch.long)
+                for r, i in enumerate(idx):  # left padding: every row ends where generation starts
+                    ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i])
+                    mask[r, width - len(prompts[i]):] = 1
+                out = self.model.generate(input_ids=ids.to(self.device),
+                                          attention_mask=mask.to(self.device), **gen_kw)
+                for r, i in enumerate(idx):
+                    text = self.tokenizer.decode(out[r, width:], skip_special_tokens=True)
+                    replies[i] = _cut_at_stop(text, params.stop)
+        return replies
+
+
+def _cut_at_stop(text: str, stop: list[str]) -> str:
+    cut = min((text.find(s) for s in stop if s and s in text), default=-1)
+    return text[:cut] if cut >= 0 else text
