@@ -5,31 +5,56 @@ Front half: read → normalise → length/language filters → exact dedup → M
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from pydantic import Field
 
 from jobs.config import JobConfig
 from transforms.core.lake import Lake
+from transforms.core.manifest import RunManifest
+from transforms.core.report import write_report
 from transforms.core.runner import init_ray, run_pipeline
+from transforms.dedup.exact import ExactDedup
 from transforms.io.crawl import CrawlInput, CrawlSource
+from transforms.text.langid import LanguageFilter
 from transforms.text.normalize import NormalizeText
+from transforms.text.quality import LengthFilter
 
 
 class Config(JobConfig):
     dataset: str = "ko-piqa"
     input: CrawlInput = Field(..., description="The crawl to read.")
     normalize: NormalizeText = Field(default_factory=NormalizeText)
+    length_filter: LengthFilter = Field(default_factory=LengthFilter, description="Empty/short/long text.")
+    langid: LanguageFilter = Field(default_factory=lambda: LanguageFilter(languages=["ko"]),
+                                   description="fastText language ID; keeps the job's languages.")
+    exact_dedup: ExactDedup = Field(default_factory=ExactDedup, description="Exact duplicates of the text.")
 
 
 def stages(config: Config) -> list[Any]:
-    return [config.normalize]
+    # In run order; later stages (near-dup, LLM filters) append after exact_dedup.
+    return [
+        config.normalize,
+        config.length_filter,
+        config.langid,
+        config.exact_dedup,
+    ]
 
 
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
     init_ray(config.ray_address, config.num_cpus)
     lake = Lake(config.lake)
-    manifest = run_pipeline(job="ko-piqa", dataset=config.dataset, source=CrawlSource(config.input),
-                            stages=stages(config), lake=lake, config=config.model_dump(), run_id=run_id,
-                            resume=resume)
-    return {"run_id": manifest.run_id, **manifest.outputs}
+    run_id = run_id or Lake.new_run_id("ko-piqa")
+    report = lake.run_dir(run_id) / "report.html"
+    try:
+        manifest = run_pipeline(job="ko-piqa", dataset=config.dataset, source=CrawlSource(config.input),
+                                stages=stages(config), lake=lake, config=config.model_dump(), run_id=run_id,
+                                resume=resume)
+    except BaseException:  # a failed run gets its report too: the funnel shows where it stopped
+        if lake.manifest_path(run_id).exists():
+            write_report(RunManifest.load(lake.manifest_path(run_id)), report)
+            print(f"ko-piqa: report of the failed run: {report}", file=sys.stderr)
+        raise
+    write_report(manifest, report)
+    return {"run_id": manifest.run_id, **manifest.outputs, "report": str(report)}

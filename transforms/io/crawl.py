@@ -1,44 +1,56 @@
-"""Read JSONL crawls into the common schema, streaming, one Ray task per byte range.
+"""Read JSONL, Parquet or CSV crawls into the common schema, streaming, as Ray tasks.
 
-Bad records are not errors: a line that is not JSON, not UTF-8, or has no text becomes a row with
-a drop_reason and whatever could be recovered, so the read stage's counts add up to the lines seen.
+The driver only plans: it lists files, picks each file's format, checks the column mapping
+against what the file holds (Parquet footer, CSV header, the first JSON records) and cuts the
+files into tasks. The rows are read inside the tasks, a few thousand at a time, so nothing is
+materialised in the driver. Bad records are not errors: they become rows with a drop_reason (see
+transforms/io/common.py), and the read stage's counts add up to the records seen.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.core import columns as C
-from transforms.core.manifest import fingerprint_file
+from transforms.io.common import (
+    CRAWL_WITH_REASON,
+    ColumnMapping,
+    ColumnMappingError,
+    EmptyInputError,
+)
+from transforms.io.csvfile import csv_tasks, read_csv_task
+from transforms.io.jsonl import check_jsonl_mapping, jsonl_tasks, read_jsonl_range
+from transforms.io.parquet import parquet_tasks, read_parquet_task
 
+__all__ = ["CRAWL_WITH_REASON", "ColumnMapping", "ColumnMappingError", "CrawlInput", "CrawlSource",
+           "EmptyInputError", "detect_format", "list_files", "read_task"]
 
-class ColumnMapping(BaseModel):
-    """Which input field fills each common-schema column."""
+log = logging.getLogger("piqaforge")
 
-    model_config = ConfigDict(extra="forbid")
-
-    id: str | None = Field(None, description="Input id field; unset derives '<file>:<line>'.")
-    text: str = Field("text", description="Field holding the question text.")
-    source: str | None = Field(None, description="Field naming the source; unset uses the file name.")
-    url: str | None = None
-    title: str | None = None
-    body: str | None = None
+Format = Literal["jsonl", "parquet", "csv"]
+EXTENSIONS: dict[str, Format] = {
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
+    ".parquet": "parquet", ".pq": "parquet",
+    ".csv": "csv", ".tsv": "csv",
+}
 
 
 class CrawlInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     paths: list[str] = Field(..., min_length=1, description="Files or directories of the crawl.")
-    format: str = Field("auto", description="jsonl | parquet | csv | auto (by extension).")
-    columns: ColumnMapping = Field(default_factory=ColumnMapping)
-    max_record_bytes: int = Field(1 << 20, description="Records above this size are rejected as oversized.")
-    block_bytes: int = Field(32 << 20, description="Bytes per read task.")
+    format: Literal["auto", "jsonl", "parquet", "csv"] = Field(
+        "auto", description="jsonl | parquet | csv, or auto to pick each file's format by its extension.")
+    columns: ColumnMapping = Field(default_factory=ColumnMapping, description="Input field of each column.")
+    max_record_bytes: int = Field(1 << 20, gt=0, description="Records above this size are rejected as oversized.")
+    block_bytes: int = Field(32 << 20, gt=0, description="Bytes per read task (JSONL ranges, Parquet row groups).")
+    csv_delimiter: str | None = Field(None, min_length=1, max_length=1,
+                                      description="CSV delimiter; unset uses a tab for .tsv, else a comma.")
 
 
 def list_files(paths: list[str]) -> list[Path]:
@@ -46,7 +58,7 @@ def list_files(paths: list[str]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            files += sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+            files += sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith((".", "_")))
         elif p.exists():
             files.append(p)
         else:
@@ -56,77 +68,54 @@ def list_files(paths: list[str]) -> list[Path]:
     return files
 
 
-def _byte_ranges(path: Path, block: int) -> list[dict[str, Any]]:
-    size = path.stat().st_size
-    return [{"path": str(path), "start": s, "end": min(s + block, size)} for s in range(0, max(size, 1), block)]
+def detect_format(path: Path, declared: str) -> Format:
+    if declared != "auto":
+        return declared  # type: ignore[return-value]
+    fmt = EXTENSIONS.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"cannot tell the format of {path} from its extension (known: "
+                         f"{', '.join(sorted(EXTENSIONS))}); set input.format to jsonl, parquet or csv.")
+    return fmt
 
 
-def _row(mapping: ColumnMapping, record: dict[str, Any], fallback_id: str, source: str) -> dict[str, Any]:
-    def get(field: str | None) -> Any:
-        if field is None:
-            return None
-        value = record.get(field)
-        return None if value is None else str(value)
-
-    row = {
-        C.ID: get(mapping.id) or fallback_id,
-        C.TEXT: get(mapping.text),
-        C.SOURCE: get(mapping.source) or source,
-        "url": get(mapping.url),
-        "title": get(mapping.title),
-        "body": get(mapping.body),
-        C.DROP_REASON: None,
-    }
-    if row[C.TEXT] is None:
-        row[C.DROP_REASON] = "missing_text" if mapping.text not in record else "null_text"
-    return row
-
-
-def read_jsonl_range(task: dict[str, Any], mapping: ColumnMapping, max_bytes: int) -> list[dict[str, Any]]:
-    """Lines that *start* inside [start, end) belong to this range (Hadoop-style splits)."""
-    path, start, end = task["path"], task["start"], task["end"]
-    name = os.path.basename(path)
-    rows = []
-    with open(path, "rb") as f:
-        if start > 0:
-            f.seek(start - 1)
-            if f.read(1) != b"\n":
-                f.readline()
-        pos = f.tell()
-        lineno = None
-        while pos < end:
-            raw = f.readline()
-            if not raw:
-                break
-            line_start, pos = pos, f.tell()
-            rid = f"{name}@{line_start}"  # byte offset: unique and stable without counting lines
-            if lineno is None:
-                lineno = 0
-            if not raw.strip():
-                continue
-            if len(raw) > max_bytes:
-                rows.append(_bad(rid, name, "oversized_record", f"{len(raw)} bytes"))
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                rows.append(_bad(rid, name, "invalid_utf8", str(err)[:200]))
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as err:
-                rows.append(_bad(rid, name, "malformed_json", f"{err.msg} at col {err.colno}: {text[:200]}"))
-                continue
-            if not isinstance(record, dict):
-                rows.append(_bad(rid, name, "malformed_json", f"not an object: {text[:200]}"))
-                continue
-            rows.append(_row(mapping, record, rid, name))
-    return rows
+def plan_tasks(spec: CrawlInput, files: list[Path]) -> list[dict[str, Any]]:
+    """Check every file against the mapping and cut it into read tasks (driver side, no rows read)."""
+    tasks: list[dict[str, Any]] = []
+    for path in files:
+        fmt = detect_format(path, spec.format)
+        if path.stat().st_size == 0:
+            log.warning("%s is empty: it contributes no rows", path)
+            continue
+        if fmt == "jsonl":
+            check_jsonl_mapping(path, spec.columns)
+            tasks += jsonl_tasks(path, spec.block_bytes)
+        elif fmt == "parquet":
+            tasks += parquet_tasks(path, spec.columns, spec.block_bytes)
+        else:
+            tasks += csv_tasks(path, spec.columns, spec.csv_delimiter)
+    if not tasks:
+        raise EmptyInputError(f"no records to read: every input file is empty ({', '.join(map(str, files))})")
+    return tasks
 
 
-def _bad(rid: str, source: str, reason: str, detail: str) -> dict[str, Any]:
-    return {C.ID: rid, C.TEXT: None, C.SOURCE: source, "url": None, "title": None, "body": detail,
-            C.DROP_REASON: reason}
+def read_task(task: dict[str, Any], mapping: ColumnMapping, max_bytes: int) -> Iterator[pa.Table]:
+    """Run one read task; yields CRAWL_WITH_REASON tables."""
+    fmt = task["format"]
+    if fmt == "jsonl":
+        yield from read_jsonl_range(task, mapping, max_bytes)
+    elif fmt == "parquet":
+        yield from read_parquet_task(task, mapping, max_bytes)
+    elif fmt == "csv":
+        yield from read_csv_task(task, mapping, max_bytes)
+    else:
+        raise ValueError(f"unknown read task format {fmt!r}")
+
+
+def read_local(spec: CrawlInput) -> pa.Table:
+    """Read a (small) crawl in this process, without Ray: for tests and quick looks."""
+    tables = [t for task in plan_tasks(spec, list_files(spec.paths))
+              for t in read_task(task, spec.columns, spec.max_record_bytes)]
+    return pa.concat_tables(tables) if tables else CRAWL_WITH_REASON.empty_table()
 
 
 class CrawlSource:
@@ -142,23 +131,20 @@ class CrawlSource:
         return self.spec.model_dump()
 
     def fingerprints(self) -> list[dict[str, Any]]:
+        from transforms.core.manifest import fingerprint_file
+
         return [fingerprint_file(f) for f in self.files]
 
     def read(self) -> Any:
         import ray
 
-        tasks = [r for f in self.files for r in _byte_ranges(f, self.spec.block_bytes)]
+        tasks = plan_tasks(self.spec, self.files)
         mapping, max_bytes = self.spec.columns, self.spec.max_record_bytes
-        schema = CRAWL_WITH_REASON
 
-        def read_batch(batch: pa.Table) -> pa.Table:
-            rows = []
+        def read_batch(batch: pa.Table) -> Iterator[pa.Table]:
             for task in batch.to_pylist():
-                rows += read_jsonl_range(task, mapping, max_bytes)
-            return pa.Table.from_pylist(rows, schema=schema)
+                yield from read_task(task, mapping, max_bytes)
 
+        # One block per task; the generator streams each task's output a few thousand rows at a time.
         return ray.data.from_items(tasks, override_num_blocks=len(tasks)).map_batches(
             read_batch, batch_format="pyarrow", batch_size=1)
-
-
-CRAWL_WITH_REASON = C.CRAWL_SCHEMA.append(pa.field(C.DROP_REASON, pa.string()))

@@ -1,0 +1,129 @@
+"""The run report: one self-contained HTML page from a RunManifest (inline SVG, no scripts, no
+CDN), so it opens offline and can be attached to a ticket. It shows the funnel (rows left after
+each stage, like Figure 1 of the Ko-PIQA paper) and the drop reasons of every stage."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from transforms.core.manifest import RunManifest
+
+BAR_COLOURS = ("#2f6db5", "#c8553d", "#6a994e", "#8e6bb3", "#d4a017", "#3d9ac8", "#b5446e", "#7a7a7a")
+
+CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:1100px;color:#222}
+h1{font-size:1.5rem;margin-bottom:.2rem} h2{font-size:1.15rem;margin-top:2rem}
+.meta{color:#555;font-size:.9rem} table{border-collapse:collapse;margin:.5rem 0;font-size:.9rem}
+th,td{border:1px solid #ddd;padding:.3rem .6rem;text-align:right} th{background:#f3f3f3}
+td.l,th.l{text-align:left} .bad{color:#b00020;font-weight:600} .ok{color:#1b7a1b;font-weight:600}
+pre{background:#f7f7f7;padding:.6rem;overflow-x:auto;font-size:.8rem}
+"""
+
+
+def _fmt(n: int | float) -> str:
+    return f"{n:,}" if isinstance(n, int) else f"{n:,.1f}"
+
+
+def funnel_svg(funnel: list[tuple[str, int]], width: int = 900) -> str:
+    """Horizontal bars: rows remaining after each stage, with the share of the input."""
+    if not funnel:
+        return "<p>No stages ran.</p>"
+    top = max(rows for _, rows in funnel) or 1
+    label_w, bar_h, gap = 170, 26, 8
+    bar_w = width - label_w - 150
+    height = len(funnel) * (bar_h + gap) + gap
+    first = funnel[0][1] or 1
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="rows after each stage">']
+    for i, (name, rows) in enumerate(funnel):
+        y = gap + i * (bar_h + gap)
+        w = max(1.0, bar_w * rows / top) if rows else 0.0
+        parts.append(f'<text x="{label_w - 8}" y="{y + bar_h * 0.68}" text-anchor="end" font-size="13">'
+                     f'{escape(name)}</text>')
+        parts.append(f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{BAR_COLOURS[0]}" '
+                     f'opacity="{1 - 0.5 * i / max(1, len(funnel) - 1):.2f}"/>')
+        parts.append(f'<text x="{label_w + w + 6:.1f}" y="{y + bar_h * 0.68}" font-size="12">'
+                     f'{_fmt(rows)} ({100 * rows / first:.1f}%)</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def reasons_svg(reasons: dict[str, int], width: int = 520) -> str:
+    """A small bar chart of one stage's drop reasons, largest first."""
+    if not reasons:
+        return ""
+    items = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    top = items[0][1] or 1
+    label_w, bar_h, gap = 190, 16, 4
+    bar_w = width - label_w - 70
+    height = len(items) * (bar_h + gap) + gap
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">']
+    for i, (reason, n) in enumerate(items):
+        y = gap + i * (bar_h + gap)
+        w = max(1.0, bar_w * n / top)
+        colour = BAR_COLOURS[1 + i % (len(BAR_COLOURS) - 1)]
+        parts.append(f'<text x="{label_w - 6}" y="{y + 12}" text-anchor="end" font-size="12">{escape(reason)}</text>'
+                     f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colour}"/>'
+                     f'<text x="{label_w + w + 4:.1f}" y="{y + 12}" font-size="11">{_fmt(n)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_report(manifest: RunManifest) -> str:
+    from transforms.core.runner import conservation_errors
+
+    m = manifest
+    status_cls = "ok" if m.status == "succeeded" else "bad"
+    errors = conservation_errors(m)
+    rows = []
+    for s in m.stages:
+        conserved = '<span class="ok">yes</span>' if s.conserved() else '<span class="bad">NO</span>'
+        rows.append(f"<tr><td>{s.index}</td><td class='l'>{escape(s.name)}</td><td>{_fmt(s.rows_in)}</td>"
+                    f"<td>{_fmt(s.rows_kept)}</td><td>{_fmt(s.dropped_total)}</td><td>{s.seconds:.1f}</td>"
+                    f"<td>{conserved}</td><td>{'yes' if s.resumed else ''}</td></tr>")
+    drops = []
+    for s in m.stages:
+        if not s.rows_dropped:
+            continue
+        lines = "".join(f"<tr><td class='l'>{escape(r)}</td><td>{_fmt(n)}</td>"
+                        f"<td>{100 * n / max(1, s.rows_in):.1f}%</td></tr>"
+                        for r, n in sorted(s.rows_dropped.items(), key=lambda kv: (-kv[1], kv[0])))
+        where = escape(s.outputs.get("rejected", ""))
+        drops.append(f"<h3>{s.index:02d} {escape(s.name)}: {_fmt(s.dropped_total)} dropped of {_fmt(s.rows_in)}</h3>"
+                     f"<table><tr><th class='l'>reason</th><th>rows</th><th>of stage input</th></tr>{lines}</table>"
+                     f"{reasons_svg(s.rows_dropped)}<p class='meta'>rejected rows: <code>{where}</code></p>")
+    inputs = "".join(f"<li><code>{escape(str(i.get('path', '')))}</code> {_fmt(int(i.get('bytes', 0)))} bytes, "
+                     f"sha256 {escape(str(i.get('sha256', ''))[:16])}…</li>" for i in m.inputs)
+    outputs = "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in m.outputs.items())
+    conservation = ('<p class="ok">Every stage: rows in = kept + dropped, and each stage reads what the '
+                    'previous one kept.</p>' if not errors else
+                    "<ul>" + "".join(f'<li class="bad">{escape(e)}</li>' for e in errors) + "</ul>")
+    error = f"<h2>Error</h2><pre>{escape(m.error)}</pre>" if m.error else ""
+    git = m.code_version.get("git_sha", "unknown")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{escape(m.run_id)}: run report</title>
+<style>{CSS}</style></head><body>
+<h1>{escape(m.job)} — {escape(m.dataset)}</h1>
+<p class="meta">run <code>{escape(m.run_id)}</code> · status <span class="{status_cls}">{escape(m.status)}</span>
+ · started {escape(m.started_at)} · finished {escape(m.finished_at or '')} · code {escape(str(git))[:12]}
+ {'(dirty)' if m.code_version.get('dirty') else ''}</p>
+{error}
+<h2>Funnel: rows after each stage</h2>
+{funnel_svg(m.funnel())}
+<h2>Stages</h2>
+<table><tr><th>#</th><th class='l'>stage</th><th>rows in</th><th>kept</th><th>dropped</th><th>seconds</th>
+<th>conserved</th><th>resumed</th></tr>{''.join(rows)}</table>
+{conservation}
+<h2>Drop reasons per stage</h2>
+{''.join(drops) or '<p>No rows were dropped.</p>'}
+<h2>Inputs</h2><ul>{inputs}</ul>
+<h2>Outputs</h2><ul>{outputs}</ul>
+</body></html>
+"""
+
+
+def write_report(manifest: RunManifest, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_report(manifest), encoding="utf-8")
+    return path

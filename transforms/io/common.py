@@ -1,0 +1,110 @@
+"""What every crawl reader shares: the column mapping, the output schema, and the mapping of a
+batch of raw input columns to the common schema (vectorised, so readers stay columnar).
+
+A record that cannot be used is never an exception and never skipped: it becomes a row with a
+`drop_reason` (and a `drop_detail` saying what was wrong), so the read stage's rows add up to the
+records seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.core import columns as C
+
+DROP_DETAIL = "drop_detail"
+OPTIONAL = ("url", "title", "body")
+
+# The read stage's output: the common schema plus why a record was rejected while reading.
+CRAWL_WITH_REASON = C.CRAWL_SCHEMA.append(pa.field(C.DROP_REASON, pa.string())).append(
+    pa.field(DROP_DETAIL, pa.string()))
+
+
+class ColumnMappingError(ValueError):
+    """The column mapping names input columns that do not exist."""
+
+
+class EmptyInputError(ValueError):
+    """There is nothing to read."""
+
+
+class ColumnMapping(BaseModel):
+    """Which input field fills each common-schema column."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(None, description="Input id field; unset derives '<file>@<offset>' or '<file>#<row>'.")
+    text: str = Field("text", description="Field holding the question text.")
+    source: str | None = Field(None, description="Field naming the source; unset uses the file name.")
+    url: str | None = Field(None, description="Field holding the page URL.")
+    title: str | None = Field(None, description="Field holding the page or question title.")
+    body: str | None = Field(None, description="Field holding the question body, when apart from the title.")
+
+    def fields(self) -> dict[str, str]:
+        """Common column → input column, for the columns that are mapped."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+    def check_against(self, available: list[str], where: str) -> None:
+        missing = {k: v for k, v in self.fields().items() if v not in available}
+        if missing:
+            wanted = ", ".join(f"{k}={v!r}" for k, v in missing.items())
+            raise ColumnMappingError(
+                f"{where} has no column(s) {sorted(set(missing.values()))} (column mapping {wanted}); "
+                f"columns available: {available}. Fix input.columns in the job config "
+                f"(e.g. --set input.columns.text=<column>).")
+
+
+def _as_string(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    if pa.types.is_string(values.type):
+        return values
+    if pa.types.is_large_string(values.type) or pa.types.is_string_view(values.type):
+        return values.cast(pa.string())
+    if pa.types.is_nested(values.type):
+        # Lists or structs in a text column are not text; callers reject them by type.
+        return pa.nulls(len(values), pa.string())
+    return values.cast(pa.string())
+
+
+def to_common(raw: pa.Table, mapping: ColumnMapping, fallback_ids: pa.Array, source_name: str,
+              max_bytes: int, reasons: pa.Array | None = None, details: pa.Array | None = None) -> pa.Table:
+    """Map `raw` (input column names) to CRAWL_WITH_REASON, marking unusable records.
+
+    `reasons`/`details` carry rejections the reader already decided (bad UTF-8, bad rows); the
+    first reason on a row wins.
+    """
+    n = raw.num_rows
+    null = pa.nulls(n, pa.string())
+
+    def column(common: str) -> Any:
+        field = getattr(mapping, common)
+        return null if field is None else _as_string(raw.column(field))
+
+    text_type = raw.column(mapping.text).type
+    text = column(C.TEXT)
+    ids = pc.coalesce(column(C.ID), fallback_ids) if mapping.id else fallback_ids
+    source = pc.coalesce(column(C.SOURCE), pa.scalar(source_name))
+    null_reason = pa.scalar("invalid_text_type" if pa.types.is_nested(text_type) else "null_text")
+    no_text = pc.if_else(pc.is_null(text), null_reason, pa.scalar(None, pa.string()))
+    too_big = pc.greater(pc.fill_null(pc.binary_length(text), 0), max_bytes)
+    oversized = pc.if_else(too_big, pa.scalar("oversized_record"), pa.scalar(None, pa.string()))
+    size_detail = pc.if_else(too_big, pc.binary_join_element_wise(
+        pc.cast(pc.binary_length(text), pa.string()), pa.scalar(f" bytes > max_record_bytes={max_bytes}"), ""),
+        pa.scalar(None, pa.string()))
+    reason = pc.coalesce(reasons if reasons is not None else null, no_text, oversized)
+    detail = pc.coalesce(details if details is not None else null, size_detail)
+    arrays = [ids, text, source, column("url"), column("title"), column("body"), reason, detail]
+    return pa.Table.from_arrays([pa.chunked_array([a]) if isinstance(a, pa.Array) else a for a in arrays],
+                                schema=CRAWL_WITH_REASON)
+
+
+def bad_records(ids: list[str], source_name: str, reasons: list[str], details: list[str]) -> pa.Table:
+    """Rows for records that could not be parsed at all."""
+    n = len(ids)
+    null = pa.nulls(n, pa.string())
+    return pa.Table.from_arrays(
+        [pa.array(ids, pa.string()), null, pa.array([source_name] * n, pa.string()), null, null, null,
+         pa.array(reasons, pa.string()), pa.array(details, pa.string())], schema=CRAWL_WITH_REASON)
