@@ -40,6 +40,10 @@ class Resources(BaseModel):
         "lets one job mix stages whose dependencies cannot share one Python environment.",
     )
     accelerator_type: str | None = Field(None, description="Ray accelerator type, e.g. 'H100'.")
+    env: str | None = Field(None, description="Named environment preset (transforms/core/envs.py: cpu, vllm, "
+                            "cuml): its runtime_env, plus a custom resource that places the stage on the "
+                            "cluster worker type built for it; `runtime_env` above is merged on top.")
+    custom_resources: dict[str, float] | None = Field(None, description="Extra Ray custom resources per copy.")
 
     def ray_remote_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {"num_cpus": self.cpus}
@@ -47,10 +51,21 @@ class Resources(BaseModel):
             args["num_gpus"] = self.gpus
         if self.memory_gb:
             args["memory"] = int(self.memory_gb * 2**30)
-        if self.runtime_env:
-            args["runtime_env"] = self.runtime_env
-        if self.accelerator_type:
-            args["accelerator_type"] = self.accelerator_type
+        runtime_env, resources, accelerator = self.runtime_env, dict(self.custom_resources or {}), None
+        if self.env:
+            from transforms.core.envs import get_env, merge_runtime_env
+
+            preset = get_env(self.env)
+            runtime_env = merge_runtime_env(preset.resolved_runtime_env(), self.runtime_env)
+            resources = {**preset.custom_resources, **resources}
+            # the preset's accelerator only matters where the stage asks for a GPU
+            accelerator = preset.accelerator_type if self.gpus else None
+        if runtime_env:
+            args["runtime_env"] = runtime_env
+        if resources:
+            args["resources"] = resources
+        if self.accelerator_type or accelerator:
+            args["accelerator_type"] = self.accelerator_type or accelerator
         return args
 
 
