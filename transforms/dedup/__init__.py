@@ -1,0 +1,1 @@
+"""Deduplication stages: exact (exact.py) and near-duplicate MinHash LSH (minhash.py)."""

@@ -1,0 +1,156 @@
+"""From LSH bucket keys to duplicate clusters: candidate edges, optional verification, union-find.
+
+All three steps are columnar. `bucket_edges` sorts one partition of (key, id) rows and links every
+member of a bucket with two or more members to the bucket's smallest id (a star: enough for
+connectivity, and `members - 1` edges instead of `members^2 / 2`); `verify_edges` drops candidate
+pairs whose signatures disagree. `cluster_duplicates` runs a
+vectorised union-find (hook the larger root under the smaller, then pointer-jump) over the few
+edges, so every cluster's root is its smallest id, which is the row we keep. Verification compares
+full signatures of the edge endpoints only, so signatures never travel through the shuffle.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from transforms.dedup.minhash_signature import estimated_jaccard
+
+KEY = "_mh_key"
+ROW_ID = "_mh_id"
+PART = "_mh_part"
+SRC = "src"
+DST = "dst"
+
+EDGE_SCHEMA = pa.schema([pa.field(SRC, pa.string()), pa.field(DST, pa.string())])
+DUPLICATE_MAP_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("duplicate_of", pa.string())])
+
+
+def lsh_params(threshold: float, num_perm: int, false_positive_weight: float = 0.5,
+               false_negative_weight: float = 0.5) -> tuple[int, int]:
+    """(bands, rows) minimising the weighted false-positive and false-negative areas (datasketch)."""
+    from datasketch.lsh import _optimal_param
+
+    bands, rows = _optimal_param(threshold, num_perm, false_positive_weight, false_negative_weight)
+    return int(bands), int(rows)
+
+
+def collision_probability(jaccard: float | np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """P(a pair with this Jaccard shares at least one bucket) = 1 - (1 - J^r)^b."""
+    return np.asarray(1.0 - (1.0 - np.asarray(jaccard, dtype=float) ** rows) ** bands)
+
+
+def bucket_edges(rows: pa.Table) -> pa.Table:
+    """Candidate edges (src = smallest id of the bucket, dst = another member) of one partition.
+
+    `rows` has KEY (uint64) and ROW_ID (string). Every bucket must lie wholly inside `rows`: the
+    caller partitions by KEY. The same pair found in several bands gives one edge.
+    """
+    if rows.num_rows < 2:
+        return EDGE_SCHEMA.empty_table()
+    rows = rows.select([KEY, ROW_ID]).sort_by([(KEY, "ascending"), (ROW_ID, "ascending")])
+    keys = rows.column(KEY).to_numpy()
+    starts_here = np.empty(len(keys), dtype=bool)
+    starts_here[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=starts_here[1:])
+    # Index of each row's bucket head (the bucket's smallest id, thanks to the sort).
+    head = np.maximum.accumulate(np.where(starts_here, np.arange(len(keys)), 0))
+    member = np.flatnonzero(~starts_here)
+    ids = rows.column(ROW_ID)
+    edges = pa.table({SRC: ids.take(pa.array(head[member])).cast(pa.string()),
+                      DST: ids.take(pa.array(member)).cast(pa.string())}, schema=EDGE_SCHEMA)
+    return unique_edges(edges)
+
+
+def unique_edges(edges: pa.Table) -> pa.Table:
+    if edges.num_rows < 2:
+        return edges
+    return edges.group_by([SRC, DST], use_threads=False).aggregate([]).select([SRC, DST])
+
+
+def verify_edges(edges: pa.Table, ids: pa.Array, signatures: np.ndarray, threshold: float) -> pa.Table:
+    """Keep the edges whose two signatures estimate a Jaccard similarity >= `threshold`.
+
+    `ids[i]` is the id of `signatures[i]`; every edge endpoint must be among `ids`.
+    """
+    if edges.num_rows == 0:
+        return edges
+    ids = ids.cast(pa.string())
+    src = pc.index_in(edges.column(SRC), value_set=ids).to_numpy(zero_copy_only=False)
+    dst = pc.index_in(edges.column(DST), value_set=ids).to_numpy(zero_copy_only=False)
+    keep = estimated_jaccard(signatures[src], signatures[dst]) >= threshold
+    return edges.filter(pa.array(keep))
+
+
+def union_find_min(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """Root of every node 0..n-1 under the edges (u, v); each root is its component's smallest node.
+
+    Vectorised union-find: hook every edge's larger root under its smaller root (parents only ever
+    point to smaller nodes, so no cycles), then compress paths fully by pointer jumping; repeat
+    until every edge joins one root. Rounds are few (logarithmic in practice) and each is O(edges).
+    """
+    parent = np.arange(n, dtype=np.int64)
+    u, v = np.asarray(u, np.int64), np.asarray(v, np.int64)
+    while True:
+        ru, rv = parent[u], parent[v]
+        split = ru != rv
+        if not split.any():
+            return parent
+        lo, hi = np.minimum(ru[split], rv[split]), np.maximum(ru[split], rv[split])
+        np.minimum.at(parent, hi, lo)
+        while True:
+            jumped = parent[parent]
+            if np.array_equal(jumped, parent):
+                break
+            parent = jumped
+
+
+def cluster_duplicates(edges: pa.Table) -> pa.Table:
+    """`id -> duplicate_of` for every clustered row except each cluster's kept (smallest) id.
+
+    Only ids that appear in an edge take part, so this is small even for a huge dataset.
+    """
+    if edges.num_rows == 0:
+        return DUPLICATE_MAP_SCHEMA.empty_table()
+    src, dst = edges.column(SRC).combine_chunks(), edges.column(DST).combine_chunks()
+    nodes = pc.unique(pa.concat_arrays([src, dst]))
+    nodes = nodes.take(pc.sort_indices(nodes))  # node number order = id order: the root is the smallest id
+    u = pc.index_in(src, value_set=nodes).to_numpy()
+    v = pc.index_in(dst, value_set=nodes).to_numpy()
+    root = union_find_min(u, v, len(nodes))
+    dropped = np.flatnonzero(root != np.arange(len(nodes)))
+    return pa.table({"id": nodes.take(pa.array(dropped)), "duplicate_of": nodes.take(pa.array(root[dropped]))},
+                    schema=DUPLICATE_MAP_SCHEMA)
+
+
+class DuplicateLookup:
+    """Look ids up in a duplicate map without rebuilding a hash table per batch (sorted + searchsorted)."""
+
+    def __init__(self, duplicate_map: pa.Table):
+        ids = duplicate_map.column("id").to_numpy(zero_copy_only=False).astype(str)
+        order = np.argsort(ids, kind="stable")
+        self.ids = ids[order]
+        self.reps = duplicate_map.column("duplicate_of").to_numpy(zero_copy_only=False).astype(object)[order]
+
+    @classmethod
+    def of_edges(cls, edges: pa.Table) -> DuplicateLookup:
+        """A set of every edge endpoint (its `duplicate_of` is the id itself): the candidate rows."""
+        nodes = pc.unique(pa.concat_arrays([edges.column(SRC).combine_chunks(), edges.column(DST).combine_chunks()]))
+        return cls(pa.table({"id": nodes, "duplicate_of": nodes}))
+
+    def contains(self, ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+        return pc.is_valid(self.duplicate_of(ids))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def duplicate_of(self, ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+        """The kept id for each duplicate in `ids`, null for rows that are kept."""
+        if len(self.ids) == 0:
+            return pa.nulls(len(ids), pa.string())
+        query = ids.to_numpy(zero_copy_only=False).astype(str)
+        pos = np.minimum(np.searchsorted(self.ids, query), len(self.ids) - 1)
+        hit = self.ids[pos] == query
+        out = np.where(hit, self.reps[pos], None)
+        return pa.array(out, type=pa.string())

@@ -1,0 +1,161 @@
+"""MinHash signatures for a whole batch of texts at once, in numpy.
+
+No Python loop runs per document or per shingle: the batch is decoded to one array of Unicode
+code points, every character n-gram is hashed at once (a polynomial over the code points, then
+the murmur3 64-bit finaliser, keeping the high 32 bits), and each permutation is a universal hash
+`a*x + b (mod 2^32)` applied to all shingles of a chunk of documents as one
+`(num_perm, shingles)` uint32 matrix, reduced per document with `np.minimum.reduceat`. Chunks are a
+few thousand shingles so the matrix stays in cache and its buffer is reused (this, more than the
+arithmetic, decides the speed: see docs/minhash.md).
+
+Why `mod 2^32` and not `mod (2^61 - 1)` as in datasketch: numpy has no 128-bit product, which the
+Mersenne-prime form needs for 64-bit keys, and 32-bit lanes halve the memory traffic (measured
+~2x faster than the same scheme in uint64). Multiply-add modulo a power of two is the
+multiply-shift universal family (Dietzfelbinger et al.); the minimum is decided by the well-mixed
+high bits. On 5,000 real near-duplicate pairs the estimate's bias is +0.0002 and its RMSE 0.029,
+equal to the sqrt(J(1-J)/128) = 0.0295 that ideal permutations give; `tests/test_minhash.py`
+checks it against exact Jaccard on real Korean questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_FMIX1 = np.uint64(0xFF51AFD7ED558CCD)
+_FMIX2 = np.uint64(0xC4CEB9FE1A85EC53)
+_POLY = np.uint64(0x100000001B3)  # FNV-64 prime: odd, so the polynomial is a bijection per position
+_BAND_MUL = np.uint64(0x9E3779B97F4A7C15)
+_S33 = np.uint64(33)
+_S32 = np.uint64(32)
+
+# Shingles per chunk: (num_perm x chunk) uint32 = 4 MiB at 128 permutations. Measured on this
+# machine: 4096-8192 are fastest; below 2048 the per-chunk Python overhead shows.
+DEFAULT_CHUNK_SHINGLES = 8192
+
+
+def fmix64(h: np.ndarray) -> np.ndarray:
+    """murmur3's 64-bit finaliser (a bijection with full avalanche), in place on a uint64 array."""
+    h ^= h >> _S33
+    h *= _FMIX1
+    h ^= h >> _S33
+    h *= _FMIX2
+    h ^= h >> _S33
+    return h
+
+
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The uint32 `(a, b)` coefficients of the `num_perm` hash functions; `a` is odd."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 2**32 - 1, size=num_perm, dtype=np.uint32, endpoint=True) | np.uint32(1)
+    b = rng.integers(0, 2**32 - 1, size=num_perm, dtype=np.uint32, endpoint=True)
+    return a, b
+
+
+def _as_string_array(texts: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> pa.Array:
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
+    if not isinstance(texts, pa.Array):
+        texts = pa.array(texts, type=pa.large_string())
+    if pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type):
+        return texts.fill_null("")
+    return texts.cast(pa.large_string()).fill_null("")
+
+
+def shingle_hashes(texts: pa.Array | pa.ChunkedArray | Sequence[str | None], ngram: int = 5
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """uint32 hashes of every character n-gram of every text, flat, with per-text counts.
+
+    A text shorter than `ngram` (or empty) counts as one shingle, itself padded with NUL, so every
+    text has at least one shingle and a signature. Hashes within a text are not de-duplicated:
+    repeats do not change a minimum.
+    """
+    if ngram < 1:
+        raise ValueError("ngram must be >= 1")
+    arr = pc.utf8_rpad(_as_string_array(texts), width=ngram, padding="\x00")
+    n = len(arr)
+    if n == 0:
+        return np.empty(0, np.uint32), np.empty(0, np.int64)
+    char_lens = pc.utf8_length(arr).to_numpy(zero_copy_only=False).astype(np.int64)
+    # One decode of the whole UTF-8 buffer; offsets are sliced so a sliced array works too.
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if pa.types.is_large_string(arr.type) else np.int32,
+                            count=arr.offset + n + 1, offset=0)[arr.offset:]
+    data = arr.buffers()[2]
+    raw = memoryview(data)[int(offsets[0]):int(offsets[-1])] if data is not None else b""
+    codepoints = np.frombuffer(bytes(raw).decode("utf-8").encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+
+    total = len(codepoints)
+    windows = total - ngram + 1
+    h = codepoints[:windows].copy()
+    for k in range(1, ngram):
+        h *= _POLY
+        h += codepoints[k:windows + k]
+    counts = char_lens - ngram + 1
+    # Keep only windows that start and end inside one text.
+    text_start = np.zeros(n, np.int64)
+    np.cumsum(char_lens[:-1], out=text_start[1:])
+    first_out = np.zeros(n, np.int64)
+    np.cumsum(counts[:-1], out=first_out[1:])
+    keep = np.repeat(text_start - first_out, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+    return (fmix64(h[keep]) >> _S32).astype(np.uint32), counts
+
+
+def signatures_from_hashes(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray,
+                           chunk_shingles: int = DEFAULT_CHUNK_SHINGLES) -> np.ndarray:
+    """`(n, num_perm)` uint32 MinHash signatures from flat shingle hashes and per-text counts."""
+    n, num_perm = len(counts), len(a)
+    if n == 0:
+        return np.empty((0, num_perm), np.uint32)
+    if (counts < 1).any():
+        raise ValueError("every text needs at least one shingle")
+    bounds = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=bounds[1:])
+    out = np.empty((num_perm, n), np.uint32)
+    buf = np.empty((num_perm, max(chunk_shingles, int(counts.max()))), np.uint32)
+    a_col, b_col = a[:, None], b[:, None]
+    start = 0
+    while start < n:
+        # Texts [start, stop) whose shingles fit the chunk; at least one text even if it is longer.
+        stop = int(np.searchsorted(bounds, bounds[start] + chunk_shingles, side="right")) - 1
+        stop = min(max(stop, start + 1), n)
+        lo, hi = int(bounds[start]), int(bounds[stop])
+        mat = buf[:, : hi - lo]
+        np.multiply(a_col, hashes[lo:hi][None, :], out=mat)
+        mat += b_col
+        out[:, start:stop] = np.minimum.reduceat(mat, bounds[start:stop] - lo, axis=1)
+        start = stop
+    return np.ascontiguousarray(out.T)
+
+
+def minhash_signatures(texts: pa.Array | pa.ChunkedArray | Sequence[str | None], *, num_perm: int = 128,
+                       ngram: int = 5, seed: int = 42,
+                       chunk_shingles: int = DEFAULT_CHUNK_SHINGLES) -> np.ndarray:
+    """MinHash signatures of character `ngram`-shingle sets: `np.ndarray[n, num_perm]` of uint32."""
+    hashes, counts = shingle_hashes(texts, ngram)
+    a, b = permutations(num_perm, seed)
+    return signatures_from_hashes(hashes, counts, a, b, chunk_shingles)
+
+
+def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:
+    """Fraction of equal signature positions (row-wise for 2-D input)."""
+    return np.asarray((sig_a == sig_b).mean(axis=-1))
+
+
+def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """`(n, bands)` uint64 bucket keys: band `i`'s `rows` values hashed together with `i`.
+
+    The band index is folded into the key, so one key column identifies a (band, bucket) pair;
+    two different bands collide with probability 2^-64 per pair.
+    """
+    n, num_perm = signatures.shape
+    if bands * rows > num_perm:
+        raise ValueError(f"bands*rows = {bands * rows} exceeds num_perm = {num_perm}")
+    block = signatures[:, : bands * rows].reshape(n, bands, rows).astype(np.uint64)
+    h = np.broadcast_to((np.arange(bands, dtype=np.uint64) + np.uint64(1)) * _BAND_MUL, (n, bands)).copy()
+    for j in range(rows):
+        h ^= block[:, :, j]
+        h *= _POLY
+    return fmix64(h)
