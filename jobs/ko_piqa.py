@@ -16,6 +16,7 @@ from transforms.core.manifest import RunManifest
 from transforms.core.report import write_report
 from transforms.core.runner import init_ray, run_pipeline
 from transforms.dedup.exact import ExactDedup
+from transforms.dedup.minhash import MinHashDedup
 from transforms.io.crawl import CrawlInput, CrawlSource
 from transforms.text.langid import LanguageFilter
 from transforms.text.normalize import NormalizeText
@@ -30,6 +31,8 @@ class Config(JobConfig):
     langid: LanguageFilter = Field(default_factory=lambda: LanguageFilter(languages=["ko"]),
                                    description="fastText language ID; keeps the job's languages.")
     exact_dedup: ExactDedup = Field(default_factory=ExactDedup, description="Exact duplicates of the text.")
+    minhash_dedup: MinHashDedup = Field(default_factory=MinHashDedup,
+                                        description="Near-duplicates by MinHash LSH (docs/minhash.md).")
 
 
 def stages(config: Config) -> list[Any]:
@@ -39,6 +42,7 @@ def stages(config: Config) -> list[Any]:
         config.length_filter,
         config.langid,
         config.exact_dedup,
+        config.minhash_dedup,
     ]
 
 

@@ -64,7 +64,7 @@ class MinHashDedup(GlobalStage):
     bands: int | None = Field(None, ge=1, description="LSH bands; unset picks datasketch's optimum.")
     rows: int | None = Field(None, ge=1, description="Rows per band; unset picks datasketch's optimum.")
     false_negative_weight: float = Field(
-        0.5, ge=0, le=1, description="Weight of missed pairs vs false candidates when choosing bands/rows "
+        0.9, ge=0, le=1, description="Weight of missed pairs vs false candidates when choosing bands/rows "
         "(datasketch optimal_param). Above 0.5 finds more pairs near the threshold; `verify` then "
         "removes the extra false candidates.")
     seed: int = Field(42, description="Seed of the permutations (same seed, same signatures).")
