@@ -10,6 +10,7 @@ in an ephemeral context (nothing written to disk) and is imported only here, ins
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from typing import Any
@@ -163,10 +164,14 @@ def _plan(df: pd.DataFrame, suite: SuiteConfig, derived: list[Derived]) -> list[
 
 def _validate(df: pd.DataFrame, suite: SuiteConfig, derived: list[Derived]) -> tuple[str, list[CheckResult]]:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        for name in ("great_expectations", "great_expectations.data_context.types.base"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
         plan = _plan(df, suite, derived)
         context = gx.get_context(mode="ephemeral")

@@ -83,7 +83,13 @@ def pair_distance(a: str | None, b: str | None, lang: str | None, *, unit: str =
                   cap: int | None = None) -> tuple[int, str]:
     """(distance, unit) between two solutions: words, or characters for no-space languages."""
     if unit == "auto":
-        unit = "word" if lang not in NO_SPACE_LANGS and (uses_spaces(a, lang) or uses_spaces(b, lang)) else "char"
+        # A language's writing decides; text decides only when the language is unknown (a one-word
+        # English solution is still one word, a long run of text without a space is not).
+        if lang:
+            unit = "char" if lang in NO_SPACE_LANGS else "word"
+        else:
+            spaceless = not uses_spaces(a, lang) and not uses_spaces(b, lang)
+            unit = "char" if spaceless and max(len(a or ""), len(b or "")) > 10 else "word"
     if unit == "word":
         return levenshtein(words(a), words(b), cap), "word"
     strip = str.maketrans("", "", _PUNCT + " \u3000")
