@@ -12,12 +12,12 @@ from pydantic import Field
 
 from jobs.config import JobConfig
 from transforms.core.lake import Lake
-from transforms.core.manifest import RunManifest
+from transforms.core.manifest import RunManifest, StageRecord
 from transforms.core.report import write_report
 from transforms.core.runner import init_ray, run_pipeline
 from transforms.dedup.exact import ExactDedup
 from transforms.dedup.minhash import MinHashDedup
-from transforms.io.crawl import CrawlInput, CrawlSource
+from transforms.io.crawl import CrawlInput, CrawlSource, EmptyInputError
 from transforms.text.langid import LanguageFilter
 from transforms.text.normalize import NormalizeText
 from transforms.text.quality import LengthFilter
@@ -46,15 +46,29 @@ def stages(config: Config) -> list[Any]:
     ]
 
 
+def _stop_if_nothing_read(record: StageRecord) -> None:
+    if record.name == CrawlSource.name and record.rows_kept == 0:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(record.rows_dropped.items()))
+        raise EmptyInputError(f"no usable rows in the input: all {record.rows_in} records were rejected "
+                              f"({reasons}); they are in {record.outputs.get('rejected')}")
+
+
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
+    return run_stages(config, stages(config), run_id=run_id, resume=resume)
+
+
+def run_stages(config: Config, chain: list[Any], *, run_id: str | None = None,
+               resume: bool = False) -> dict[str, Any]:
+    """Run the crawl through `chain` (tests run a prefix of `stages(config)`)."""
+    source = CrawlSource(config.input)  # checks files and column mapping before Ray starts
     init_ray(config.ray_address, config.num_cpus)
     lake = Lake(config.lake)
     run_id = run_id or Lake.new_run_id("ko-piqa")
     report = lake.run_dir(run_id) / "report.html"
     try:
-        manifest = run_pipeline(job="ko-piqa", dataset=config.dataset, source=CrawlSource(config.input),
-                                stages=stages(config), lake=lake, config=config.model_dump(), run_id=run_id,
-                                resume=resume)
+        manifest = run_pipeline(job="ko-piqa", dataset=config.dataset, source=source,
+                                stages=chain, lake=lake, config=config.model_dump(), run_id=run_id,
+                                resume=resume, after_stage=_stop_if_nothing_read)
     except BaseException:  # a failed run gets its report too: the funnel shows where it stopped
         if lake.manifest_path(run_id).exists():
             write_report(RunManifest.load(lake.manifest_path(run_id)), report)

@@ -126,6 +126,9 @@ class CrawlSource:
     def __init__(self, spec: CrawlInput):
         self.spec = spec
         self.files = list_files(spec.paths)
+        # Planning checks the mapping against every file, so a wrong mapping or an empty input
+        # fails here, in a second, before Ray starts or anything is written.
+        self.tasks = plan_tasks(spec, self.files)
 
     def describe(self) -> dict[str, Any]:
         return self.spec.model_dump()
@@ -138,7 +141,7 @@ class CrawlSource:
     def read(self) -> Any:
         import ray
 
-        tasks = plan_tasks(self.spec, self.files)
+        tasks = self.tasks
         mapping, max_bytes = self.spec.columns, self.spec.max_record_bytes
 
         def read_batch(batch: pa.Table) -> Iterator[pa.Table]:
