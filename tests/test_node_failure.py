@@ -1,0 +1,190 @@
+"""A lost node must not lose or duplicate rows.
+
+Fast tier: the write path is idempotent (a retried write task rewrites the same files) and
+orphans of a failed attempt are removed. Slow tier (`pytest -m slow tests/test_node_failure.py`):
+a three-node Ray cluster on this machine (a head and two worker raylets, each its own process
+group, own temp dir and ports so no other Ray user here is affected); a worker node is SIGKILLed
+while the ko-piqa front half runs on it; the job must finish with exactly a clean run's rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from transforms.core import columns as C
+from transforms.core.lake import count_rows, read_table
+from transforms.core.manifest import RunManifest
+from transforms.core.partitions import PART, ROW, BlockWriter, PartitionLedger
+from transforms.core.runner import conservation_errors
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"
+
+
+def _block(part: int, start: int, n: int) -> pa.Table:
+    status = [C.KEPT if i % 3 else C.REJECTED for i in range(start, start + n)]
+    return pa.table({C.ID: [f"r{i}" for i in range(start, start + n)], C.TEXT: ["t"] * n,
+                     C.DROP_REASON: [None if s == C.KEPT else "x" for s in status], C.STATUS: status,
+                     PART: pa.array([part] * n, pa.int32()), ROW: pa.array(range(start, start + n), pa.int64())})
+
+
+def test_a_retried_write_task_does_not_duplicate_rows(tmp_path):
+    kept, rejected = tmp_path / "kept", tmp_path / "rejected"
+    ledger = PartitionLedger(kept, rejected, "fp", "plan", resume=False)
+    writer = BlockWriter(kept, rejected, row_group_rows=100)
+    block = _block(0, 0, 90)
+    first = writer(block).to_pylist()
+    again = writer(block).to_pylist()  # the same task, run again after its node died
+    assert first == again
+    assert count_rows(kept) == 60 and count_rows(rejected) == 30
+    assert C.STATUS not in read_table(kept).schema.names and PART not in read_table(kept).schema.names
+    # a partition whose files tile its rows is recognised as done without the driver's report
+    writer(_block(0, 90, 10))
+    ledger = PartitionLedger(kept, rejected, "fp", "plan", resume=True, expected={0: 100})
+    assert ledger.done[0]["rows"] == 100
+
+
+def test_orphans_and_half_finished_partitions_are_removed(tmp_path):
+    kept, rejected = tmp_path / "kept", tmp_path / "rejected"
+    ledger = PartitionLedger(kept, rejected, "fp", "plan", resume=False)
+    writer = BlockWriter(kept, rejected, row_group_rows=100)
+    done = writer(_block(0, 0, 50)).to_pylist()[0]
+    ledger.mark_done(0, 50, [done["kept_file"]], [done["rejected_file"]])
+    writer(_block(1, 0, 20))  # partition 1 (40 rows) was cut short: 20 of its rows are on disk
+    orphan = writer(_block(0, 10, 5)).to_pylist()[0]  # a stray attempt overlapping partition 0
+    (kept / ".tmp-p00000-half-written").write_bytes(b"PAR1")
+    resumed = PartitionLedger(kept, rejected, "fp", "plan", resume=True, expected={0: 50, 1: 40})
+    assert set(resumed.done) == {0}
+    assert not (kept / orphan["kept_file"]).exists()
+    assert count_rows(kept) + count_rows(rejected) == 50
+    assert not list(kept.glob(".tmp-*"))
+    # a changed fingerprint (config) wipes the stage
+    PartitionLedger(kept, rejected, "other", "plan", resume=True, expected={0: 50})
+    assert count_rows(kept) + count_rows(rejected) == 0
+
+
+# -- slow tier: kill a worker node --------------------------------------------------------------
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _start_node(args: list[str], temp: str) -> subprocess.Popen:
+    nm, om, env_agent, metrics, agent_http, agent_grpc = _free_ports(6)
+    cmd = [str(ROOT / ".venv" / "bin" / "ray"), "start", "--block", "--node-ip-address=127.0.0.1",
+           f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--runtime-env-agent-port={env_agent}",
+           f"--metrics-export-port={metrics}", f"--dashboard-agent-listen-port={agent_http}",
+           f"--dashboard-agent-grpc-port={agent_grpc}", "--object-store-memory=300000000",
+           "--disable-usage-stats", *args]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = temp
+    return subprocess.Popen(cmd, env=env, cwd=temp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+
+
+@pytest.fixture
+def three_nodes():
+    temp = tempfile.mkdtemp(prefix="rzn", dir="/tmp")
+    gcs, client = _free_ports(2)
+    head = _start_node(["--head", f"--port={gcs}", f"--temp-dir={temp}", "--include-dashboard=false",
+                        f"--ray-client-server-port={client}", "--num-cpus=1"], temp)
+    address = f"127.0.0.1:{gcs}"
+    time.sleep(8)
+    workers = [_start_node([f"--address={address}", "--num-cpus=1"], temp) for _ in range(2)]
+    nodes = [head, *workers]
+    try:
+        _wait_for_nodes(address, 3)
+        yield address, workers
+    finally:
+        for proc in reversed(nodes):
+            _kill(proc)
+
+
+def _wait_for_nodes(address: str, n: int, timeout: float = 120) -> None:
+    code = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
+            "print(sum(1 for x in ray.nodes() if x['Alive']))")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        out = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", code, address],
+                             capture_output=True, text=True, timeout=120)
+        if out.stdout.strip().isdigit() and int(out.stdout.strip()) >= n:
+            return
+        time.sleep(2)
+    raise TimeoutError(f"the cluster at {address} did not reach {n} nodes")
+
+
+def _job(lake: Path, run_id: str, address: str | None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PIQAFORGE_PROGRESS="0", PIQAFORGE_PARTITION_ROWS="300",
+               PIQAFORGE_OBJECT_STORE_BYTES=str(512 * 2**20))
+    if address:
+        env["RAY_ADDRESS"] = address
+    cmd = [str(ROOT / ".venv" / "bin" / "piqaforge"), "run", "ko-piqa", "--lake", str(lake), "--run-id", run_id,
+           "--set", f"input.paths=[{SAMPLE}]"]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def _outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManifest]:
+    manifest = RunManifest.load(lake / "runs" / run_id / "manifest.json")
+
+    def load(path: str) -> pa.Table:
+        t = read_table(Path(path))
+        return t.select(sorted(t.schema.names)).sort_by(C.ID)
+
+    return load(manifest.outputs["curated"]), load(manifest.outputs["rejected"]), manifest
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, tmp_path):
+    address, workers = three_nodes
+    lake = tmp_path / "lake"
+    job = _job(lake, "nodes", address)
+    staged = lake / "staged" / "ko-piqa" / "nodes"
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline and job.poll() is None and not list(staged.glob("*/.parts/p*.json")):
+            time.sleep(0.01)
+        assert job.poll() is None, "the job ended before the node could be killed"
+        _kill(workers[0])  # the raylet, its object store and every worker process on that node
+        killed_at = time.time()
+        assert job.wait(timeout=900) == 0
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    clean = _job(lake, "clean", None)
+    assert clean.wait(timeout=900) == 0
+
+    kept, rejected, manifest = _outputs(lake, "nodes")
+    kept_clean, rejected_clean, clean_manifest = _outputs(lake, "clean")
+    assert manifest.status == "succeeded" and not conservation_errors(manifest)
+    assert len(set(kept.column(C.ID).to_pylist())) == kept.num_rows
+    assert kept.num_rows + rejected.num_rows == 4600
+    assert kept.equals(kept_clean) and rejected.equals(rejected_clean)
+    assert [(s.name, s.rows_kept, s.rows_dropped) for s in manifest.stages] == \
+        [(s.name, s.rows_kept, s.rows_dropped) for s in clean_manifest.stages]
+    print(f"\nthe job ran {time.time() - killed_at:.0f}s after the worker was killed; stages "
+          f"{[(s.name, s.seconds) for s in manifest.stages]}")
