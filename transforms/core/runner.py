@@ -74,7 +74,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         from transforms.core.envs import PRESETS
 
         env_resources = {k: 1000.0 for p in PRESETS.values() for k in p.custom_resources}
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, resources=env_resources,
+        # address="local": never join some other Ray instance recorded in /tmp/ray by `ray start`
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                 resources=env_resources,
                  object_store_memory=int(os.environ.get("PIQAFORGE_OBJECT_STORE_BYTES", 2 * 2**30)))
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = os.environ.get("PIQAFORGE_PROGRESS", "1") != "0"
