@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any
 
@@ -51,6 +52,23 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     return int((result or {}).get("exit_code", 0))
 
 
+def _submit(args: argparse.Namespace, extra: list[str]) -> int:
+    from jobs.submit import submit
+
+    if not args.address:
+        raise UserError("submit needs --address http://HEAD:8265 (or $RAY_DASHBOARD_ADDRESS)")
+    run_args: list[str] = []
+    for flag in ("config", "lake", "run_id", "resume"):
+        if getattr(args, flag):
+            run_args += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    if args.input:
+        run_args += ["--input", *args.input]
+    for item in args.set or []:
+        run_args += ["--set", item]
+    _, status = submit(args.job, run_args + extra, address=args.address, follow=not args.no_wait)
+    return 0 if args.no_wait or status == "SUCCEEDED" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="piqaforge", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -63,6 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (dotted keys)")
     run.add_argument("--run-id", help="name the run (default: <job>-<utc time>-<random>)")
     run.add_argument("--resume", metavar="RUN_ID", help="continue RUN_ID, reusing finished stages")
+    submit = sub.add_parser("submit", help="run a job on a Ray cluster through the Jobs API (docs/cluster.md)")
+    submit.add_argument("job", choices=sorted(JOBS), help="the recipe or tool to run")
+    submit.add_argument("--address", default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
+                        help="the cluster's Jobs API, e.g. http://HEAD:8265 (default: $RAY_DASHBOARD_ADDRESS)")
+    submit.add_argument("--no-wait", action="store_true", help="print the job id and return; do not stream logs")
+    for flag, kwargs in (("--config", {}), ("--input", {"nargs": "+"}), ("--lake", {}),
+                         ("--set", {"action": "append", "metavar": "KEY=VALUE"}), ("--run-id", {}),
+                         ("--resume", {"metavar": "RUN_ID"})):
+        submit.add_argument(flag, help="as for `run`", **kwargs)  # type: ignore[arg-type]
     sub.add_parser("jobs", help="list the jobs")
     return parser
 
@@ -79,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "run":
             return _run(args, extra)
+        if args.command == "submit":
+            return _submit(args, extra)
         if extra:
             parser.error(f"unrecognised arguments: {' '.join(extra)}")
     except (ConfigError, UserError) as err:
