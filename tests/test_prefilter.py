@@ -127,3 +127,18 @@ def test_stage_distils_the_ensemble_and_filters_every_row(questions, tmp_path):
     later = EnsembleClassify(classifiers=[Classifier(name="rule")], cache_dir=str(tmp_path / "cache"))
     later.use_engine("rule", later_engine)(sampled.select([C.ID, C.TEXT]))
     assert later_engine.rows_asked == []
+
+
+def test_budget_cap_limits_the_pass_rate_and_reports_the_recall_cost(questions, tmp_path):
+    texts, _ = questions
+    table = pa.table({C.ID: [f"q{i}" for i in range(len(texts))], C.TEXT: texts})
+    teacher = EnsembleClassify(classifiers=[Classifier(name="rule")])
+    teacher.use_engine("rule", RuleEngine(["어떻게", "방법"]))
+    stage = DistilledPrefilter(teacher=teacher, sample_size=200, seed=1, target_recall=0.98, max_pass_rate=0.1)
+    out = stage(table)
+    kept = sum(r is None for r in out.column(C.DROP_REASON).to_pylist())
+    assert kept <= 50  # 10% of 500 (ties could only add rows at the exact cut score)
+    report = stage.report
+    assert report["budget_capped"] is True
+    assert report["threshold"] > report["threshold_for_target_recall"]
+    assert report["holdout_recall"] < 0.98 and report["pass_rate"] <= 0.1

@@ -44,7 +44,7 @@ class DegenerateSampleError(ValueError):
 
 
 class FittedPrefilter(BaseModel):
-    """What `apply` needs: the linear model, its threshold and how to embed."""
+    """What scoring needs: the linear model, its threshold, how to embed, and the held-out evidence."""
 
     coef: list[float]
     intercept: float
@@ -52,6 +52,8 @@ class FittedPrefilter(BaseModel):
     embedder: EmbedderConfig
     embed_chars: int
     note: str = ""
+    holdout_scores: list[float] = Field(default_factory=list)
+    holdout_labels: list[bool] = Field(default_factory=list)
 
     def scores(self, embeddings: np.ndarray) -> np.ndarray:
         if not self.coef:  # pass-all model (degenerate sample)
@@ -130,6 +132,7 @@ def fit_prefilter(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: 
                              embedder=embedder, embed_chars=embed_chars)
     held_scores = fitted.scores(embeddings[hold])
     fitted.threshold = threshold_for_recall(held_scores, labels[hold], target_recall)
+    fitted.holdout_scores, fitted.holdout_labels = held_scores.tolist(), labels[hold].tolist()
     recall, pass_rate = recall_and_pass_rate(held_scores, labels[hold], fitted.threshold)
     report.update(degenerate=False, train_rows=len(train), holdout_rows=len(hold),
                   holdout_positives=int(labels[hold].sum()), threshold=fitted.threshold,
@@ -154,6 +157,9 @@ class DistilledPrefilter(GlobalStage):
         "error", description="When the sample is (nearly) one class: stop, or keep every row.")
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     embed_chars: int = Field(256, ge=16, description="Text is cut to this many characters before embedding.")
+    max_pass_rate: float | None = Field(
+        None, gt=0, le=1, description="Budget cap: pass at most this share of rows to the ensemble. When the "
+        "recall threshold would pass more, it rises and the report records the lower held-out recall.")
     output_dir: str | None = Field(None, description="Where model.json and report.json go (runs/<run_id>/prefilter).")
 
     _fitted: FittedPrefilter | None = PrivateAttr(None)
@@ -184,17 +190,36 @@ class DistilledPrefilter(GlobalStage):
                                                                       "holdout_pass_rate", "holdout_auc")})
         return fitted, report
 
-    def apply(self, table: pa.Table, fitted: FittedPrefilter, sampled: set[str]) -> pa.Table:
+    def score(self, table: pa.Table, fitted: FittedPrefilter, sampled: set[str]) -> pa.Table:
         if fitted.coef:
             emb = Embedder(fitted.embedder).encode(_cut(table.column(C.TEXT).to_pylist(), fitted.embed_chars))
             scores = fitted.scores(emb)
         else:
             scores = np.ones(table.num_rows)
-        keep = scores >= fitted.threshold
         out = _put(table, "prefilter_score", pa.array(scores, pa.float64()))
-        out = _put(out, "prefilter_sampled", pa.array([i in sampled for i in table.column(C.ID).to_pylist()]))
-        reasons = pc.if_else(pa.array(keep), pa.scalar(None, pa.string()), pa.scalar(DROP))
-        return set_drop_reason(out, reasons)
+        return _put(out, "prefilter_sampled", pa.array([i in sampled for i in table.column(C.ID).to_pylist()]))
+
+    def final_threshold(self, fitted: FittedPrefilter, scores: np.ndarray, report: dict[str, Any]) -> float:
+        """The recall threshold, raised to the budget cap when it would pass more than max_pass_rate."""
+        threshold = fitted.threshold
+        report["budget_capped"] = False
+        if self.max_pass_rate is not None and fitted.coef and len(scores):
+            allowed = max(1, int(self.max_pass_rate * len(scores)))
+            cap = float(np.sort(scores)[::-1][allowed - 1])
+            if cap > threshold:
+                held = np.asarray(fitted.holdout_scores)
+                labels = np.asarray(fitted.holdout_labels, dtype=bool)
+                recall, rate = recall_and_pass_rate(held, labels, cap)
+                report.update(budget_capped=True, threshold_for_target_recall=threshold, threshold=cap,
+                              holdout_recall=recall, holdout_pass_rate=rate)
+                log.warning("prefilter: the %.2f-recall threshold would pass more than %.1f%% of rows; capped, "
+                            "held-out recall is now %.2f", self.target_recall, 100 * self.max_pass_rate, recall)
+                threshold = cap
+        return threshold
+
+    def mark(self, table: pa.Table, threshold: float) -> pa.Table:
+        keep = pc.greater_equal(table.column("prefilter_score"), pa.scalar(threshold, pa.float64()))
+        return set_drop_reason(table, pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(DROP)))
 
     def save(self, fitted: FittedPrefilter, report: dict[str, Any]) -> None:
         if not self.output_dir:
@@ -206,6 +231,7 @@ class DistilledPrefilter(GlobalStage):
 
     def finish_report(self, fitted: FittedPrefilter, report: dict[str, Any], rows: int, kept: int) -> None:
         report.update(rows=rows, rows_kept=kept, pass_rate=kept / rows if rows else float("nan"))
+        fitted = fitted.model_copy(update={"threshold": report.get("threshold", fitted.threshold)})
         self._fitted, self._report = fitted, report
         self.save(fitted, report)
 
@@ -214,7 +240,8 @@ class DistilledPrefilter(GlobalStage):
         ids = [str(i) for i in table.column(C.ID).to_pylist()]
         idx = sample_indices(ids, self.sample_size, self.seed)
         fitted, report = self.distil(table.take(pa.array(idx)))
-        out = self.apply(table, fitted, {ids[i] for i in idx})
+        scored = self.score(table, fitted, {ids[i] for i in idx})
+        out = self.mark(scored, self.final_threshold(fitted, scored.column("prefilter_score").to_numpy(), report))
         self.finish_report(fitted, report, table.num_rows, _kept(out))
         return out
 
@@ -230,17 +257,17 @@ class DistilledPrefilter(GlobalStage):
         remote = ray.remote(**self.teacher.resources.ray_remote_args())(_distil_task)
         fitted, report = ray.get(remote.remote(self, sample.drop_columns(["_key"])))
         sampled = set(sample.column(C.ID).to_pylist())
-        scored = ds.map_batches(_ApplyActor, fn_constructor_kwargs={"stage": self, "fitted": fitted,
+        scored = ds.map_batches(_ScoreActor, fn_constructor_kwargs={"stage": self, "fitted": fitted,
                                                                     "sampled": sampled},
                                 concurrency=self.resources.concurrency or 1, batch_format="pyarrow",
                                 batch_size=self.resources.batch_size, **self.resources.ray_remote_args())
         scored = scored.materialize()
-        rows = kept = 0
-        for batch in scored.select_columns([C.DROP_REASON]).iter_batches(batch_format="pyarrow", batch_size=None):
-            rows += batch.num_rows
-            kept += _kept(batch)
-        self.finish_report(fitted, report, rows, kept)
-        return scored
+        scores = np.concatenate([b.column(0).to_numpy() for b in scored.select_columns(["prefilter_score"])
+                                 .iter_batches(batch_format="pyarrow", batch_size=None)] or [np.zeros(0)])
+        threshold = self.final_threshold(fitted, scores, report)
+        self.finish_report(fitted, report, len(scores), int((scores >= threshold).sum()))
+        stage = self
+        return scored.map_batches(lambda b: stage.mark(b, threshold), batch_format="pyarrow")
 
 
 def _kept(table: pa.Table) -> int:
@@ -251,16 +278,14 @@ def _distil_task(stage: DistilledPrefilter, sample: pa.Table) -> tuple[FittedPre
     return stage.distil(sample)
 
 
-class _ApplyActor:
+class _ScoreActor:
     def __init__(self, stage: DistilledPrefilter, fitted: FittedPrefilter, sampled: set[str]):
         self.stage, self.fitted, self.sampled = stage, fitted, sampled
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
-        from transforms.core.stage import mark_dropped
-
-        return mark_dropped(self.stage.apply(batch, self.fitted, self.sampled), self.stage.name)
+        return self.stage.score(batch, self.fitted, self.sampled)
 
 
 def _cut(texts: list[Any], n: int) -> list[str]:
