@@ -187,3 +187,16 @@ def test_swapped_copy_and_generated_rows_without_prompt(piqa):
     failed = {c.name: c for c in result.failures()}
     assert sorted(failed["no_duplicate_items"].failing_ids) == sorted([f"id={first['id']}", "id=swapped"])
     assert failed["generation_provenance"].failing_ids == [f"id={t.column('id')[4].as_py()}"]
+
+
+def test_minimal_pair_filter_stage_on_real_piqa(piqa):
+    """The J-PIQA filter as a pipeline stage keeps exactly the items our own DP puts at ≤ 2 words."""
+    from transforms.piqa.filters import MinimalPairFilter
+
+    out = MinimalPairFilter(max_word_edits=2)(piqa.select(["id", "lang", "goal", "sol1", "sol2", "label"]))
+    assert out.num_rows == piqa.num_rows  # rows are marked, not deleted
+    expected = [_edit(_tokens(a), _tokens(b)) <= 2 for a, b in zip(
+        piqa.column("sol1").to_pylist(), piqa.column("sol2").to_pylist(), strict=True)]
+    kept = [s == "kept" for s in out.column("_status").to_pylist()]
+    assert kept == expected
+    assert set(filter(None, out.column("drop_reason").to_pylist())) == {"not_minimal_pair:word"}
