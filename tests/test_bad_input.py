@@ -180,7 +180,9 @@ def test_cli_invalid_format_is_a_config_error(tmp_path):
     assert proc.returncode == 2
 
 
+@pytest.mark.slow
 def test_cli_bad_rows_keep_the_job_going_and_land_in_rejected(tmp_path):
+    """The whole job in a subprocess with its own Ray: 1-2.5 min here (`pytest -m slow tests/test_bad_input.py`)."""
     path = tmp_path / "crawl.jsonl"
     expected = write_bad_jsonl(path)
     proc = piqaforge(tmp_path, "--input", str(path), "--run-id", "bad", "--set", "num_cpus=2")

@@ -75,7 +75,16 @@ def test_ray_broadcast_equals_the_pure_function(ray_local, normalized):
     want_table = ExactDedup().process_table(normalized)
     want = {r["id"]: (r[C.DUPLICATE_OF], r[C.DROP_REASON]) for r in
             want_table.select(["id", C.DUPLICATE_OF, C.DROP_REASON]).to_pylist()}
-    assert _ray_result(ray_local, ExactDedup(num_partitions=2), normalized) == want
+    assert _ray_result(ray_local, ExactDedup(num_partitions=2, gather_below_rows=0), normalized) == want
+
+
+@pytest.mark.ray
+def test_ray_small_input_is_gathered_in_one_task(ray_local, normalized):
+    small = normalized.slice(0, 800)
+    want_table = ExactDedup().process_table(small)
+    want = {r["id"]: (r[C.DUPLICATE_OF], r[C.DROP_REASON]) for r in
+            want_table.select(["id", C.DUPLICATE_OF, C.DROP_REASON]).to_pylist()}
+    assert _ray_result(ray_local, ExactDedup(gather_below_rows=1000), small) == want
 
 
 @pytest.mark.ray
@@ -86,4 +95,4 @@ def test_ray_join_equals_the_pure_function(ray_local, normalized):
     want_table = ExactDedup().process_table(small)
     want = {r["id"]: (r[C.DUPLICATE_OF], r[C.DROP_REASON]) for r in
             want_table.select(["id", C.DUPLICATE_OF, C.DROP_REASON]).to_pylist()}
-    assert _ray_result(ray_local, ExactDedup(num_partitions=2, strategy="join"), small) == want
+    assert _ray_result(ray_local, ExactDedup(num_partitions=2, strategy="join", gather_below_rows=0), small) == want

@@ -31,7 +31,7 @@ def funnel_svg(funnel: list[tuple[str, int]], width: int = 900) -> str:
         return "<p>No stages ran.</p>"
     top = max(rows for _, rows in funnel) or 1
     label_w, bar_h, gap = 170, 26, 8
-    bar_w = width - label_w - 150
+    bar_w = width - label_w - 190
     height = len(funnel) * (bar_h + gap) + gap
     first = funnel[0][1] or 1
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
@@ -43,8 +43,10 @@ def funnel_svg(funnel: list[tuple[str, int]], width: int = 900) -> str:
                      f'{escape(name)}</text>')
         parts.append(f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{BAR_COLOURS[0]}" '
                      f'opacity="{1 - 0.5 * i / max(1, len(funnel) - 1):.2f}"/>')
+        lost = funnel[i - 1][1] - rows if i else 0
+        delta = f' <tspan fill="#c8553d">−{_fmt(lost)}</tspan>' if lost else ""
         parts.append(f'<text x="{label_w + w + 6:.1f}" y="{y + bar_h * 0.68}" font-size="12">'
-                     f'{_fmt(rows)} ({100 * rows / first:.1f}%)</text>')
+                     f'{_fmt(rows)} ({100 * rows / first:.1f}%){delta}</text>')
     parts.append("</svg>")
     return "".join(parts)
 

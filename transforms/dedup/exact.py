@@ -70,6 +70,9 @@ class ExactDedup(GlobalStage):
         "broadcast", description="How rows meet their group's kept id: 'broadcast' ships the table of repeated "
         "texts (hash + id, ~50 bytes per repeated text) to every task, one shuffle in all; 'join' hash-joins it "
         "onto the rows (two more shuffles, no per-worker table) for crawls with tens of millions of repeats.")
+    gather_below_rows: int = Field(
+        50_000, ge=0, description="Inputs with fewer rows are deduplicated in one worker task instead of by "
+        "a distributed groupby (same result, no shuffle overhead); 0 always distributes.")
     shuffle_strategy: Literal["sort_shuffle_pull_based", "sort_shuffle_push_based", "hash_shuffle", "shuffle_v2"] | None = Field(
         "sort_shuffle_pull_based", description="Ray Data shuffle for the groupby (a ray.data.context."
         "ShuffleStrategy value); plain tasks, measured 2x faster than the actor-based hash shuffle on a "
@@ -101,6 +104,10 @@ class ExactDedup(GlobalStage):
         from ray.data.aggregate import Count, Min
 
         self.check_columns(ds.schema())
+        if self.gather_below_rows and ds.count() < self.gather_below_rows:
+            # A shuffle costs tens of seconds of fixed overhead; a small input is cheaper in one
+            # worker task (GlobalStage's default: gathered in a task, never in the driver).
+            return super().run_dataset(ds)
         remote = self.resources.ray_remote_args()
         batch_size = self.resources.batch_size
         hashed = ds.map_batches(add_hash, batch_format="pyarrow", batch_size=batch_size, **remote)
