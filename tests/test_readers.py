@@ -142,3 +142,22 @@ def test_a_directory_of_mixed_formats(tmp_path, shared_data):
     assert table.num_rows == 30 + 20 + 10
     assert table.column("drop_reason").null_count == 60
     assert pc.count_distinct(table.column("id")).as_py() == 60
+
+
+@pytest.mark.ray
+def test_ray_read_equals_the_local_read(ray_local, tmp_path, shared_data):
+    """The Ray source (one task per range/row group/file, mixed formats) gives the same rows."""
+    lines = SAMPLE.read_bytes().splitlines(keepends=True)
+    (tmp_path / "a.jsonl").write_bytes(b"".join(lines[:300]) + b"{broken\n")
+    kin = pq.read_table(shared_data / "ko_naverkin_certifiedjoon" / "dataset.parquet")
+    pq.write_table(kin.rename_columns(["text", "body", "source", "url"]), tmp_path / "b.parquet", row_group_size=100)
+    chat = shared_data / "ko_chatbot_songys" / "ChatbotData.csv"
+    (tmp_path / "c.csv").write_text(chat.read_text(encoding="utf-8").replace("Q,A,label", "text,body,label", 1)[:20000],
+                                    encoding="utf-8")
+    spec = CrawlInput(paths=[str(tmp_path)], columns={"text": "text", "body": "body"}, block_bytes=20000)
+    source = CrawlSource(spec)
+    assert {t["format"] for t in source.tasks} == {"jsonl", "parquet", "csv"}
+    local = read_local(spec)
+    remote = pa.concat_tables(ray_local.get(source.read().to_arrow_refs())).cast(CRAWL_WITH_REASON)
+    assert remote.num_rows == local.num_rows > 2000
+    assert _by_id(remote).equals(_by_id(local))
