@@ -55,6 +55,8 @@ class Config(JobConfig):
     prompts: dict[str, str] = Field(default_factory=dict, description="Language -> prompt id override, "
                                     "e.g. {ko: eval_ko/ko, default: eval_generic/en}.")
     generation: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=8))
+    answer_cue: bool = Field(True, description="Append the language's answer cue ('Answer:') after the item; "
+                             "base models without a chat template continue the item text otherwise.")
     norm: Literal["chars", "bytes"] = Field("chars", description="acc_norm length unit (lm-eval: chars).")
     batch_size: int = Field(8, ge=1, description="Conversations / requests per engine call.")
     chunk_size: int = Field(64, ge=1, description="Items per checkpointed predictions part.")
@@ -102,12 +104,14 @@ def evaluate_model(engine: LLMEngine, name: str, items: pa.Table, config: Config
                    resume: bool = False) -> list[pa.Table]:
     tables = []
     if "generate" in config.modes:
+        cues = load_loglik_contexts() if config.answer_cue else None
         subset = I.sample_items(items, config.generate_limit, config.seed)
         variants = [(ORIGINAL, subset)] + ([(SWAPPED, I.swap_solutions(subset))] if config.swap else [])
         for variant, table in variants:
             def score(part: pa.Table, variant: str = variant) -> pa.Table:
                 return generate_predictions(engine, part, model=name, params=config.generation,
-                                            prompts=config.prompts, variant=variant, batch_size=config.batch_size)
+                                            prompts=config.prompts, variant=variant, batch_size=config.batch_size,
+                                            cues=cues)
             tables.append(_chunked(_parts_dir(out, name, "generate", variant), table, config.chunk_size, resume, score))
     if "loglik" in config.modes:
         subset = I.sample_items(items, config.loglik_limit, config.seed)

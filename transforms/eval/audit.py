@@ -132,12 +132,14 @@ def solution_only_model(table: pa.Table, engine: Any, model: str = "model", batc
 
 
 def audit_release(table: pa.Table, bound: float = 0.6, *, engine: Any = None, model: str = "model",
-                  folds: int = 5, seed: int = 0) -> dict[str, Any]:
+                  folds: int = 5, seed: int = 0, min_items: int = 20) -> dict[str, Any]:
     """Run every shortcut baseline on `table` (goal/sol1/sol2/label) and flag the release.
 
     Returns {"n", "bound", "baselines": {name: {"acc", "ci_low", "ci_high", ...}}, "flagged",
     "flags": [names over the bound], "chance"}. An empty table or one that cannot be scored gives
     accuracies of None and is not flagged on them; a baseline that could not run says why in "skipped".
+    Below `min_items` items the baselines are still reported but never flag: on 5 items one lucky
+    coin flip moves a baseline by 20 points.
     """
     if not 0 < bound < 1:
         raise ValueError(f"bound must be a fraction between 0 and 1, got {bound}")
@@ -153,8 +155,12 @@ def audit_release(table: pa.Table, bound: float = 0.6, *, engine: Any = None, mo
     if engine is not None:
         baselines["solution_only_model"] = solution_only_model(table, engine, model)
     flags = [name for name, b in baselines.items() if b.get("acc") is not None and b["acc"] > bound]
-    return {"n": table.num_rows, "bound": bound, "baselines": baselines, "flagged": bool(flags),
-            "flags": flags, "chance": 0.5}
+    out = {"n": table.num_rows, "bound": bound, "baselines": baselines, "flagged": bool(flags),
+           "flags": flags, "chance": 0.5}
+    if table.num_rows < min_items:
+        out.update(flagged=False, flags=[], over_bound=flags,
+                   note=f"only {table.num_rows} items (< {min_items}): reported, not flagged")
+    return out
 
 
 def audit_markdown(audit: dict[str, Any], title: str = "Artifact audit") -> str:
@@ -168,4 +174,6 @@ def audit_markdown(audit: dict[str, Any], title: str = "Artifact audit") -> str:
         lines.append(f"| {name} | {100 * b['acc']:.1f} | [{100 * b.get('ci_low', 0):.1f}, "
                      f"{100 * b.get('ci_high', 1):.1f}] | {over} |")
     verdict = f"FLAGGED ({', '.join(audit['flags'])})" if audit["flagged"] else "not flagged"
+    if audit.get("note"):
+        verdict += f" ({audit['note']})"
     return "\n".join([*lines, "", f"Verdict: {verdict}.", ""])

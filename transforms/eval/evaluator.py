@@ -47,16 +47,26 @@ def _batches(n: int, size: int) -> list[tuple[int, int]]:
 
 def generate_predictions(engine: LLMEngine, items: pa.Table, *, model: str, params: GenerationParams,
                          prompts: dict[str, str] | None = None, variant: str = ORIGINAL, batch_size: int = 16,
-                         progress: Progress | None = None) -> pa.Table:
-    """Ask the model to name the better solution; parse each reply exactly, then leniently."""
+                         cues: LoglikContexts | None = None, progress: Progress | None = None) -> pa.Table:
+    """Ask the model to name the better solution; parse each reply exactly, then leniently.
+
+    With `cues`, the language's answer cue ("Answer:") is appended on its own line after the
+    fenced item, and the recorded prompt becomes "<prompt>@<v>+<cues>@<v>".
+    """
     n = items.num_rows
     cols = items.select([I.LANG, I.GOAL, I.SOL1, I.SOL2, I.LABEL]).to_pydict()
     conversations, refs, parsers = [], [], []
     for i in range(n):
         prompt = prompt_for(cols[I.LANG][i], prompts)
         rendered = prompt.render(goal=cols[I.GOAL][i], sol1=cols[I.SOL1][i], sol2=cols[I.SOL2][i])
-        conversations.append(rendered.messages)
-        refs.append(rendered.ref)
+        messages = [dict(m) for m in rendered.messages]
+        ref = rendered.ref
+        cue = cues.cue_for(cols[I.LANG][i]) if cues is not None else ""
+        if cue:
+            messages[-1]["content"] += "\n" + cue
+            ref = f"{ref}+{cues.ref}" if cues is not None else ref
+        conversations.append(messages)
+        refs.append(ref)
         parsers.append(answer_index(prompt))
     replies: list[str] = []
     started = time.perf_counter()

@@ -146,8 +146,8 @@ def plot(summary: dict[str, Any], path: Path, title: str = "") -> Path:
             if acc and acc.get("acc") is not None:
                 xs.append(i + (k - 0.5) * width)
                 ys.append(100 * acc["acc"])
-                err_lo.append(100 * (acc["acc"] - acc["ci_low"]))
-                err_hi.append(100 * (acc["ci_high"] - acc["acc"]))
+                err_lo.append(max(0.0, 100 * (acc["acc"] - acc["ci_low"])))  # rounding can make it -1e-15
+                err_hi.append(max(0.0, 100 * (acc["ci_high"] - acc["acc"])))
         if xs:
             ax.bar(xs, ys, width, yerr=[err_lo, err_hi], capsize=3, label=name)
     rb = summary["random_baseline"]

@@ -3,7 +3,8 @@
 Generation prompts are ordinary prompt files, `prompts/eval_<name>/<lang>.yaml`; this module only
 picks one per language and turns its options/aliases into the index map the parser needs.
 Log-likelihood contexts are not chat prompts, so they live in one small versioned file,
-`prompts/eval_loglik/contexts.yaml`, rendered here with the same strict Jinja2 settings.
+`prompts/eval_loglik/contexts.yaml`, rendered here with the same strict Jinja2 settings; the same
+file holds the per-language answer cue ("Answer:") the generation mode can append after the item.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class LoglikContexts:
         self.version = str(data["version"])
         self.default = str(data.get("default", "en"))
         self.contexts: dict[str, str] = {str(k): str(v) for k, v in data["contexts"].items()}
+        self.cues: dict[str, str] = {str(k): str(v) for k, v in (data.get("answer_cues") or {}).items()}
         if self.default not in self.contexts:
             raise PromptError(f"{self.id}: default language {self.default!r} has no context")
 
@@ -50,6 +52,10 @@ class LoglikContexts:
 
     def template_for(self, lang: str | None) -> str:
         return self.contexts.get(lang or "", self.contexts[self.default])
+
+    def cue_for(self, lang: str | None) -> str:
+        """The line that asks for the answer after a generation prompt ("Answer:")."""
+        return self.cues.get(lang or "", self.cues.get(self.default, ""))
 
     def render(self, lang: str | None, goal: str) -> str:
         return str(_strict_env().from_string(self.template_for(lang)).render(goal=goal))
