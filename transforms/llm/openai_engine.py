@@ -1,0 +1,259 @@
+"""`openai` backend: any OpenAI-compatible HTTP endpoint (a vLLM server, a hosted API).
+
+* chat             -> POST {base_url}/chat/completions (the server applies the chat template)
+* option_logprobs  -> POST {base_url}/completions, max_tokens=1, logprobs=top_logprobs: an option's
+                      score is the log-probability of the top-k token whose text equals it (exactly,
+                      else after stripping whitespace); an option outside the top k gets
+                      `missing_logprob` (default -inf). Options that are several tokens long need
+                      `option_scoring: echo`, which scores every option with `loglikelihood`.
+* loglikelihood    -> POST {base_url}/completions, echo=True, max_tokens=1, logprobs=1: the prompt
+                      is context+continuation and the continuation is the tokens whose character
+                      offset is at or after len(context) (a token straddling the boundary counts as
+                      context, so end contexts on a word boundary).
+
+Requests run concurrently on one httpx.AsyncClient per call, bounded by a semaphore, and are
+retried on 429, 5xx, timeouts and connection errors with exponential backoff and jitter (honouring
+Retry-After); other errors and exhausted retries raise `EngineRequestError`, naming the endpoint
+and status. The API key is read from the environment variable named by `api_key_env` when a call
+starts and is only ever placed in the Authorization header: it is not stored on the engine, not
+logged and not put in error messages. The HTTP transport is injectable (`transport=`), so tests
+drive the client with httpx.MockTransport or a local stub server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import random
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+import httpx
+import jinja2
+from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+class EngineRequestError(RuntimeError):
+    """A request to the endpoint failed for good (non-retryable status or retries exhausted)."""
+
+
+class OpenAIOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="Endpoint root, including /v1.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+    require_api_key: bool = Field(False, description="Fail at setup when the key variable is unset "
+                                  "(a local vLLM server needs none).")
+    max_concurrency: int = Field(8, ge=1, description="Requests in flight at once.")
+    max_retries: int = Field(5, ge=0, description="Retries per request after the first attempt.")
+    backoff_base: float = Field(0.5, ge=0, description="First retry delay in seconds; doubles each retry.")
+    backoff_max: float = Field(30.0, ge=0, description="Cap on one retry delay (and on Retry-After).")
+    timeout: float = Field(60.0, gt=0, description="Seconds per request (connect, read, write).")
+    top_logprobs: int = Field(20, ge=1, le=20, description="Top tokens returned for option scoring.")
+    missing_logprob: float = Field(float("-inf"), description="Score of an option outside the top k.")
+    option_scoring: Literal["top_logprobs", "echo"] = Field(
+        "top_logprobs", description="top_logprobs: one request per prompt, single-token options; "
+        "echo: one loglikelihood request per (prompt, option), exact for multi-token options.")
+    chat_template: str | None = Field(None, description="Jinja chat template used by render_chat "
+                                      "(the server applies its own in chat()); unset: plain text.")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request body.")
+
+
+class OpenAIEngine(LLMEngine):
+    def __init__(self, config: EngineConfig, *, transport: httpx.AsyncBaseTransport | None = None,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        super().__init__(config)
+        unknown = sorted(set(config.options) - set(OpenAIOptions.model_fields))
+        if unknown:  # said without the values: a misplaced API key must not end up in a traceback
+            raise ValueError(f"unknown option(s) for the openai backend: {unknown}; the API key is read "
+                             f"from the environment variable named by `api_key_env`")
+        self.options = OpenAIOptions(**config.options)
+        self._transport = transport
+        self._sleep = sleep
+        self.stats = {"requests": 0, "retries": 0}
+
+    def __repr__(self) -> str:
+        return (f"OpenAIEngine(model={self.config.model!r}, base_url={self.options.base_url!r}, "
+                f"api_key_env={self.options.api_key_env!r})")
+
+    def setup(self) -> None:
+        if self.options.require_api_key and not os.environ.get(self.options.api_key_env):
+            raise EngineRequestError(
+                f"the API key variable {self.options.api_key_env} is not set in the environment")
+
+    # -- public API ----------------------------------------------------------------------------
+    def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
+        def body(conv: list[ChatMessage]) -> dict[str, Any]:
+            b: dict[str, Any] = {"messages": conv, "max_tokens": params.max_tokens,
+                                 "temperature": params.temperature, "top_p": params.top_p}
+            if params.stop:
+                b["stop"] = params.stop
+            if params.seed is not None:
+                b["seed"] = params.seed
+            return b
+
+        out = self._post_all("chat/completions", [body(c) for c in conversations])
+        return [r["choices"][0]["message"].get("content") or "" for r in out]
+
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
+        if self.options.option_scoring == "echo":
+            flat = self.loglikelihood([(p, o) for p in prompts for o in options])
+            k = len(options)
+            return [[ll for ll, _ in flat[i * k:(i + 1) * k]] for i in range(len(prompts))]
+        bodies = [{"prompt": p, "max_tokens": 1, "temperature": 0.0, "logprobs": self.options.top_logprobs}
+                  for p in prompts]
+        out = self._post_all("completions", bodies)
+        return [self._match_options(r, options) for r in out]
+
+    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, int]]:
+        todo = [i for i, (_, cont) in enumerate(requests) if cont]
+        bodies = [{"prompt": requests[i][0] + requests[i][1], "max_tokens": 1, "temperature": 0.0,
+                   "echo": True, "logprobs": 1} for i in todo]
+        results: list[tuple[float, int]] = [(0.0, 0)] * len(requests)
+        for i, r in zip(todo, self._post_all("completions", bodies), strict=True):
+            ctx, cont = requests[i]
+            results[i] = _continuation_logprob(r, len(ctx), len(ctx) + len(cont))
+        return results
+
+    def render_chat(self, conversation: list[ChatMessage]) -> str:
+        if self.options.chat_template is None:
+            return "\n\n".join(m["content"] for m in conversation)
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+        return env.from_string(self.options.chat_template).render(
+            messages=conversation, add_generation_prompt=True, bos_token="")
+
+    # -- option matching -----------------------------------------------------------------------
+    def _match_options(self, response: dict[str, Any], options: Sequence[str]) -> list[float]:
+        lp = response["choices"][0].get("logprobs") or {}
+        tops = lp.get("top_logprobs") or [{}]
+        top: dict[str, float] = tops[0] or {}
+        scores = []
+        for opt in options:
+            exact = top.get(opt)
+            if exact is None:
+                loose = [v for t, v in top.items() if t.strip() == opt.strip()]
+                exact = max(loose) if loose else None
+            scores.append(float(exact) if exact is not None else self.options.missing_logprob)
+        return scores
+
+    # -- HTTP ----------------------------------------------------------------------------------
+    def _post_all(self, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not bodies:
+            return []
+        return _run_sync(self._post_all_async(path, bodies))
+
+    async def _post_all_async(self, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.options.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        del key
+        sem = asyncio.Semaphore(self.options.max_concurrency)
+        base = self.options.base_url.rstrip("/") + "/"
+        async with httpx.AsyncClient(base_url=base, headers=headers, transport=self._transport,
+                                     timeout=self.options.timeout) as client:
+            async def one(body: dict[str, Any]) -> dict[str, Any]:
+                full = {"model": self.config.model, **self.options.extra_body, **body}
+                async with sem:
+                    return await self._post_with_retries(client, path, full)
+
+            return list(await asyncio.gather(*(one(b) for b in bodies)))
+
+    async def _post_with_retries(self, client: httpx.AsyncClient, path: str,
+                                 body: dict[str, Any]) -> dict[str, Any]:
+        opts = self.options
+        attempts = opts.max_retries + 1
+        last = ""
+        for attempt in range(attempts):
+            self.stats["requests"] += 1
+            retry_after: float | None = None
+            try:
+                resp = await client.post(path, json=body)
+            except httpx.TimeoutException:
+                last = f"timed out after {opts.timeout:g} s"
+            except httpx.TransportError as err:
+                last = f"connection error ({type(err).__name__})"
+            else:
+                if resp.status_code < 400:
+                    data: dict[str, Any] = resp.json()
+                    return data
+                detail = resp.text[:300]
+                if resp.status_code not in RETRY_STATUS:
+                    hint = (f"; check the key in ${opts.api_key_env}" if resp.status_code in (401, 403)
+                            else "")
+                    raise EngineRequestError(
+                        f"POST {opts.base_url.rstrip('/')}/{path} failed with HTTP {resp.status_code} "
+                        f"(not retryable){hint}: {detail}")
+                last = f"HTTP {resp.status_code}: {detail}"
+                retry_after = _retry_after_seconds(resp.headers.get("retry-after"))
+            if attempt + 1 == attempts:
+                break
+            delay = min(opts.backoff_max, opts.backoff_base * 2**attempt) * random.uniform(0.5, 1.0)
+            if retry_after is not None:
+                delay = max(delay, min(retry_after, opts.backoff_max))
+            self.stats["retries"] += 1
+            log.warning("POST /%s: %s; retry %d/%d in %.2f s", path, last.split(":")[0], attempt + 1,
+                        opts.max_retries, delay)
+            await self._sleep(delay)
+        raise EngineRequestError(
+            f"POST {opts.base_url.rstrip('/')}/{path} failed after {attempts} attempts; last error: {last}")
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: fall back to our own backoff
+
+
+def _continuation_logprob(response: dict[str, Any], start: int, end: int) -> tuple[float, int]:
+    """Sum the echoed prompt-token logprobs whose character offset lies in [start, end)."""
+    lp = response["choices"][0].get("logprobs") or {}
+    offsets, values = lp.get("text_offset"), lp.get("token_logprobs")
+    if not offsets or values is None:
+        raise EngineRequestError("the endpoint returned no echoed prompt logprobs (needs echo=True "
+                                 "and logprobs support on /completions)")
+    total, n = 0.0, 0
+    for off, v in zip(offsets, values, strict=False):
+        if start <= off < end:
+            if v is None:
+                raise EngineRequestError("a continuation token has no logprob in the echoed prompt")
+            total += float(v)
+            n += 1
+    if n == 0:
+        return -math.inf, 0
+    return total, n
+
+
+def _run_sync(coro: Awaitable[T]) -> T:
+    """Run a coroutine from sync code, also when the caller already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)  # type: ignore[arg-type]
+        except BaseException as err:  # re-raised in the caller's thread
+            box["error"] = err
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
