@@ -233,21 +233,35 @@ def test_real_question_pairs_are_detected(question_pairs: list[tuple[str, str]])
     assert rate["low"] <= 0.002, rate
 
 
-@pytest.mark.ray
-def test_ray_path_equals_process_table(ray_local, kin_questions: list[str]) -> None:
+def _ray_table(kin_questions: list[str]) -> pa.Table:
     rng = random.Random(5)
     texts: list[str | None] = list(kin_questions[:800])
     texts += [edit(rng.choice(kin_questions[:800]), rng, rng.randint(1, 3)) for _ in range(300)]
     texts += [rng.choice(kin_questions[:800]) for _ in range(50)] + [None, ""]
     rng.shuffle(texts)
-    table = _table(texts)
-    stage = MinHashDedup(threshold=0.7, shuffle_partitions=5, resources={"batch_size": 200})
+    return _table(texts)
+
+
+def _check_ray_equals_pure(ray_local, stage: MinHashDedup, table: pa.Table) -> None:
     expected = stage(table)
     ds = ray_local.data.from_arrow(table).repartition(6)
-    got = pa.concat_tables(ray_local.get(stage.run_dataset(ds).to_arrow_refs()))
-    got = got.sort_by(C.ID)
+    got = pa.concat_tables(ray_local.get(stage.run_dataset(ds).to_arrow_refs())).sort_by(C.ID)
     assert got.num_rows == table.num_rows
     assert got.column(C.ID).to_pylist() == expected.column(C.ID).to_pylist()
     assert got.column(C.DUPLICATE_OF).to_pylist() == expected.column(C.DUPLICATE_OF).to_pylist()
     assert got.column(C.DROP_REASON).to_pylist() == expected.column(C.DROP_REASON).to_pylist()
     assert table.num_rows - expected.column(C.DUPLICATE_OF).null_count >= 250  # it did find duplicates
+
+
+@pytest.mark.ray
+def test_ray_path_equals_process_table(ray_local, kin_questions: list[str]) -> None:
+    stage = MinHashDedup(threshold=0.7, shuffle_partitions=5, rows_per_block=150, resources={"batch_size": 100})
+    _check_ray_equals_pure(ray_local, stage, _ray_table(kin_questions))
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_data_groupby_shuffle_equals_process_table(ray_local, kin_questions: list[str]) -> None:
+    """The Ray Data groupby variant (slow: its aggregator actors take ~30 s to start on 2 CPUs)."""
+    stage = MinHashDedup(threshold=0.7, shuffle="ray_data", shuffle_partitions=5, resources={"batch_size": 200})
+    _check_ray_equals_pure(ray_local, stage, _ray_table(kin_questions))

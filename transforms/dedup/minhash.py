@@ -3,16 +3,18 @@
 Phases (each a pure function in minhash_signature / minhash_cluster, so the Ray path and the
 in-memory `process_table` path run the same code):
 
-1. bands    per batch (a Ray task): signatures -> one row per (text, band): bucket key, id.
-            Rows with empty text get no band (they are nobody's near-duplicate).
-2. edges    Ray Data `groupby(partition).map_groups`, partition = `key % shuffle_partitions`, so
-            each call gets every row of its buckets and groups them in numpy (one call per
-            partition, not one per bucket) -> star edges of buckets with >= 2 members.
-3. verify   the candidate ids (few) are broadcast; a second pass over the batches recomputes the
+1. bands    per block (a Ray task): signatures -> one row per (text, band): bucket key, id,
+            split into K hash partitions by `key % shuffle_partitions`. Empty texts get no band.
+2. edges    K reduce tasks, one per partition: each gets every row of its buckets and groups
+            them in numpy (sort by key, id) -> star edges of buckets with >= 2 members. This is a
+            hash shuffle over the dataset's blocks with plain Ray tasks; `shuffle="ray_data"` uses
+            Ray Data's groupby(partition).map_groups instead (same result, more fixed overhead).
+3. verify   the candidate ids (few) are broadcast; a pass over the same blocks recomputes the
             signatures of those rows only, and one task drops edges whose signatures estimate a
             Jaccard below the threshold. Signatures never go through the shuffle.
 4. cluster  the same task runs union-find over the edges -> id -> duplicate_of (smallest id).
-5. mark     per batch: rows in the map get drop_reason `near_duplicate` and `duplicate_of`.
+5. mark     Ray Data map_batches: rows in the map get drop_reason `near_duplicate` and
+            `duplicate_of`.
 
 The driver holds only object references. See docs/minhash.md for measured speed,
 precision/recall and the memory model at 100M rows.
@@ -21,7 +23,7 @@ precision/recall and the memory model at 100M rows.
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -72,6 +74,11 @@ class MinHashDedup(GlobalStage):
                          "Jaccard >= threshold (protects precision against chance band collisions).")
     shuffle_partitions: int = Field(16, ge=1, description="Hash partitions of the bucket shuffle; aim for "
                                     "a few million band rows per partition (rows * bands / partitions).")
+    shuffle: Literal["tasks", "ray_data"] = Field(
+        "tasks", description="How band rows are grouped by bucket: `tasks` is a hash shuffle with plain Ray "
+        "tasks (B map tasks x K outputs, K reduce tasks); `ray_data` is Ray Data's groupby(...).map_groups, "
+        "whose aggregator actors cost ~25 s of fixed start-up on a 2-core machine (docs/minhash.md).")
+    rows_per_block: int = Field(65_536, ge=1, description="Rows per map task of the `tasks` shuffle.")
     resources: Resources = Field(default_factory=lambda: Resources(batch_size=8192),
                                  description="Per-task resources of the signature and marking passes.")
 
@@ -165,19 +172,38 @@ class MinHashDedup(GlobalStage):
         batch_args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": self.resources.batch_size,
                                       **self.resources.ray_remote_args()}
         texts = ds.select_columns([C.ID, C.TEXT])
-        bands = texts.map_batches(_band_rows, fn_kwargs={"stage": self}, **batch_args)
-        edges = bands.groupby(PART, num_partitions=self.shuffle_partitions).map_groups(_edges, batch_format="pyarrow")
-        edge_refs = edges.to_arrow_refs()  # phases 1-2 run on the cluster; the driver gets references
+        if self.shuffle == "ray_data":
+            bands = texts.map_batches(_band_rows, fn_kwargs={"stage": self}, **batch_args)
+            edge_refs = bands.groupby(PART, num_partitions=self.shuffle_partitions).map_groups(
+                _edges, batch_format="pyarrow").to_arrow_refs()
+            blocks = texts.to_arrow_refs() if self.verify else []
+        else:
+            # Blocks of bounded size, held in the object store (spilled to disk if need be), read once.
+            blocks = texts.map_batches(_identity, batch_format="pyarrow", batch_size=self.rows_per_block).to_arrow_refs()
+            edge_refs = self._task_shuffle(blocks)
         sig_refs: list[Any] = []
         if self.verify:
             candidates = ray.remote(num_cpus=0.5)(_candidates).remote(*edge_refs)
-            sig_ds = texts.map_batches(_signature_rows, fn_kwargs={"stage": self, "lookup_ref": [candidates]},
-                                       **batch_args)
-            sig_refs = sig_ds.to_arrow_refs()
+            sig_task = ray.remote(**self.resources.ray_remote_args())(_signature_rows)
+            sig_refs = [sig_task.remote(block, self, [candidates]) for block in blocks]
+        del blocks
         map_ref = ray.remote(num_cpus=1)(_cluster).remote(self, len(edge_refs), *edge_refs, *sig_refs)
         n_dups = ray.get(ray.remote(num_cpus=0)(_num_rows).remote(map_ref))
         log.info("minhash_dedup: %d near-duplicate rows to drop", n_dups)
         return ds.map_batches(_mark, fn_kwargs={"stage": self, "lookup_ref": [map_ref]}, **batch_args)
+
+    def _task_shuffle(self, blocks: list[Any]) -> list[Any]:
+        """Hash shuffle of band rows with plain Ray tasks: B map tasks x K outputs -> K reduce tasks."""
+        import ray
+
+        k = self.shuffle_partitions
+        args = self.resources.ray_remote_args()
+        split = ray.remote(num_returns=k, **args)(_band_partitions)
+        parts: list[Any] = [split.remote(block, self) for block in blocks]
+        parts = [p if k > 1 else [p] for p in parts]
+        reduce = ray.remote(**args)(_reduce_edges)
+        # The driver holds B*K references, never the band rows themselves.
+        return [reduce.remote(*[p[i] for p in parts]) for i in range(k)]
 
 
 # Module-level functions so Ray serialises a reference to code, plus the stage's fields.
@@ -187,6 +213,26 @@ def _band_rows(batch: pa.Table, stage: MinHashDedup) -> pa.Table:
 
 def _edges(group: pa.Table) -> pa.Table:
     return bucket_edges(group)
+
+
+def _identity(batch: pa.Table) -> pa.Table:
+    return batch
+
+
+def _band_partitions(block: pa.Table, stage: MinHashDedup) -> tuple[pa.Table, ...] | pa.Table:
+    step = stage.resources.batch_size or block.num_rows or 1
+    tables = [stage.band_rows(block.slice(i, step)) for i in range(0, block.num_rows, step)]
+    bands = pa.concat_tables(tables) if tables else stage.band_rows(block)
+    part = bands.column(PART).to_numpy()
+    order = np.argsort(part, kind="stable")
+    bands = bands.take(pa.array(order))
+    bounds = np.searchsorted(part[order], np.arange(stage.shuffle_partitions + 1))
+    out = tuple(bands.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
+    return out if len(out) > 1 else out[0]
+
+
+def _reduce_edges(*parts: pa.Table) -> pa.Table:
+    return bucket_edges(pa.concat_tables(parts))
 
 
 def _concat(tables: tuple[pa.Table, ...]) -> pa.Table | None:
