@@ -74,6 +74,12 @@ class LLMEngine(ABC):
     def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, int]]:
         """For each (context, continuation): sum of log P(continuation | context) and its token count."""
 
+    def choose(self, prompts: Sequence[str], choices: Sequence[str]) -> list[str]:
+        """For each prompt, the choice the model prefers. vLLM decodes under a choice constraint
+        (structured outputs); the default is the argmax of option_logprobs (same answer for greedy)."""
+        rows = self.option_logprobs(prompts, choices)
+        return [choices[row.index(max(row))] for row in rows]
+
     def render_chat(self, conversation: list[ChatMessage]) -> str:
         """The prompt text the chat template produces (for option_logprobs on chat models)."""
         raise NotImplementedError
