@@ -87,18 +87,13 @@ class ExactDedup(GlobalStage):
         return mark_duplicates(hashed.append_column(KEEP_ID, keep.column(KEEP_ID).cast(pa.string())))
 
     def run_dataset(self, ds: Any) -> Any:
-        import ray
-
-        ctx = ray.data.DataContext.get_current()
-        before = ctx.shuffle_strategy
         if self.shuffle_strategy:
             from ray.data.context import ShuffleStrategy
 
-            ctx.shuffle_strategy = ShuffleStrategy(self.shuffle_strategy)
-        try:
-            return self._run_dataset(ds)
-        finally:
-            ctx.shuffle_strategy = before
+            # Set on the dataset's own context (a copy taken when the runner built it for this
+            # stage, shared by the datasets derived from it), not on the process-wide one.
+            ds.context.shuffle_strategy = ShuffleStrategy(self.shuffle_strategy)
+        return self._run_dataset(ds)
 
     def _run_dataset(self, ds: Any) -> Any:
         from ray.data.aggregate import Count, Min

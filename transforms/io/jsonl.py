@@ -84,7 +84,8 @@ def read_jsonl_range(task: dict[str, Any], mapping: ColumnMapping, max_bytes: in
             raw = f.readline()
             if not raw:
                 break
-            rid, pos = f"{name}@{pos}", f.tell()
+            rid = f"{name}@{pos}"
+            pos += len(raw)
             reason, detail, record = _parse_line(raw, max_bytes)
             if reason is None:
                 good.append(record)
