@@ -94,3 +94,21 @@ def test_the_report_is_self_contained_and_shows_the_funnel(front_run):
         assert f"{rec.rows_kept:,}" in html
         for reason in rec.rows_dropped:
             assert reason in html
+
+
+def test_report_flags_a_failed_run_and_broken_conservation():
+    from transforms.core.manifest import StageRecord
+    from transforms.core.report import render_report
+
+    manifest = RunManifest(run_id="r<1>", job="ko-piqa", dataset="ko-piqa", status="failed",
+                           error="ColumnMappingError: no column '<text>'")
+    manifest.stages = [
+        StageRecord(index=0, name="read", rows_in=10, rows_kept=8, rows_dropped={"malformed_json": 2}, seconds=1),
+        StageRecord(index=1, name="length_filter", rows_in=8, rows_kept=5, rows_dropped={"too_short": 2},
+                    seconds=1),
+    ]
+    html = render_report(manifest)
+    assert "length_filter: in 8 != kept 5 + dropped 2" in html and 'class="bad">NO' in html
+    assert "&lt;text&gt;" in html and "<text>'" not in html  # the error is escaped
+    assert "r&lt;1&gt;" in html
+    assert "malformed_json" in html and "−2" in html  # the funnel shows what each stage lost
