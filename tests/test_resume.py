@@ -158,8 +158,8 @@ def _job_outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManife
 @pytest.mark.slow
 def test_killed_ko_piqa_driver_resumes_to_the_same_output(tmp_path):
     lake = tmp_path / "lake"
-    # one CPU and 200-row partitions make the first stage after `read` take long enough to be cut
-    common = ["--set", "num_cpus=1", "--set", f"input.paths=[{SAMPLE}]"]
+    # 200-row partitions: 23 per stage, so the kill lands between partitions of a stage
+    common = ["--set", "num_cpus=2", "--set", f"input.paths=[{SAMPLE}]"]
     subprocess.run(_piqaforge(lake, "--run-id", "clean", *common), check=True, cwd=ROOT, env=_env(),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
 

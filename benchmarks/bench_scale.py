@@ -1,0 +1,177 @@
+"""Scale benchmark: N synthetic crawl rows through the ko-piqa front half on this machine.
+
+    .venv/bin/python benchmarks/bench_scale.py --rows 3000000            # the figure in docs/cluster.md
+    .venv/bin/python benchmarks/bench_scale.py --rows 200000 --num-cpus 2  # a quick check
+
+The crawl is built once (benchmarks/common.build_crawl: real Korean questions, 10% near-duplicates,
+3% exact copies) by a *separate* process and cached as JSONL under lake/bench/, so this process
+(the driver) never holds the data. The run is the job's own `run_stages` with the front half
+(normalize → length → langid → exact dedup → MinHash), i.e. the stages up to MinHash even when
+later stages are added to the job. A sampler thread records, every second, the resident memory
+(RSS) of the driver and the proportional set size (PSS: shared object-store pages counted once)
+of the driver plus every process it started (raylet, GCS, object store, Ray workers). Spilled
+bytes come from Ray's memory summary at the end. Results are printed and written as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+class MemorySampler:
+    """Peak RSS of this process, and peak PSS / RSS summed over it and all its descendants."""
+
+    def __init__(self, every: float = 1.0):
+        import psutil
+
+        self.proc, self.every = psutil.Process(), every
+        self.peak: dict[str, float] = {"driver_rss": 0, "total_pss": 0, "total_rss": 0, "largest_worker_rss": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> dict[str, float]:
+        import psutil
+
+        driver = self.proc.memory_info().rss
+        pss = rss = 0
+        largest = 0
+        for p in [self.proc, *self.proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                info = p.memory_full_info()  # smaps_rollup: pss is cheap to read on Linux
+                pss += getattr(info, "pss", info.rss)
+                rss += info.rss
+                if p.pid != self.proc.pid:
+                    largest = max(largest, info.rss)
+        return {"driver_rss": driver, "total_pss": pss, "total_rss": rss, "largest_worker_rss": largest}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                for key, value in self.sample().items():
+                    self.peak[key] = max(self.peak[key], value)
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def build_crawl_file(rows: int, path: Path, seed: int) -> None:
+    """Runs in its own process (see main): writes the synthetic crawl as JSONL, 100k rows at a time."""
+    import polars as pl
+
+    from benchmarks.common import build_crawl
+
+    crawl = build_crawl(rows, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        for start in range(0, rows, 100_000):
+            df = pl.from_arrow(crawl.table.slice(start, 100_000))
+            assert isinstance(df, pl.DataFrame)
+            df.write_ndjson(f)
+    tmp.replace(path)
+
+
+def spilled_mib() -> dict[str, float]:
+    import ray
+    from ray._private.internal_api import memory_summary
+
+    text = memory_summary(address=ray.get_runtime_context().gcs_address, stats_only=True)
+    out = {}
+    for key, pattern in (("spilled_mib", r"Spilled (\d+) MiB"), ("restored_mib", r"Restored (\d+) MiB")):
+        m = re.search(pattern, text)
+        out[key] = float(m.group(1)) if m else 0.0
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from jobs.config import resolve_config
+    from jobs.ko_piqa import run_stages, stages
+    from transforms.dedup.minhash import MinHashDedup
+
+    overrides: dict[str, Any] = {
+        "lake": str(args.lake), "num_cpus": args.num_cpus,
+        "input.paths": [str(args.crawl)], "input.format": "jsonl",
+        "input.columns": {"id": "id", "text": "text", "source": "source"},
+    }
+    config = resolve_config("ko-piqa", None, overrides)
+    chain = stages(config)  # type: ignore[arg-type]
+    cut = next(i for i, s in enumerate(chain) if isinstance(s, MinHashDedup))
+    front = chain[: cut + 1]
+    run_id = f"scale-{args.rows}-{time.strftime('%Y%m%dT%H%M%S')}"
+    with MemorySampler(args.sample_every) as mem:
+        started = time.perf_counter()
+        result = run_stages(config, front, run_id=run_id)  # type: ignore[arg-type]
+        wall = time.perf_counter() - started
+        spill = spilled_mib()
+    from transforms.core.manifest import RunManifest
+    from transforms.core.runner import conservation_errors
+
+    manifest = RunManifest.load(Path(result["manifest"]))
+    gib = 2**30
+    return {
+        "rows": args.rows, "run_id": run_id, "num_cpus": args.num_cpus or os.cpu_count(),
+        "partition_rows": int(os.environ.get("PIQAFORGE_PARTITION_ROWS", 100_000)),
+        "wall_s": round(wall, 1), "rows_per_s": round(args.rows / wall),
+        "driver_peak_rss_gib": round(mem.peak["driver_rss"] / gib, 3),
+        "all_processes_peak_pss_gib": round(mem.peak["total_pss"] / gib, 3),
+        "all_processes_peak_rss_sum_gib": round(mem.peak["total_rss"] / gib, 3),
+        "largest_worker_peak_rss_gib": round(mem.peak["largest_worker_rss"] / gib, 3),
+        **spill,
+        "stages": [{"name": s.name, "rows_in": s.rows_in, "kept": s.rows_kept, "dropped": s.rows_dropped,
+                    "seconds": s.seconds, "partitions": s.partitions} for s in manifest.stages],
+        "conservation_errors": conservation_errors(manifest),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=3_000_000)
+    parser.add_argument("--crawl", type=Path, help="cached crawl JSONL (default lake/bench/crawl-<rows>.jsonl)")
+    parser.add_argument("--lake", type=Path, default=ROOT / "lake" / "bench")
+    parser.add_argument("--num-cpus", type=int, default=None, help="local Ray CPUs (default: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sample-every", type=float, default=1.0, help="memory sampling period, seconds")
+    parser.add_argument("--out", type=Path, help="JSON results (default benchmarks/results/scale-<rows>.json)")
+    parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.crawl = args.crawl or args.lake / f"crawl-{args.rows}.jsonl"
+    if args.build_only:
+        build_crawl_file(args.rows, args.crawl, args.seed)
+        return 0
+    if not args.crawl.exists():
+        started = time.perf_counter()
+        print(f"building {args.rows:,} synthetic rows -> {args.crawl} (separate process)", flush=True)
+        subprocess.run([sys.executable, __file__, "--build-only", "--rows", str(args.rows), "--crawl",
+                        str(args.crawl), "--seed", str(args.seed)], check=True)
+        print(f"built in {time.perf_counter() - started:.0f}s, {args.crawl.stat().st_size / 2**20:.0f} MiB", flush=True)
+    os.environ.setdefault("PIQAFORGE_PROGRESS", "0")
+    results = run(args)
+    results["crawl_mib"] = round(args.crawl.stat().st_size / 2**20)
+    out = args.out or ROOT / "benchmarks" / "results" / f"scale-{args.rows}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    return 0 if not results["conservation_errors"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
