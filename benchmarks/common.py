@@ -169,12 +169,17 @@ def score_clusters(crawl: Crawl, duplicate_of: dict[str, str], threshold: float,
     fam = dict(zip(ids, crawl.table.column("family").to_pylist(), strict=True))
     txt = dict(zip(ids, crawl.texts(), strict=True))
     kinds = dict(zip(ids, crawl.table.column("kind").to_pylist(), strict=True))
-    tp = sum(1 for d, r in duplicate_of.items() if fam[d] == fam[r])
+    tp = sum(1 for d, r in duplicate_of.items() if fam[d] == fam[r])  # r: the row d was judged a copy of
     fp_pairs = [(d, r) for d, r in duplicate_of.items() if fam[d] != fam[r]]
     fp_true_near = sum(1 for d, r in fp_pairs if jaccard(txt[d], txt[r], ngram) >= threshold)
 
     def cluster(i: str) -> str:
-        return duplicate_of.get(i, i)
+        # Follow chains: an exact copy may point at a row that near-dedup dropped in turn.
+        for _ in range(len(duplicate_of) + 1):
+            if i not in duplicate_of:
+                return i
+            i = duplicate_of[i]
+        raise ValueError("duplicate_of has a cycle")
 
     pairs = [(i, fam[i]) for i in ids if kinds[i] != "original"]
     found = [cluster(a) == cluster(b) for a, b in pairs]
