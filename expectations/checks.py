@@ -66,7 +66,7 @@ def derive(df: pd.DataFrame, suite: SuiteConfig) -> list[Derived]:
     if suite.near_duplicates:
         nd = suite.near_duplicates
         checks.append(Derived("no_near_duplicate_goals", "_goal_distinct_ok",
-                              f"no goal within cosine {nd.threshold} of an earlier kept goal "
+                              f"no {nd.column} within cosine {nd.threshold} of an earlier kept row's "
                               f"({nd.representation})", ("id", nd.column)))
     if suite.language_purity:
         lp = suite.language_purity

@@ -63,7 +63,7 @@ def read_xcopa(path: str | Path, split: str = "val", *, variant: str = "data", l
                          LANG: lang, GOAL: copa_goal(r["premise"], questions[r["question"]]),
                          SOL1: r["choice1"], SOL2: r["choice2"], LABEL: int(r["label"]),
                          SOURCE: f"xcopa-{src_lang}", IS_CULTURAL: False, "is_translation": True,
-                         "copa_question": r["question"]})
+                         "copa_question": r["question"], "copa_premise": r["premise"]})
     return conform_items(pa.Table.from_pylist(rows))
 
 
@@ -89,6 +89,6 @@ def read_parus(path: str | Path) -> pa.Table:
         label, count = Counter(answers).most_common(1)[0]
         rows.append({ID: f"parus-{n:04d}", LANG: "ru", GOAL: copa_goal(premise, question), SOL1: sent1,
                      SOL2: sent2, LABEL: label, SOURCE: "parus", IS_CULTURAL: False, "is_translation": True,
-                     "copa_question": "cause" if "причин" in question else "effect",
+                     "copa_question": "cause" if "причин" in question else "effect", "copa_premise": premise,
                      "label_votes": f"{count}/{len(answers)}"})
     return conform_items(pa.Table.from_pylist(rows))
