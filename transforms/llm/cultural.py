@@ -1,0 +1,144 @@
+"""Tag culturally specific questions: a per-language lexicon first, an optional LLM classifier after.
+
+The lexicon (`prompts/classify_cultural/lexicon_<lang>.yaml`) lists items of daily life that belong
+to one culture (김치냉장고, 온돌, 제사...). Terms match as substrings, because Korean glues particles
+to nouns; each term may list longer strings that contain it without meaning it (어떡하죠 is not 떡).
+Rows the lexicon misses can go to an LLM classifier (`llm`, prompt classify_cultural/<lang>); its
+answers share the ensemble's verdict cache, so a rerun asks nothing twice.
+
+Columns: is_cultural, cultural_terms (matched terms), cultural_source (lexicon | llm | null),
+cultural_llm_score (null when the LLM was not asked), cultural_tagger (lexicon and prompt versions).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from transforms.core import columns as C
+from transforms.core.stage import Stage
+from transforms.llm.ensemble import Classifier, EnsembleClassify
+from transforms.llm.prompts import PROMPTS_DIR, load_prompt
+
+
+class Lexicon(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    version: str
+    language: str
+    categories: dict[str, list[str]]
+    exclude: dict[str, list[str]] = Field(default_factory=dict)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.id}@{self.version}"
+
+    @functools.cached_property
+    def _pattern(self) -> re.Pattern[str]:
+        terms = sorted({t for ts in self.categories.values() for t in ts}, key=len, reverse=True)
+        return re.compile("|".join(re.escape(t) for t in terms))
+
+    def match(self, text: str | None) -> list[str]:
+        """Matched terms in order of first appearance, without false friends listed in `exclude`."""
+        if not text:
+            return []
+        found: list[str] = []
+        for m in self._pattern.finditer(text):
+            term = m.group(0)
+            if term in found or self._excluded(text, m.start(), term):
+                continue
+            found.append(term)
+        return found
+
+    def _excluded(self, text: str, start: int, term: str) -> bool:
+        for longer in self.exclude.get(term, []):
+            offset = longer.find(term)
+            while offset >= 0:
+                if start - offset >= 0 and text.startswith(longer, start - offset):
+                    return True
+                offset = longer.find(term, offset + 1)
+        return False
+
+
+@functools.cache
+def load_lexicon(language: str, root: str | None = None) -> Lexicon:
+    path = Path(root or PROMPTS_DIR) / "classify_cultural" / f"lexicon_{language}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"no cultural lexicon for language {language!r} at {path}")
+    return Lexicon.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+
+
+class CulturalTagger(Stage):
+    name: ClassVar[str] = "cultural_tag"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
+    writes: ClassVar[tuple[str, ...]] = ("is_cultural", "cultural_terms", "cultural_source", "cultural_llm_score",
+                                         "cultural_tagger")
+    stateful: ClassVar[bool] = True
+
+    language: str = Field("ko", description="Selects lexicon_<language>.yaml.")
+    llm: Classifier | None = Field(None, description="Ask this classifier about rows the lexicon misses "
+                                   "(e.g. prompt classify_cultural/ko); unset: lexicon only.")
+    cache_dir: str | None = Field(None, description="Verdict cache shared with the ensemble (set by the job).")
+
+    _asker: EnsembleClassify | None = PrivateAttr(None)
+
+    def setup(self) -> None:
+        load_lexicon(self.language)
+        if self.llm is not None:
+            self._asker = EnsembleClassify(classifiers=[self.llm], cache_dir=self.cache_dir)
+            self._asker.ensure_setup()
+
+    def use_engine(self, engine: Any) -> CulturalTagger:
+        if self.llm is None:
+            raise ValueError("no llm classifier configured")
+        self._asker = EnsembleClassify(classifiers=[self.llm], cache_dir=self.cache_dir)
+        self._asker.use_engine(self.llm.short_name, engine)
+        return self
+
+    def process_empty(self, batch: pa.Table) -> pa.Table:
+        return self._write(batch, [], [], [], [])
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        lexicon = load_lexicon(self.language)
+        texts = batch.column(C.TEXT).to_pylist()
+        terms = [lexicon.match(t) for t in texts]
+        source: list[str | None] = ["lexicon" if t else None for t in terms]
+        scores: list[float | None] = [None] * len(texts)
+        tagger = {"lexicon": lexicon.ref}
+        if self.llm is not None:
+            asker = self._asker
+            assert asker is not None
+            prompt = load_prompt(self.llm.prompt)
+            tagger.update(model=self.llm.engine.model, prompt=prompt.ref)
+            misses = [i for i, t in enumerate(terms) if not t]
+            ids = [str(x) for x in batch.column(C.ID).to_pylist()]
+            answers = asker.classify(self.llm, [ids[i] for i in misses], ["" if texts[i] is None else texts[i]
+                                                                        for i in misses])
+            for i, ans in zip(misses, answers, strict=True):
+                scores[i] = ans.score
+                if ans.score is not None and ans.score >= self.llm.threshold and ans.option is not None:
+                    source[i] = "llm"
+        return self._write(batch, terms, source, scores, [json.dumps(tagger, ensure_ascii=False)] * len(texts))
+
+    @staticmethod
+    def _write(batch: pa.Table, terms: list[list[str]], source: list[str | None], scores: list[float | None],
+               tagger: list[str]) -> pa.Table:
+        cols = {"is_cultural": pa.array([s is not None for s in source], pa.bool_()),
+                "cultural_terms": pa.array(terms, pa.list_(pa.string())),
+                "cultural_source": pa.array(source, pa.string()),
+                "cultural_llm_score": pa.array(scores, pa.float64()),
+                "cultural_tagger": pa.array(tagger, pa.string())}
+        for name, values in cols.items():
+            if name in batch.schema.names:
+                batch = batch.set_column(batch.schema.get_field_index(name), name, values)
+            else:
+                batch = batch.append_column(name, values)
+        return batch
