@@ -113,9 +113,14 @@ def test_unknown_model_and_comma_lists(tmp_path, tiny_release):
         resolve_config("evaluate", None, {"release": "x", "modes": "sample"})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not is_prepared("gemma3-270m"), reason="run `python -m transforms.llm.prepare` first")
 def test_real_local_model_end_to_end(tmp_path, tiny_release):
-    """Gemma 3 270M on two items, both modes, swapped order, then a resume that reuses every part."""
+    """Gemma 3 270M on two items, both modes, swapped order, then a resume that reuses every part.
+
+    ~40 s on an idle 2-core machine (model load ~15 s), 9 min measured on the shared, loaded one, so
+    it is in the slow tier: `.venv/bin/pytest -m slow tests/test_evaluate_job.py`.
+    """
     config = resolve_config("evaluate", None, {
         "release": str(tiny_release), "lake": str(tmp_path / "lake"), "models": "local",
         "generate_limit": 2, "loglik_limit": 2, "chunk_size": 1, "generation.max_tokens": 3})
