@@ -17,7 +17,6 @@ import datetime as dt
 import json
 import logging
 import os
-import secrets
 import shutil
 import time
 import traceback
@@ -152,22 +151,6 @@ def _run_step(source: Source, stage: Stage | None, prev_kept: Path, rows_in: int
 def _ensure_status(ds: Any, stage_name: str) -> Any:
     # Sources and global stages may hand back rows without the bookkeeping columns.
     return ds.map_batches(lambda b: mark_dropped(b, stage_name), batch_format="pyarrow")
-
-
-def _write_split(ds: Any, kept_dir: Path, rejected_dir: Path) -> None:
-    tmp = kept_dir.parent / f".tmp-{kept_dir.name}-{secrets.token_hex(3)}"
-    ds.write_parquet(str(tmp), partition_cols=[C.STATUS])
-    for target in (kept_dir, rejected_dir):
-        if target.exists():
-            shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-    for status, target in ((C.KEPT, kept_dir), (C.REJECTED, rejected_dir)):
-        part = tmp / f"{C.STATUS}={status}"
-        if part.exists():
-            part.rename(target)
-        else:
-            target.mkdir(parents=True)
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _record(index: int, name: str, rows_in: int, kept_dir: Path, rejected_dir: Path, seconds: float,
