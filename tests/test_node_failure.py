@@ -92,7 +92,7 @@ def _start_node(args: list[str], temp: str) -> subprocess.Popen:
            f"--dashboard-agent-grpc-port={agent_grpc}", "--object-store-memory=300000000",
            "--disable-usage-stats", *args]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_TMPDIR"] = temp
+    env.update(RAY_TMPDIR=temp, RAY_AUTH_MODE="token")  # every process reads ~/.ray/auth_token
     return subprocess.Popen(cmd, env=env, cwd=temp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 
@@ -122,13 +122,14 @@ def three_nodes():
             _kill(proc)
 
 
-def _wait_for_nodes(address: str, n: int, timeout: float = 120) -> None:
+def _wait_for_nodes(address: str, n: int, timeout: float = 300) -> None:
     code = ("import ray, sys; ray.init(address=sys.argv[1], log_to_driver=False); "
             "print(sum(1 for x in ray.nodes() if x['Alive']))")
     deadline = time.time() + timeout
+    env = dict(os.environ, RAY_AUTH_MODE="token")
     while time.time() < deadline:
         out = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", code, address],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=120, env=env)
         if out.stdout.strip().isdigit() and int(out.stdout.strip()) >= n:
             return
         time.sleep(2)
@@ -140,7 +141,7 @@ def _job(lake: Path, run_id: str, address: str | None) -> subprocess.Popen:
     env.update(PIQAFORGE_PROGRESS="0", PIQAFORGE_PARTITION_ROWS="300",
                PIQAFORGE_OBJECT_STORE_BYTES=str(512 * 2**20))
     if address:
-        env["RAY_ADDRESS"] = address
+        env.update(RAY_ADDRESS=address, RAY_AUTH_MODE="token")
     cmd = [str(ROOT / ".venv" / "bin" / "piqaforge"), "run", "ko-piqa", "--lake", str(lake), "--run-id", run_id,
            "--set", f"input.paths=[{SAMPLE}]"]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -159,6 +160,7 @@ def _outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManifest]:
 
 @pytest.mark.slow
 @pytest.mark.ray
+@pytest.mark.timeout(3600)
 def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, tmp_path):
     address, workers = three_nodes
     lake = tmp_path / "lake"
@@ -171,12 +173,12 @@ def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, tmp_pat
         assert job.poll() is None, "the job ended before the node could be killed"
         _kill(workers[0])  # the raylet, its object store and every worker process on that node
         killed_at = time.time()
-        assert job.wait(timeout=900) == 0
+        assert job.wait(timeout=1800) == 0
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
     clean = _job(lake, "clean", None)
-    assert clean.wait(timeout=900) == 0
+    assert clean.wait(timeout=1800) == 0
 
     kept, rejected, manifest = _outputs(lake, "nodes")
     kept_clean, rejected_clean, clean_manifest = _outputs(lake, "clean")

@@ -80,11 +80,13 @@ def _free_ports(n: int) -> list[int]:
 
 
 @pytest.fixture
-def ray_head():
+def ray_head(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # head, client and job driver share ~/.ray/auth_token
     pytest.importorskip("aiohttp", reason="the Jobs API needs ray[default]: pip install -e .[cluster]")
     temp = tempfile.mkdtemp(prefix="rzs", dir="/tmp")  # short: Ray's socket paths have a length limit
     gcs, dash, client, agent_http, agent_grpc, metrics, env_agent, nm, om = _free_ports(9)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
+    env["RAY_TMPDIR"] = temp
     cmd = [str(ROOT / ".venv" / "bin" / "ray"), "start", "--head", "--block", f"--temp-dir={temp}",
            "--node-ip-address=127.0.0.1", f"--port={gcs}", "--include-dashboard=true",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--ray-client-server-port={client}",
@@ -117,6 +119,7 @@ def ray_head():
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_submit_to_a_real_ray_head(ray_head, tmp_path):
     small = tmp_path / "ko_small.jsonl"
     small.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[:60]), encoding="utf-8")
