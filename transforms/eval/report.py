@@ -42,7 +42,8 @@ def summarize(predictions: pa.Table, items: pa.Table) -> dict[str, Any]:
         prompts = sorted(set(part.column("prompt").to_pylist()))
         counts = {s: statuses.count(s) for s in STATUSES if s in statuses}
         runs.append({"model": model, "method": method, "variant": variant, "prompts": prompts,
-                     "overall": overall, "by": by, "statuses": counts})
+                     "overall": overall, "by": by, "statuses": counts,
+                     "random_baseline": random_baseline(part.column(I.LABEL).to_pylist())})
     swap = {}
     for model in sorted(set(predictions.column("model").to_pylist())):
         orig = _select(predictions, model, GENERATE, ORIGINAL)
@@ -100,7 +101,8 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
 def markdown(summary: dict[str, Any], title: str = "Evaluation") -> str:
     """The papers' table, then per-subset accuracy and the baselines, as Markdown."""
     rb = summary["random_baseline"]
-    lines = [f"## {title}", "", f"{summary['n_items']} items. Accuracy in %, 95% Wilson interval in brackets; "
+    lines = [f"## {title}", "", f"{summary['n_items']} items in the release; each row scores the items in its *scored* "
+             "column (a fixed-seed subset when a limit was set). Accuracy in %, 95% Wilson interval in brackets; "
              "replies that were refusals, empty or unparsable are left out of accuracy and counted in *omitted*.", "",
              "| model | method | variant | prompt | overall | cultural | universal | scored | omitted (refusal/empty/unparsable) | swap consistency |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -117,7 +119,7 @@ def markdown(summary: dict[str, Any], title: str = "Evaluation") -> str:
                      f"{ob.get('unparsable', 0)}) | {swap_txt} |")
     emp = "n/a" if rb["empirical"] is None else f"{100 * rb['empirical']:.1f}"
     maj = "n/a" if rb["majority"] is None else f"{100 * rb['majority']:.1f}"
-    lines += ["", f"Random baselines: uniform guess {100 * rb['uniform']:.1f}%, guess by the label distribution "
+    lines += ["", f"Random baselines on the whole release: uniform guess {100 * rb['uniform']:.1f}%, guess by the label distribution "
               f"{rb['label_dist']} {emp}%, always the majority label {maj}%.", ""]
     for run in summary["runs"]:
         for col, groups in run["by"].items():
