@@ -116,3 +116,23 @@ def test_global_stage_on_ray(ray_local, piqa_goals):
     out = pa.concat_tables(ray.get(SemanticDedup(threshold=0.85).run_dataset(ds).to_arrow_refs()))
     local = SemanticDedup(threshold=0.85)(piqa_goals.slice(0, 200))
     assert out.column("duplicate_of").to_pylist() == local.column("duplicate_of").to_pylist()
+
+
+def test_precomputed_vectors_and_clustered_method_give_the_same_groups():
+    x = planted(3000, 32, 60, noise=0.03, seed=3)
+    ids = [f"r{i:05d}" for i in range(len(x))]
+    table = pa.table({"id": ids, "goal": [""] * len(x), "vec": pa.array(x.tolist(), pa.list_(pa.float32()))})
+    exact = SemanticDedup(vector_column="vec", method="exact").duplicate_of(table)
+    clustered = SemanticDedup(vector_column="vec", method="clustered", n_probe=3).duplicate_of(table)
+    expected_pairs = brute_pairs(x, 0.85)
+    assert sum(d is not None for d in exact) == len({j for _, j in expected_pairs})  # each planted copy
+    assert clustered == exact
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["faiss-gpu", "cuml"])
+def test_gpu_backends_match_cpu(backend):
+    x = planted(5000, 64, 100, noise=0.03)
+    cpu = set(map(tuple, similar_pairs(x, 0.85).tolist()))
+    gpu = set(map(tuple, similar_pairs(x, 0.85, KnnConfig(backend=backend, k=16)).tolist()))
+    assert gpu == cpu  # groups are ≤ 4 rows, so k=16 neighbours see every pair

@@ -51,6 +51,8 @@ class SemanticDedup(GlobalStage):
     clustered_above: int = Field(200_000, ge=1)
     n_clusters: int | None = Field(None, ge=1, description="k-means clusters (default √n).")
     n_probe: int = Field(1, ge=1, description="Clusters each row joins (more: higher recall, more work).")
+    vector_column: str | None = Field(None, description="Column of precomputed unit vectors (list<float>); "
+                                      "when present, rows are not embedded here (embed upstream on an actor pool).")
     keep: Literal["smallest_id", "first"] = Field("smallest_id", description="Which row of a group survives.")
     seed: int = Field(0, description="k-means seed: same seed, same clusters, same result.")
 
@@ -75,7 +77,11 @@ class SemanticDedup(GlobalStage):
         texts = ["" if t is None else str(t) for t in table.column(self.column).to_pylist()]
         if len(ids) < 2:
             return [None] * len(ids)
-        if self.representation == "char-ngrams":
+        if self.vector_column and self.vector_column in table.column_names:
+            vectors = np.asarray(table.column(self.vector_column).to_pylist(), dtype=np.float32)
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+            pairs = self.find_pairs(vectors)
+        elif self.representation == "char-ngrams":
             pairs = char_ngram_pairs(texts, self.threshold)
         else:
             if "lang" in table.column_names:
