@@ -200,3 +200,23 @@ def test_minimal_pair_filter_stage_on_real_piqa(piqa):
     kept = [s == "kept" for s in out.column("_status").to_pylist()]
     assert kept == expected
     assert set(filter(None, out.column("drop_reason").to_pylist())) == {"not_minimal_pair:word"}
+
+
+def test_kannada_and_malayalam_use_the_script_check(shared_data):
+    from transforms.piqa.textcheck import in_language, script_share
+
+    kn = "ನೀರು ಕುದಿಸಲು ಪಾತ್ರೆಯನ್ನು ಒಲೆಯ ಮೇಲೆ ಇಡಿ"
+    ml = "വെള്ളം തിളപ്പിക്കാൻ പാത്രം അടുപ്പിൽ വയ്ക്കുക"
+    assert script_share(kn, "kn") == 1.0 and script_share(ml, "kn") == 0.0
+    assert in_language([kn, ml, "boil water in a pot"], ["kn", "ml", "kn"], method="script") == [True, True, False]
+    # a Tamil row declared as Kannada fails purity under the PIndicQA suite (script check for kn)
+    ta = read_xcopa(shared_data / "xcopa_ta", "val").slice(0, 3).select(["id", "lang", "goal", "sol1", "sol2", "label"])
+    rows = ta.to_pylist()
+    rows[0]["lang"] = "kn"
+    rows[1].update(lang="kn", goal=kn + "?", sol1=kn, sol2=kn + " ಬೇಗ")
+    table = pa.Table.from_pylist(rows)
+    suite = load_suite("pindic", {"near_duplicates": None, "label_balance": None, "length": None,
+                                  "required_columns": ["id", "lang", "goal", "sol1", "sol2", "label"]})
+    df = to_frame(table)
+    derive(df, suite)
+    assert list(df["_language_ok"]) == [False, True, True]  # row 2 is Tamil declared ta: fastText
