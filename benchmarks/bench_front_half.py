@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['rows_dropped']}")
     print(f"\nfront half: {crawl.num_rows:,} rows in {total:.1f}s = {crawl.num_rows / total:,.0f} rows/s "
           f"(wall, {args.num_cpus} CPUs, including Ray start-up)")
+    print(f"CPU: {rss.cpu_seconds:.0f} s over driver + Ray processes = {crawl.num_rows / rss.cpu_seconds:,.0f} rows "
+          f"per CPU-second -> {rss.cpu_seconds / args.num_cpus:.0f}s on {args.num_cpus} idle cores "
+          f"(load average now {os.getloadavg()[0]:.1f}: other processes share this machine)")
     print(f"peak RSS: driver {rss.peak_self / 2**20:.0f} MiB, driver + Ray workers {rss.peak_total / 2**20:.0f} MiB")
 
     # Score the two dedup stages together against the injected families: exact copies should go in

@@ -91,12 +91,32 @@ def bench_signatures(texts: list[str], baseline_rows: int, num_perm: int, ngram:
 
 
 class RssSampler:
-    """Peak resident memory of this process and of all its children (the Ray workers), sampled."""
+    """Peak resident memory and CPU time of this process and all its children (the Ray instance), sampled.
+
+    CPU seconds are robust to other processes sharing the machine, which wall time is not:
+    `cpu_seconds / cores` is what the wall time would be on an otherwise idle machine.
+    """
 
     def __init__(self, every: float = 0.5):
         import psutil
 
         self.proc, self.every, self.peak_total, self.peak_self = psutil.Process(), every, 0, 0
+        self._cpu: dict[int, float] = {}
+        self._cpu_start = self._cpu_now()
+
+    def _cpu_now(self) -> dict[int, float]:
+        import psutil
+
+        out = {}
+        for p in [self.proc, *self.proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                out[p.pid] = t.user + t.system
+        return out
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(v - self._cpu_start.get(pid, 0.0) for pid, v in self._cpu.items())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -110,6 +130,8 @@ class RssSampler:
                 for child in self.proc.children(recursive=True):
                     with contextlib.suppress(psutil.Error):
                         kids += child.memory_info().rss
+                for pid, cpu in self._cpu_now().items():
+                    self._cpu[pid] = max(cpu, self._cpu.get(pid, 0.0))
                 self.peak_self = max(self.peak_self, me)
                 self.peak_total = max(self.peak_total, me + kids)
             except psutil.Error:
@@ -123,6 +145,8 @@ class RssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        for pid, cpu in self._cpu_now().items():
+            self._cpu[pid] = max(cpu, self._cpu.get(pid, 0.0))
 
 
 def as_map(table: pa.Table) -> dict[str, str]:
@@ -206,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n== Ray Data path: {crawl.num_rows:,} rows, {blocks} blocks, {args.num_cpus} CPUs ==")
     print(f"  stage (threshold {stage.threshold}, {stage.lsh_bands()[0]}x{stage.lsh_bands()[1]} bands): "
           f"{secs:.1f}s = {crawl.num_rows / secs:,.0f} rows/s wall; {got.num_rows:,} rows marked near_duplicate")
+    print(f"  CPU: {rss.cpu_seconds:.1f} s over driver + Ray processes = {crawl.num_rows / rss.cpu_seconds:,.0f} "
+          f"rows per CPU-second (wall {secs:.1f}s; machine load {os.getloadavg()[0]:.1f})")
     print(f"  same duplicate map as process_table: {same}")
     print(f"  driver: python allocations peak {traced_peak / 2**20:.1f} MiB (tracemalloc), RSS peak "
           f"{rss.peak_self / 2**20:.0f} MiB; driver + Ray workers RSS peak {rss.peak_total / 2**20:.0f} MiB; "

@@ -23,6 +23,7 @@ precision/recall and the memory model at 100M rows.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -169,6 +170,7 @@ class MinHashDedup(GlobalStage):
         import ray
 
         self.check_columns(ds.schema())
+        started = time.perf_counter()
         batch_args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": self.resources.batch_size,
                                       **self.resources.ray_remote_args()}
         texts = ds.select_columns([C.ID, C.TEXT])
@@ -179,7 +181,8 @@ class MinHashDedup(GlobalStage):
             blocks = texts.to_arrow_refs() if self.verify else []
         else:
             # Blocks of bounded size, held in the object store (spilled to disk if need be), read once.
-            blocks = texts.map_batches(_identity, batch_format="pyarrow", batch_size=self.rows_per_block).to_arrow_refs()
+            blocks = texts.repartition(target_num_rows_per_block=self.rows_per_block).to_arrow_refs()
+            log.info("minhash_dedup: %d blocks materialised in %.1fs", len(blocks), time.perf_counter() - started)
             edge_refs = self._task_shuffle(blocks)
         sig_refs: list[Any] = []
         if self.verify:
@@ -189,7 +192,8 @@ class MinHashDedup(GlobalStage):
         del blocks
         map_ref = ray.remote(num_cpus=1)(_cluster).remote(self, len(edge_refs), *edge_refs, *sig_refs)
         n_dups = ray.get(ray.remote(num_cpus=0)(_num_rows).remote(map_ref))
-        log.info("minhash_dedup: %d near-duplicate rows to drop", n_dups)
+        log.info("minhash_dedup: %d near-duplicate rows to drop; signatures, shuffle, verification and "
+                 "clustering took %.1fs", n_dups, time.perf_counter() - started)
         return ds.map_batches(_mark, fn_kwargs={"stage": self, "lookup_ref": [map_ref]}, **batch_args)
 
     def _task_shuffle(self, blocks: list[Any]) -> list[Any]:
@@ -213,10 +217,6 @@ def _band_rows(batch: pa.Table, stage: MinHashDedup) -> pa.Table:
 
 def _edges(group: pa.Table) -> pa.Table:
     return bucket_edges(group)
-
-
-def _identity(batch: pa.Table) -> pa.Table:
-    return batch
 
 
 def _band_partitions(block: pa.Table, stage: MinHashDedup) -> tuple[pa.Table, ...] | pa.Table:

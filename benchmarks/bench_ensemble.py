@@ -1,0 +1,174 @@
+"""What the cascade and the prefilter save, measured on the bundled sample with the local model.
+
+    .venv/bin/python benchmarks/bench_ensemble.py [--rows 120] [--json out.json]
+
+1. Runs the job's ensemble (jobs/configs/ko_piqa.yaml: Gemma 3 270M, two prompts, unanimous) as a
+   cascade on a fixed-seed random subset of the sample, timing the local engine.
+2. Counts LLM calls and estimated FLOPs (2 x parameters x prompt tokens) per input row for the
+   cascade and for "every classifier on every row", with and without the distilled prefilter
+   (fitted on the same subset, applied to all rows of the sample).
+3. Extrapolates to 3.01M rows with the paper's models (4B, 14B, 32B) from the measured pass rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from jobs.config import resolve_config  # noqa: E402
+from transforms.core import columns as C  # noqa: E402
+from transforms.llm.ensemble import EnsembleClassify  # noqa: E402
+from transforms.llm.prefilter import DistilledPrefilter, sample_indices  # noqa: E402
+from transforms.llm.prompts import load_prompt  # noqa: E402
+
+H100_BF16_DENSE = 989e12  # FLOP/s, H100 SXM dense bf16
+MFU = 0.40
+PAPER_ROWS = 3_010_000
+PAPER_MODELS = [("Qwen3-4B", 4.0), ("HCX-14B", 14.0), ("Qwen3-32B", 32.0)]
+PAPER_SAMPLE = 50_000  # distillation sample at paper scale: ~190 positives at the paper's 0.38% pass rate
+
+
+def load_sample(path: Path) -> pa.Table:
+    rows = [json.loads(line) for line in path.open(encoding="utf-8")]
+    seen: set[str] = set()
+    ids, texts = [], []
+    for r in rows:  # exact dedup, as the front half would
+        if r["text"] and r["text"] not in seen:
+            seen.add(r["text"])
+            ids.append(r["id"])
+            texts.append(r["text"])
+    return pa.table({C.ID: ids, C.TEXT: texts})
+
+
+def prompt_tokens(stage: EnsembleClassify, engine: Any, texts: list[str]) -> dict[str, dict[str, float]]:
+    """Mean prompt tokens per classifier: whole prompt, and the row part after the shared prefix."""
+    out = {}
+    for clf in stage.classifiers:
+        prompt = load_prompt(clf.prompt)
+        full = [len(engine.encode(engine.render_chat(prompt.render(text=t).messages))) for t in texts]
+        empty = len(engine.encode(engine.render_chat(prompt.render(text="").messages)))
+        out[clf.column_key] = {"prompt": float(np.mean(full)), "shared_prefix": float(empty),
+                               "row_part": float(np.mean(full)) - empty}
+    return out
+
+
+def cost(asked: dict[str, np.ndarray], tokens: dict[str, dict[str, float]], params_b: dict[str, float],
+         rows: int) -> tuple[float, float]:
+    """(LLM calls, FLOPs) per input row, for the given per-classifier 'asked' masks."""
+    calls = sum(float(a.sum()) for a in asked.values()) / rows
+    flops = sum(2 * params_b[k] * 1e9 * tokens[k]["prompt"] * float(a.sum()) for k, a in asked.items()) / rows
+    return calls, flops
+
+
+def gpu_hours(flops: float) -> float:
+    return flops / (H100_BF16_DENSE * MFU) / 3600
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=120, help="rows the ensemble classifies (and the prefilter learns on)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--input", default=str(ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"))
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+
+    config = resolve_config("ko-piqa")
+    table = load_sample(Path(args.input))
+    ensemble = config.ensemble.model_copy(update={"cache_dir": None})  # type: ignore[union-attr]
+    t0 = time.perf_counter()
+    ensemble.ensure_setup()
+    load_s = time.perf_counter() - t0
+    idx = sample_indices(table.column(C.ID).to_pylist(), args.rows, args.seed)
+    subset = table.take(pa.array(idx))
+    t0 = time.perf_counter()
+    judged = ensemble(subset)
+    llm_s = time.perf_counter() - t0
+    n = subset.num_rows
+    calls_made = int(np.sum(judged.column("ens_calls").to_numpy()))
+    order = [c.column_key for c in ensemble.ordered()]
+    asked = {k: np.array([v is not None for v in judged.column(f"ens_{k}_verdict").to_pylist()]) for k in order}
+    every = {k: np.ones(n, dtype=bool) for k in order}
+    engine = ensemble._engines[ensemble.ordered()[0].short_name]
+    tokens = prompt_tokens(ensemble, engine, subset.column(C.TEXT).to_pylist())
+    params = {c.column_key: c.engine.params_b or 0.27 for c in ensemble.classifiers}
+    passed = np.array(judged.column("ens_pass").to_pylist(), dtype=bool)
+    stage_pass = []  # P(yes at stage i | asked at stage i)
+    for k in order:
+        v = judged.column(f"ens_{k}_verdict").to_pylist()
+        got = [x for x in v if x is not None]
+        stage_pass.append(sum(got) / len(got) if got else 0.0)
+
+    # Prefilter: learn the ensemble on the subset (answers reused from the run above), apply to every row.
+    pre = DistilledPrefilter(teacher=ensemble, sample_size=args.rows, seed=args.seed,
+                             **config.prefilter.model_dump(include={"holdout_fraction", "target_recall",  # type: ignore[union-attr]
+                                                                    "max_pass_rate", "embed_chars", "embedder",
+                                                                    "min_per_class", "on_degenerate"}))
+    t0 = time.perf_counter()
+    pre(table)
+    pre_s = time.perf_counter() - t0
+    rep = pre.report
+    pass_rate = rep["pass_rate"]
+
+    cascade = cost(asked, tokens, params, n)
+    full = cost(every, tokens, params, n)
+    sample_share = args.rows / table.num_rows  # the distillation sample is classified once, up front
+    with_pre = (sample_share * cascade[0] + pass_rate * cascade[0], sample_share * cascade[1] + pass_rate * cascade[1])
+    full_pre = (sample_share * full[0] + pass_rate * full[0], sample_share * full[1] + pass_rate * full[1])
+
+    print(f"\nbundled sample: {table.num_rows} unique rows; ensemble run on {n} (seed {args.seed}); "
+          f"classifiers in cascade order: {order}")
+    print(f"local engine: load {load_s:.1f} s; {calls_made} calls in {llm_s:.1f} s = {calls_made / llm_s:.2f} calls/s, "
+          f"{n / llm_s:.2f} rows/s; ensemble pass rate {passed.mean():.3f}; per-stage yes rate "
+          f"{', '.join(f'{k}={p:.2f}' for k, p in zip(order, stage_pass, strict=True))}")
+    print("prompt tokens (Gemma tokenizer): " + ", ".join(
+        f"{k}: {t['prompt']:.0f} ({t['shared_prefix']:.0f} shared prefix + {t['row_part']:.0f} row)"
+        for k, t in tokens.items()))
+    print(f"prefilter: AUC {rep.get('holdout_auc', float('nan')):.3f}, held-out recall vs ensemble "
+          f"{rep.get('holdout_recall', float('nan')):.3f} (target {rep.get('target_recall')}, budget-capped "
+          f"{rep.get('budget_capped')}), pass rate on all rows {pass_rate:.4f}; scoring {pre_s:.1f} s")
+    print(f"\n{'per input row':<38}{'LLM calls':>12}{'GFLOPs':>12}")
+    for label, (c, f) in [("every classifier on every row", full), ("cascade (early exit)", cascade),
+                          ("prefilter + every classifier", full_pre), ("prefilter + cascade", with_pre)]:
+        print(f"{label:<38}{c:>12.3f}{f / 1e9:>12.1f}")
+
+    # Paper scale: the measured yes rates, the paper's model sizes, and the measured prompt length.
+    mean_tokens = float(np.mean([t["prompt"] for t in tokens.values()]))
+    p1 = stage_pass[0]
+    p2 = stage_pass[1] if len(stage_pass) > 1 else p1
+    reach = [1.0, p1, p1 * p2]  # share of rows each model sees in the cascade
+    scale = {}
+    per_model = [2 * b * 1e9 * mean_tokens for _, b in PAPER_MODELS]  # FLOPs of one call
+    for label, rows_seen in [
+        ("every model, every row", [PAPER_ROWS] * 3),
+        ("cascade", [PAPER_ROWS * r for r in reach]),
+        # the distillation sample goes through the cascade once, then the prefilter's passes do
+        ("prefilter + cascade", [(PAPER_SAMPLE + PAPER_ROWS * pass_rate) * r for r in reach]),
+    ]:
+        total = sum(f * n for f, n in zip(per_model, rows_seen, strict=True))
+        scale[label] = {"flops": total, "h100_hours": gpu_hours(total), "calls": sum(rows_seen)}
+    print(f"\n3.01M rows, {', '.join(n for n, _ in PAPER_MODELS)}; {mean_tokens:.0f} prompt tokens/call; reach "
+          f"{reach[0]:.2f}/{reach[1]:.3f}/{reach[2]:.3f}; H100 {H100_BF16_DENSE / 1e12:.0f} TFLOP/s x {MFU:.0%} MFU")
+    for label, v in scale.items():
+        print(f"  {label:<28}{v['calls'] / 1e6:>8.2f}M calls  {v['flops']:.3e} FLOPs  {v['h100_hours']:>8.1f} H100-hours")
+    result = {"rows": table.num_rows, "ensemble_rows": n, "load_s": load_s, "llm_s": llm_s, "calls": calls_made,
+              "rows_per_s": n / llm_s, "calls_per_s": calls_made / llm_s, "order": order, "stage_yes_rate": stage_pass,
+              "ensemble_pass_rate": float(passed.mean()), "tokens": tokens, "prefilter": rep,
+              "per_row": {"full": full, "cascade": cascade, "prefilter_full": full_pre, "prefilter_cascade": with_pre},
+              "paper_scale": scale}
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2, default=float))
+    return result
+
+
+if __name__ == "__main__":
+    main()
