@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.deps import require
@@ -55,6 +55,8 @@ class SemanticDedup(GlobalStage):
                                       "when present, rows are not embedded here (embed upstream on an actor pool).")
     keep: Literal["smallest_id", "first"] = Field("smallest_id", description="Which row of a group survives.")
     seed: int = Field(0, description="k-means seed: same seed, same clusters, same result.")
+
+    _embedder: Embedder | None = PrivateAttr(None)
 
     def check_columns(self, schema: pa.Schema) -> None:
         super().check_columns(schema)
@@ -94,11 +96,14 @@ class SemanticDedup(GlobalStage):
         dup_index = greedy_keep(len(ids), pairs, order)
         return [None if j < 0 else ids[j] for j in dup_index]
 
+    def setup(self) -> None:
+        if self.representation == "embedder" and self._embedder is None:
+            self._embedder = Embedder(self.embedder)
+
     def embed(self, texts: list[str]) -> np.ndarray:
-        if not hasattr(self, "_embedder_obj"):
-            object.__setattr__(self, "_embedder_obj", Embedder(self.embedder))
-        embedder: Embedder = object.__getattribute__(self, "_embedder_obj")
-        return embedder.encode(texts)
+        self.setup()
+        assert self._embedder is not None
+        return self._embedder.encode(texts)
 
     def find_pairs(self, vectors: np.ndarray) -> np.ndarray:
         n = len(vectors)
