@@ -185,7 +185,9 @@ def test_cli_bad_rows_keep_the_job_going_and_land_in_rejected(tmp_path):
     """The whole job in a subprocess with its own Ray: 1-2.5 min here (`pytest -m slow tests/test_bad_input.py`)."""
     path = tmp_path / "crawl.jsonl"
     expected = write_bad_jsonl(path)
-    proc = piqaforge(tmp_path, "--input", str(path), "--run-id", "bad", "--set", "num_cpus=2")
+    # ensemble=null: the front half only, the LLM back half has its own tests
+    proc = piqaforge(tmp_path, "--input", str(path), "--run-id", "bad", "--set", "num_cpus=2",
+                     "--set", "ensemble=null")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lake = tmp_path / "lake"
     manifest = json.loads((lake / "runs" / "bad" / "manifest.json").read_text())
@@ -209,7 +211,8 @@ def test_cli_input_with_no_usable_row_fails_clearly(tmp_path):
     """~60-90 s (starts Ray in a subprocess): `pytest -m slow tests/test_bad_input.py`."""
     path = tmp_path / "garbage.jsonl"
     path.write_bytes(b"not json\n\xff\xfe\n{oops\n")
-    proc = piqaforge(tmp_path, "--input", str(path), "--run-id", "garbage", "--set", "num_cpus=2")
+    proc = piqaforge(tmp_path, "--input", str(path), "--run-id", "garbage", "--set", "num_cpus=2",
+                     "--set", "ensemble=null")
     assert_clear_failure(proc, "no usable rows in the input: all 3 records were rejected",
                          "invalid_utf8: 1, malformed_json: 2")
     assert (tmp_path / "lake" / "runs" / "garbage" / "report.html").exists()

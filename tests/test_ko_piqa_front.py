@@ -96,6 +96,23 @@ def test_the_report_is_self_contained_and_shows_the_funnel(front_run):
             assert reason in html
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+def test_distributed_dedup_through_the_runner_gives_the_same_rows(front_run, tmp_path):
+    """gather_below_rows=0 forces the groupby + broadcast path a real crawl takes; 1-4 min on a busy
+    2-core box (`pytest -m slow tests/test_ko_piqa_front.py`)."""
+    lake, _, _ = front_run
+    config = resolve_config("ko-piqa", None, {"lake": str(tmp_path), "input.paths": [str(SAMPLE)],
+                                              "exact_dedup.gather_below_rows": 0})
+    assert isinstance(config, ko_piqa.Config)
+    front = [s for s in ko_piqa.stages(config) if s.name in FRONT]
+    manifest = RunManifest.load(Path(ko_piqa.run_stages(config, front, run_id="dist")["manifest"]))
+    assert conservation_errors(manifest) == []
+    gathered = read_table(lake / "curated" / "ko-piqa" / "front", columns=["id"]).column("id").to_pylist()
+    distributed = read_table(tmp_path / "curated" / "ko-piqa" / "dist", columns=["id"]).column("id").to_pylist()
+    assert sorted(distributed) == sorted(gathered)
+
+
 def test_report_flags_a_failed_run_and_broken_conservation():
     from transforms.core.manifest import StageRecord
     from transforms.core.report import render_report
