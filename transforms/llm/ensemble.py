@@ -336,3 +336,21 @@ def _put(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     if name in table.schema.names:
         return table.set_column(table.schema.get_field_index(name), name, values)
     return table.append_column(name, values)
+
+
+def summarise_run(*paths: Path) -> dict[str, Any]:
+    """Rows, LLM calls and pass rate of an ensemble stage, from its kept + rejected Parquet files."""
+    rows = calls = passed = 0
+    per_reason: dict[str, int] = {}
+    for path in paths:
+        table = read_table(path)
+        if table.num_rows == 0 or "ens_calls" not in table.column_names:
+            continue
+        rows += table.num_rows
+        calls += int(np.asarray(table.column("ens_calls").to_pylist(), dtype=np.int64).sum())
+        passed += sum(bool(x) for x in table.column("ens_pass").to_pylist())
+        for reason in table.column(C.DROP_REASON).to_pylist():
+            if reason and (reason.startswith(REJECTED_PREFIX) or reason == UNPARSABLE):
+                per_reason[reason] = per_reason.get(reason, 0) + 1
+    return {"rows": rows, "llm_calls": calls, "calls_per_row": calls / rows if rows else None,
+            "passed": passed, "pass_rate": passed / rows if rows else None, "rejected": per_reason}

@@ -147,7 +147,8 @@ class DistilledPrefilter(GlobalStage):
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("prefilter_score", "prefilter_sampled")
 
-    teacher: EnsembleClassify = Field(..., description="The ensemble whose verdict the prefilter learns.")
+    teacher: EnsembleClassify | None = Field(
+        None, description="The ensemble whose verdict the prefilter learns (the job passes its ensemble stage).")
     sample_size: int = Field(200, ge=2, description="Rows the ensemble labels for distillation.")
     seed: int = Field(0, description="Sampling and split seed.")
     holdout_fraction: float = Field(0.4, gt=0, lt=1, description="Part of the sample held out to set the threshold.")
@@ -171,11 +172,25 @@ class DistilledPrefilter(GlobalStage):
         return self._report
 
     # -- distillation (one task; it runs the ensemble, so it gets the ensemble's resources) ---------
-    def distil(self, sample: pa.Table) -> tuple[FittedPrefilter, dict[str, Any]]:
+    def distil(self, sample: pa.Table, covers_all: bool = False) -> tuple[FittedPrefilter, dict[str, Any]]:
+        """Label `sample` with the teacher and fit; when the sample is every row, nothing is left to filter."""
         started = time.perf_counter()
+        if self.teacher is None:
+            raise ValueError("the prefilter needs a teacher: an EnsembleClassify stage whose verdict it learns")
         judged = self.teacher(sample.select([C.ID, C.TEXT]))
         labels = np.asarray(judged.column("ens_pass").to_pylist(), dtype=bool)
         teacher_s = time.perf_counter() - started
+        if covers_all:
+            # Every row is already classified (and cached for the ensemble stage): pass them all on.
+            n_pos = int(labels.sum())
+            fitted = FittedPrefilter(coef=[], intercept=0.0, threshold=-math.inf, embedder=self.embedder,
+                                     embed_chars=self.embed_chars, note="pass_all: the sample is every row")
+            report: dict[str, Any] = {"sample_rows": len(labels), "sample_positives": n_pos, "degenerate": False,
+                                      "teacher_pass_rate_on_sample": n_pos / max(len(labels), 1),
+                                      "note": fitted.note, "threshold": None}
+            calls = judged.column("ens_calls").to_numpy()
+            report.update(teacher_seconds=round(teacher_s, 2), teacher_calls=int(calls.sum()), seed=self.seed)
+            return fitted, report
         embedder = Embedder(self.embedder)
         emb = embedder.encode(_cut(sample.column(C.TEXT).to_pylist(), self.embed_chars))
         fitted, report = fit_prefilter(emb, labels, target_recall=self.target_recall,
@@ -239,7 +254,7 @@ class DistilledPrefilter(GlobalStage):
     def process_table(self, table: pa.Table) -> pa.Table:
         ids = [str(i) for i in table.column(C.ID).to_pylist()]
         idx = sample_indices(ids, self.sample_size, self.seed)
-        fitted, report = self.distil(table.take(pa.array(idx)))
+        fitted, report = self.distil(table.take(pa.array(idx)), covers_all=len(idx) >= table.num_rows)
         scored = self.score(table, fitted, {ids[i] for i in idx})
         out = self.mark(scored, self.final_threshold(fitted, scored.column("prefilter_score").to_numpy(), report))
         self.finish_report(fitted, report, table.num_rows, _kept(out))
@@ -254,8 +269,10 @@ class DistilledPrefilter(GlobalStage):
             lambda b: b.append_column("_key", pa.array(sample_keys([str(i) for i in b.column(C.ID).to_pylist()],
                                                                    seed))), batch_format="pyarrow")
         sample = pa.concat_tables(ray.get(keyed.sort("_key").limit(self.sample_size).to_arrow_refs()))
-        remote = ray.remote(**self.teacher.resources.ray_remote_args())(_distil_task)
-        fitted, report = ray.get(remote.remote(self, sample.drop_columns(["_key"])))
+        resources = self.teacher.resources if self.teacher is not None else self.resources
+        remote = ray.remote(**resources.ray_remote_args())(_distil_task)
+        covers_all = sample.num_rows >= ds.count()
+        fitted, report = ray.get(remote.remote(self, sample.drop_columns(["_key"]), covers_all))
         sampled = set(sample.column(C.ID).to_pylist())
         scored = ds.map_batches(_ScoreActor, fn_constructor_kwargs={"stage": self, "fitted": fitted,
                                                                     "sampled": sampled},
@@ -274,8 +291,9 @@ def _kept(table: pa.Table) -> int:
     return int(pc.sum(pc.is_null(table.column(C.DROP_REASON))).as_py() or 0)
 
 
-def _distil_task(stage: DistilledPrefilter, sample: pa.Table) -> tuple[FittedPrefilter, dict[str, Any]]:
-    return stage.distil(sample)
+def _distil_task(stage: DistilledPrefilter, sample: pa.Table,
+                 covers_all: bool) -> tuple[FittedPrefilter, dict[str, Any]]:
+    return stage.distil(sample, covers_all)
 
 
 class _ScoreActor:
