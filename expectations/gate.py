@@ -39,6 +39,8 @@ class CheckResult(BaseModel):
     error: str | None = None
 
     def reason(self) -> str:
+        if self.expectation == "expect_column_to_exist":
+            return f"{self.name}: column {self.column!r} is missing"
         if self.error:
             return f"{self.name}: {self.error}"
         text = f"{self.name}: {self.description}"

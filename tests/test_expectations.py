@@ -220,3 +220,25 @@ def test_kannada_and_malayalam_use_the_script_check(shared_data):
     df = to_frame(table)
     derive(df, suite)
     assert list(df["_language_ok"]) == [False, True, True]  # row 2 is Tamil declared ta: fastText
+
+
+def _two(**cols):
+    base = {"id": ["a", "b"], "lang": ["en", "en"], "goal": ["How to boil water?", "How to dry wet shoes?"],
+            "sol1": ["Use a pot.", "Stuff them with paper."], "sol2": ["Use a sieve.", "Stuff them with sand."],
+            "label": [0, 1]}
+    base.update(cols)
+    return pa.table(base)
+
+
+@pytest.mark.parametrize("table, failing", [
+    (pa.table({"x": [1, 2]}), "column_exists:id"),
+    (_two(label=pa.nulls(2, pa.int64())), "not_null:label"),
+    (_two(label=[0.0, 1.5]), "types"),
+    (_two(lang=[None, None]), "not_null:lang"),
+    (_two().slice(0, 1), "label_balance"),
+])
+def test_odd_tables_fail_without_crashing(table, failing):
+    result = run_gate(table, load_suite("generic", FAST))
+    assert not result.success
+    assert failing in {c.name for c in result.failures()}
+    assert all(isinstance(r, str) and r for r in result.reasons())
