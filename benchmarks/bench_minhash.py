@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import build_crawl, score_clusters  # noqa: E402
 from transforms.dedup.minhash import MinHashDedup  # noqa: E402
-from transforms.dedup.minhash_signature import minhash_signatures  # noqa: E402
+from transforms.dedup.minhash_signature import minhash_signatures, shingle_hashes  # noqa: E402
 
 
 def timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, float]:
@@ -77,8 +77,11 @@ def bench_signatures(texts: list[str], baseline_rows: int, num_perm: int, ngram:
 
     rows = []
     for name, fn, n in [
-        ("piqaforge numpy (raw text -> signature)", lambda: minhash_signatures(arrow, num_perm=num_perm, ngram=ngram),
-         len(texts)),
+        ("piqaforge numpy (raw text -> signature)",
+         lambda: minhash_signatures(arrow, num_perm=num_perm, ngram=ngram, backend="numpy"), len(texts)),
+        ("piqaforge numba (raw text -> signature)",
+         lambda: minhash_signatures(arrow, num_perm=num_perm, ngram=ngram, backend="numba"), len(texts)),
+        ("piqaforge shingle hashing only (numpy)", lambda: shingle_hashes(arrow, ngram), len(texts)),
         ("python shingling only (baselines' input)", lambda: shingle_lists(texts, ngram), len(texts)),
         ("datasketch MinHash.update_batch per doc", datasketch_per_doc, len(small)),
         ("rensa RMinHash.update per doc", rensa_per_doc, len(texts)),
@@ -175,15 +178,16 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\n== signatures: {args.num_perm} permutations, character {args.ngram}-grams, one core ==")
     speed = bench_signatures(texts[: args.speed_rows], args.baseline_rows, args.num_perm, args.ngram)
-    ours = speed[0]["rows_per_cpu_s"]
-    print(f"{'method':<46}{'rows':>9}{'rows/cpu-s':>13}{'rows/wall-s':>13}{'ours / it':>11}")
+    ours_np, ours_nb = speed[0]["rows_per_cpu_s"], speed[1]["rows_per_cpu_s"]
+    print(f"{'method':<46}{'rows':>9}{'rows/cpu-s':>13}{'rows/wall-s':>13}{'numpy/it':>10}{'numba/it':>10}")
     for r in speed:
         print(f"{r['method']:<46}{r['rows']:>9,}{r['rows_per_cpu_s']:>13,.0f}{r['rows_per_wall_s']:>13,.0f}"
-              f"{ours / r['rows_per_cpu_s']:>10.1f}x")
-    shingling = speed[1]["rows_per_cpu_s"]
-    for r in speed[2:4]:
+              f"{ours_np / r['rows_per_cpu_s']:>9.1f}x{ours_nb / r['rows_per_cpu_s']:>9.1f}x")
+    shingling = speed[3]["rows_per_cpu_s"]
+    for r in speed[4:6]:
         with_sh = 1 / (1 / r["rows_per_cpu_s"] + 1 / shingling)
-        print(f"  {r['method']} incl. python shingling: {with_sh:,.0f} rows/cpu-s -> ours {ours / with_sh:.1f}x")
+        print(f"  {r['method']} incl. python shingling: {with_sh:,.0f} rows/cpu-s -> ours numpy "
+              f"{ours_np / with_sh:.1f}x, numba {ours_nb / with_sh:.1f}x")
 
     print(f"\n== near-duplicates, {crawl.num_rows:,} rows, in-process path (process_table) ==")
     print(f"{'threshold':>9} {'fn_w':>5} {'b x r':>7} {'verify':>6} {'dropped':>8} {'precision':>9} {'prec(J)':>8} "

@@ -73,7 +73,7 @@ def test_signatures_follow_the_definition(kin_questions: list[str]) -> None:
     """The vectorised path equals min over shingles of (a*h(s) + b) mod 2^32, computed text by text."""
     texts = kin_questions[:40] + ["", "짧음", None, "물 끓이기"]
     a, b = permutations(64, seed=7)
-    sig = minhash_signatures(texts, num_perm=64, ngram=5, seed=7)
+    sig = minhash_signatures(texts, num_perm=64, ngram=5, seed=7, backend="numpy")
     assert sig.shape == (len(texts), 64) and sig.dtype == np.uint32
     for text, row in zip(texts, sig, strict=True):
         padded = (text or "").ljust(5, "\x00")
@@ -87,8 +87,17 @@ def test_signatures_follow_the_definition(kin_questions: list[str]) -> None:
         expected = (np.multiply.outer(a, x) + b[:, None]).min(axis=1)
         np.testing.assert_array_equal(row, expected)
     # chunking and slicing do not change anything
-    np.testing.assert_array_equal(minhash_signatures(texts, num_perm=64, seed=7, chunk_shingles=50), sig)
+    np.testing.assert_array_equal(minhash_signatures(texts, num_perm=64, seed=7, chunk_shingles=50,
+                                                     backend="numpy"), sig)
     np.testing.assert_array_equal(minhash_signatures(pa.array(texts).slice(5, 10), num_perm=64, seed=7), sig[5:15])
+
+
+def test_numba_kernel_equals_numpy(kin_questions: list[str]) -> None:
+    pytest.importorskip("numba", reason="the `fast` extra is not installed")
+    texts = [*kin_questions[:300], "", None, "국"]
+    numpy_sig = minhash_signatures(texts, backend="numpy")
+    np.testing.assert_array_equal(minhash_signatures(texts, backend="numba"), numpy_sig)
+    assert minhash_signatures([], backend="numba").shape == (0, 128)
 
 
 def test_shingle_counts_match_text_lengths(kin_questions: list[str]) -> None:

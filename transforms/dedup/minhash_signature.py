@@ -20,10 +20,13 @@ checks it against exact Jaccard on real Korean questions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from transforms.core.deps import require
 
 _FMIX1 = np.uint64(0xFF51AFD7ED558CCD)
 _FMIX2 = np.uint64(0xC4CEB9FE1A85EC53)
@@ -143,11 +146,23 @@ def signatures_from_hashes(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray
 
 
 def minhash_signatures(texts: pa.Array | pa.ChunkedArray | Sequence[str | None], *, num_perm: int = 128,
-                       ngram: int = 5, seed: int = 42,
-                       chunk_shingles: int = DEFAULT_CHUNK_SHINGLES) -> np.ndarray:
-    """MinHash signatures of character `ngram`-shingle sets: `np.ndarray[n, num_perm]` of uint32."""
+                       ngram: int = 5, seed: int = 42, chunk_shingles: int = DEFAULT_CHUNK_SHINGLES,
+                       backend: Literal["auto", "numpy", "numba"] = "auto") -> np.ndarray:
+    """MinHash signatures of character `ngram`-shingle sets: `np.ndarray[n, num_perm]` of uint32.
+
+    `backend="auto"` uses the fused numba kernel when numba is installed (the `fast` extra, ~5x
+    faster) and numpy otherwise; both give identical signatures.
+    """
     hashes, counts = shingle_hashes(texts, ngram)
     a, b = permutations(num_perm, seed)
+    from transforms.dedup import minhash_numba
+
+    if backend == "numba" or (backend == "auto" and minhash_numba.available()):
+        if backend == "numba":
+            require("numba", "fast", "the numba MinHash kernel")
+        if len(counts) == 0:
+            return np.empty((0, num_perm), np.uint32)
+        return minhash_numba.signatures_numba(hashes, counts, a, b)
     return signatures_from_hashes(hashes, counts, a, b, chunk_shingles)
 
 
