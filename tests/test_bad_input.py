@@ -112,6 +112,17 @@ def test_parquet_null_text_is_rejected(tmp_path):
     assert table.column("drop_reason").to_pylist() == [None, "null_text"]
 
 
+def test_parquet_invalid_utf8_is_rejected_not_passed_on(tmp_path):
+    # Arrow does not validate Parquet strings on read; an unchecked row would crash a later stage.
+    path = tmp_path / "crawl.parquet"
+    text = pa.array(["전자레인지에 달걀을 넣어도 되나요?".encode(), b"caf\xe9"]).view(pa.string())
+    pq.write_table(pa.table({"id": ["a", "b"], "text": text}), path)
+    table = read_local(CrawlInput(paths=[str(path)], columns={"id": "id", "text": "text"}))
+    assert table.column("drop_reason").to_pylist() == [None, "invalid_utf8"]
+    assert table.column("text").to_pylist() == ["전자레인지에 달걀을 넣어도 되나요?", None]
+    table.validate(full=True)
+
+
 def test_jsonl_wrong_mapping_names_the_fields_seen():
     with pytest.raises(ColumnMappingError) as err:
         CrawlSource(CrawlInput(paths=[str(SAMPLE)], columns={"text": "question"}))

@@ -108,3 +108,42 @@ def bad_records(ids: list[str], source_name: str, reasons: list[str], details: l
     return pa.Table.from_arrays(
         [pa.array(ids, pa.string()), null, pa.array([source_name] * n, pa.string()), null, null, null,
          pa.array(reasons, pa.string()), pa.array(details, pa.string())], schema=CRAWL_WITH_REASON)
+
+
+def decode_utf8(raw: pa.Table) -> tuple[pa.Table, pa.Array, pa.Array]:
+    """Binary or string columns → valid UTF-8 strings; a row with invalid UTF-8 in any column is
+    marked `invalid_utf8` (its bad values become null) instead of failing the batch.
+
+    CSV columns are read as bytes for this; Parquet strings are *not* validated by Arrow on read,
+    so a file written by a careless tool can carry bytes that would crash a later stage."""
+    n = raw.num_rows
+    bad = [False] * n
+    arrays = []
+    for name in raw.column_names:
+        col = raw.column(name)
+        if pa.types.is_large_string(col.type) or pa.types.is_string_view(col.type):
+            col = col.cast(pa.string())
+        if not (pa.types.is_binary(col.type) or pa.types.is_string(col.type)):
+            arrays.append(col)
+            continue
+        try:
+            strings = col.cast(pa.string()) if pa.types.is_binary(col.type) else col
+            strings.validate(full=True)
+            arrays.append(strings)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        # Slow path, only for a batch that has bad bytes: find the rows, null their values.
+        values: list[str | None] = []
+        as_bytes = col if pa.types.is_binary(col.type) else pa.chunked_array(
+            [c.view(pa.binary()) for c in (col.chunks if isinstance(col, pa.ChunkedArray) else [col])])
+        for i, value in enumerate(as_bytes.to_pylist()):
+            try:
+                values.append(None if value is None else value.decode("utf-8"))
+            except UnicodeDecodeError:
+                values.append(None)
+                bad[i] = True
+        arrays.append(pa.chunked_array([pa.array(values, pa.string())]))
+    reasons = pa.array(["invalid_utf8" if b else None for b in bad], pa.string())
+    details = pa.array(["invalid UTF-8 in a mapped column" if b else None for b in bad], pa.string())
+    return pa.Table.from_arrays(arrays, names=raw.column_names), reasons, details

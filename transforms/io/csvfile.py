@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from transforms.io.common import ColumnMapping, ColumnMappingError, bad_records, to_common
+from transforms.io.common import ColumnMapping, ColumnMappingError, bad_records, decode_utf8, to_common
 
 
 def delimiter_for(path: Path, delimiter: str | None) -> str:
@@ -69,7 +69,7 @@ def read_csv_task(task: dict[str, Any], mapping: ColumnMapping, max_bytes: int,
             fallback = pc.binary_join_element_wise(pa.scalar(f"{name}#"),
                                                    pa.array(range(row, row + n), pa.int64()).cast(pa.string()), "")
             row += n
-            raw, reasons, details = _decode(pa.Table.from_batches([batch]))
+            raw, reasons, details = decode_utf8(pa.Table.from_batches([batch]))
             yield to_common(raw, mapping, fallback, name, max_bytes, reasons=reasons, details=details)
     if invalid:
         yield _invalid_rows(invalid, name)
@@ -81,29 +81,3 @@ def _invalid_rows(invalid: list[pacsv.InvalidRow], name: str) -> pa.Table:
         [f"expected {r.expected_columns} fields, got {r.actual_columns}: {r.text[:200]}" for r in invalid])
     invalid.clear()
     return table
-
-
-def _decode(raw: pa.Table) -> tuple[pa.Table, pa.Array, pa.Array]:
-    """Bytes → UTF-8 strings; a row with invalid UTF-8 in any mapped column is marked, not fatal."""
-    n = raw.num_rows
-    bad = [False] * n
-    arrays = []
-    for name in raw.column_names:
-        col = raw.column(name)
-        try:
-            arrays.append(col.cast(pa.string()))
-            continue
-        except pa.ArrowInvalid:
-            pass
-        # Slow path, only for a batch that has bad bytes: find the rows, null their values.
-        values = []
-        for i, value in enumerate(col.to_pylist()):
-            try:
-                values.append(None if value is None else value.decode("utf-8"))
-            except UnicodeDecodeError:
-                values.append(None)
-                bad[i] = True
-        arrays.append(pa.chunked_array([pa.array(values, pa.string())]))
-    reasons = pa.array(["invalid_utf8" if b else None for b in bad], pa.string())
-    details = pa.array(["invalid UTF-8 in a mapped column" if b else None for b in bad], pa.string())
-    return pa.Table.from_arrays(arrays, names=raw.column_names), reasons, details

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transforms.io.common import ColumnMapping, to_common
+from transforms.io.common import ColumnMapping, decode_utf8, to_common
 
 BATCH_ROWS = 8192
 
@@ -51,4 +51,5 @@ def read_parquet_task(task: dict[str, Any], mapping: ColumnMapping, max_bytes: i
         fallback = pc.binary_join_element_wise(pa.scalar(f"{name}#"),
                                                pa.array(range(row, row + n), pa.int64()).cast(pa.string()), "")
         row += n
-        yield to_common(pa.Table.from_batches([batch]), mapping, fallback, name, max_bytes)
+        raw, reasons, details = decode_utf8(pa.Table.from_batches([batch]))
+        yield to_common(raw, mapping, fallback, name, max_bytes, reasons=reasons, details=details)
