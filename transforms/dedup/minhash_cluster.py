@@ -49,7 +49,19 @@ def bucket_edges(rows: pa.Table) -> pa.Table:
     """
     if rows.num_rows < 2:
         return EDGE_SCHEMA.empty_table()
-    rows = rows.select([KEY, ROW_ID]).sort_by([(KEY, "ascending"), (ROW_ID, "ascending")])
+    # Most keys are unique: find the shared ones with a numpy sort of the keys alone, and sort
+    # only those rows by (key, id); string sorting of every row was the slowest step.
+    keys = rows.column(KEY).to_numpy()
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    same = sorted_keys[1:] == sorted_keys[:-1]
+    shared = np.zeros(len(keys), dtype=bool)
+    shared[1:] |= same
+    shared[:-1] |= same
+    if not shared.any():
+        return EDGE_SCHEMA.empty_table()
+    rows = rows.select([KEY, ROW_ID]).take(pa.array(order[shared]))
+    rows = rows.sort_by([(KEY, "ascending"), (ROW_ID, "ascending")])
     keys = rows.column(KEY).to_numpy()
     starts_here = np.empty(len(keys), dtype=bool)
     starts_here[0] = True
