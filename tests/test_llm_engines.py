@@ -62,8 +62,10 @@ def reference_logprobs(engine, prompt: str, options: list[str]) -> list[float]:
 
 def test_option_logprobs_match_full_forward(engine, ko_rows):
     prompts = [INSTRUCTION + t + "\n답:" for t in ko_rows[:2]] + ["The capital of France is"]
-    options = [" yes", " no", " 예", " 아니오"]  # " 아니오" is two tokens: summed over both
-    assert [len(engine.encode(o, special=False)) for o in options] == [1, 1, 1, 2]
+    # multi-token options are summed over their tokens: " 아니오" (2 tokens) rides in the prompt's
+    # sequence, "아니오" (3 tokens) needs a sequence of its own
+    options = [" yes", " no", " 예", " 아니오", "아니오"]
+    assert [len(engine.encode(o, special=False)) for o in options] == [1, 1, 1, 2, 3]
     got = engine.option_logprobs(prompts, options)
     assert len(got) == len(prompts) and all(len(r) == len(options) for r in got)
     for prompt, row in zip(prompts, got, strict=True):
@@ -78,7 +80,7 @@ def test_prefix_cache_equals_no_cache(engine, ko_rows):
     prompts = [INSTRUCTION + t + "\n답:" for t in ko_rows]
     items = [(engine.encode(p), [(len(engine.encode(p)) - 1, [0])]) for p in prompts]
     assert engine._shared_prefix_len(items) >= 20, "the shared instruction should be cached"
-    options = [" yes", " no", " 아니오"]
+    options = [" yes", " 아니오", "아니오"]
     engine.options.prefix_cache = True
     cached = engine.option_logprobs(prompts, options)
     engine.options.prefix_cache = False

@@ -115,9 +115,9 @@ class TransformersEngine(LLMEngine):
 
         Each option is tokenized on its own (no special tokens) and appended to the prompt's tokens,
         so put the separating space or newline consistently at the end of the prompt or at the start
-        of every option. Single-token options (the common case) cost one forward per prompt; the
-        tokens after the first of a longer option are scored in extra sequences that share the
-        cached prefix.
+        of every option. One sequence per prompt reads every option's first token and the later
+        tokens of the first multi-token option (e.g. 예/아니오 costs one forward per row); each
+        further multi-token option adds a sequence that shares the cached prefix.
         """
         self._ready()
         if not prompts:
@@ -126,23 +126,36 @@ class TransformersEngine(LLMEngine):
         if any(not ids for ids in opt_ids):
             raise ValueError(f"options must not be empty strings: {list(options)!r}")
         first = [ids[0] for ids in opt_ids]
+        multi = [o_idx for o_idx, o in enumerate(opt_ids) if len(o) > 1]
         items: list[ScoreItem] = []
-        owners: list[tuple[int, int]] = []  # (prompt index, option index or -1 for first tokens)
+        owners: list[tuple[int, list[int]]] = []  # per item: prompt index, option index per query (-1: all)
         for p_idx, prompt in enumerate(prompts):
             ids = self.encode(prompt)
-            items.append((ids, [(len(ids) - 1, first)]))
-            owners.append((p_idx, -1))
-            for o_idx, o in enumerate(opt_ids):
-                if len(o) > 1:  # the option's later tokens, each given the tokens before it
-                    items.append((ids + o[:-1], [(len(ids) + k, [o[k + 1]]) for k in range(len(o) - 1)]))
-                    owners.append((p_idx, o_idx))
+            # The first multi-token option rides along in the prompt's own sequence: attention is
+            # causal, so appending its tokens leaves the last prompt position's distribution as is.
+            host = multi[0] if multi else None
+            seq = ids + (opt_ids[host][:-1] if host is not None else [])
+            queries: list[tuple[int, list[int]]] = [(len(ids) - 1, first)]
+            query_owner = [-1]
+            for o_idx in multi:
+                o = opt_ids[o_idx]
+                tail = [(len(ids) + k, [o[k + 1]]) for k in range(len(o) - 1)]
+                if o_idx == host:
+                    queries += tail
+                    query_owner += [o_idx] * len(tail)
+                else:  # further multi-token options: one more sequence each, sharing the prefix
+                    items.append((ids + o[:-1], tail))
+                    owners.append((p_idx, [o_idx] * len(tail)))
+            items.append((seq, queries))
+            owners.append((p_idx, query_owner))
         scores = self._score(items)
         out: list[list[float]] = [[0.0] * len(options) for _ in prompts]
-        for (p_idx, o_idx), score in zip(owners, scores, strict=True):
-            if o_idx < 0:
-                out[p_idx] = [a + b for a, b in zip(out[p_idx], score[0], strict=True)]
-            else:
-                out[p_idx][o_idx] += sum(s[0] for s in score)
+        for (p_idx, query_owner), score in zip(owners, scores, strict=True):
+            for o_idx, values in zip(query_owner, score, strict=True):
+                if o_idx < 0:
+                    out[p_idx] = [a + b for a, b in zip(out[p_idx], values, strict=True)]
+                else:
+                    out[p_idx][o_idx] += values[0]
         return out
 
     def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, int]]:
