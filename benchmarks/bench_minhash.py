@@ -106,6 +106,8 @@ class RssSampler:
         self.proc, self.every, self.peak_total, self.peak_self = psutil.Process(), every, 0, 0
         self._cpu: dict[int, float] = {}
         self._cpu_start = self._cpu_now()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _cpu_now(self) -> dict[int, float]:
         import psutil
