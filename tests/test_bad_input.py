@@ -19,6 +19,7 @@ from transforms.io.crawl import (
     CrawlInput,
     CrawlSource,
     EmptyInputError,
+    InputFormatError,
     read_local,
 )
 
@@ -144,6 +145,14 @@ def test_a_file_of_garbage_gives_rejected_rows_not_a_mapping_error(tmp_path):
     path.write_bytes(b"not json\n\xff\xfe\n{oops\n")
     table = read_local(CrawlInput(paths=[str(path)]))
     assert table.column("drop_reason").to_pylist() == ["malformed_json", "invalid_utf8", "malformed_json"]
+
+
+def test_a_json_array_file_is_named_as_such(tmp_path):
+    path = tmp_path / "crawl.json"
+    path.write_text('[\n  {"id": "1", "text": "냄비 바닥이 탔을 때 어떻게 닦나요?"},\n  {"id": "2", "text": "x"}\n]\n',
+                    encoding="utf-8")
+    with pytest.raises(InputFormatError, match="looks like one JSON array"):
+        CrawlSource(CrawlInput(paths=[str(path)]))
 
 
 def test_missing_input_is_a_clear_error(tmp_path):

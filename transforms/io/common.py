@@ -28,6 +28,10 @@ class ColumnMappingError(ValueError):
     """The column mapping names input columns that do not exist."""
 
 
+class InputFormatError(ValueError):
+    """A file is not in the format it claims (by extension or input.format)."""
+
+
 class EmptyInputError(ValueError):
     """There is nothing to read."""
 

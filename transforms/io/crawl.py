@@ -22,13 +22,15 @@ from transforms.io.common import (
     ColumnMapping,
     ColumnMappingError,
     EmptyInputError,
+    InputFormatError,
 )
 from transforms.io.csvfile import csv_tasks, read_csv_task
 from transforms.io.jsonl import check_jsonl_mapping, jsonl_tasks, read_jsonl_range
 from transforms.io.parquet import parquet_tasks, read_parquet_task
 
 __all__ = ["CRAWL_WITH_REASON", "ColumnMapping", "ColumnMappingError", "CrawlInput", "CrawlSource",
-           "EmptyInputError", "detect_format", "list_files", "read_task"]
+           "EmptyInputError", "InputFormatError", "detect_format", "list_files", "plan_tasks", "read_local",
+           "read_task"]
 
 log = logging.getLogger("piqaforge")
 
@@ -73,7 +75,7 @@ def detect_format(path: Path, declared: str) -> Format:
         return declared  # type: ignore[return-value]
     fmt = EXTENSIONS.get(path.suffix.lower())
     if fmt is None:
-        raise ValueError(f"cannot tell the format of {path} from its extension (known: "
+        raise InputFormatError(f"cannot tell the format of {path} from its extension (known: "
                          f"{', '.join(sorted(EXTENSIONS))}); set input.format to jsonl, parquet or csv.")
     return fmt
 

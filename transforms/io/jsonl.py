@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from transforms.core import columns as C
-from transforms.io.common import ColumnMapping, ColumnMappingError, bad_records, to_common
+from transforms.io.common import ColumnMapping, ColumnMappingError, InputFormatError, bad_records, to_common
 
 log = logging.getLogger("piqaforge")
 
@@ -41,6 +41,11 @@ def check_jsonl_mapping(path: Path, mapping: ColumnMapping, sample_lines: int = 
                 parsed += 1
                 seen.update(record)
     if not parsed:
+        with open(path, "rb") as f:
+            head = f.read(4096).lstrip()
+        if head.startswith(b"["):
+            raise InputFormatError(f"{path} looks like one JSON array, not JSON Lines (one object per "
+                                     f"line); convert it (e.g. `jq -c '.[]'`) or export JSONL.")
         return  # nothing parseable up front: every line becomes a rejected row with its reason
     required = {"text": mapping.text, **({"id": mapping.id} if mapping.id else {})}
     missing = {k: v for k, v in required.items() if v not in seen}
