@@ -147,7 +147,7 @@ def test_a_file_of_garbage_gives_rejected_rows_not_a_mapping_error(tmp_path):
     assert table.column("drop_reason").to_pylist() == ["malformed_json", "invalid_utf8", "malformed_json"]
 
 
-def test_a_json_array_file_is_named_as_such(tmp_path):
+def test_a_whole_json_document_is_named_as_such(tmp_path):
     path = tmp_path / "crawl.json"
     path.write_text('[\n  {"id": "1", "text": "냄비 바닥이 탔을 때 어떻게 닦나요?"},\n  {"id": "2", "text": "x"}\n]\n',
                     encoding="utf-8")

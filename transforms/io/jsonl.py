@@ -32,6 +32,11 @@ def check_jsonl_mapping(path: Path, mapping: ColumnMapping, sample_lines: int = 
     seen: set[str] = set()
     parsed = 0
     with open(path, "rb") as f:
+        first = f.readline().strip()
+    if first.startswith(b"[") and not _parses(first):
+        raise InputFormatError(f"{path} looks like one JSON array, not JSON Lines (one object per line); "
+                               f"convert it (e.g. `jq -c '.[]'`) or export JSONL.")
+    with open(path, "rb") as f:
         for _, raw in zip(range(sample_lines), f, strict=False):
             try:
                 record = json.loads(raw)
@@ -41,11 +46,6 @@ def check_jsonl_mapping(path: Path, mapping: ColumnMapping, sample_lines: int = 
                 parsed += 1
                 seen.update(record)
     if not parsed:
-        with open(path, "rb") as f:
-            head = f.read(4096).lstrip()
-        if head.startswith(b"["):
-            raise InputFormatError(f"{path} looks like one JSON array, not JSON Lines (one object per "
-                                     f"line); convert it (e.g. `jq -c '.[]'`) or export JSONL.")
         return  # nothing parseable up front: every line becomes a rejected row with its reason
     required = {"text": mapping.text, **({"id": mapping.id} if mapping.id else {})}
     missing = {k: v for k, v in required.items() if v not in seen}
@@ -59,6 +59,14 @@ def check_jsonl_mapping(path: Path, mapping: ColumnMapping, sample_lines: int = 
         field = getattr(mapping, key)
         if field is not None and field not in seen:
             log.warning("%s: mapped field %s=%r is absent from the first %d records", path, key, field, parsed)
+
+
+def _parses(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 def read_jsonl_range(task: dict[str, Any], mapping: ColumnMapping, max_bytes: int) -> Iterator[pa.Table]:
