@@ -140,6 +140,14 @@ def test_empty_file_alone_is_an_error_and_beside_others_is_skipped(tmp_path):
     assert read_local(CrawlInput(paths=[str(empty), str(good)], columns=COLUMNS)).num_rows == 7
 
 
+def test_a_header_only_csv_reads_no_rows_and_a_wrong_header_fails(tmp_path):
+    path = tmp_path / "crawl.csv"
+    path.write_text("id,text\n", encoding="utf-8")
+    assert read_local(CrawlInput(paths=[str(path)], columns={"id": "id", "text": "text"})).num_rows == 0
+    with pytest.raises(ColumnMappingError, match=r"columns available: \['id', 'text'\]"):
+        CrawlSource(CrawlInput(paths=[str(path)], columns={"text": "question"}))
+
+
 def test_a_file_of_garbage_gives_rejected_rows_not_a_mapping_error(tmp_path):
     path = tmp_path / "garbage.jsonl"
     path.write_bytes(b"not json\n\xff\xfe\n{oops\n")
