@@ -5,11 +5,11 @@ its own environment: `.venv-vllm` here, a runtime_env or image on a cluster).
 
 * chat             -> llm.chat with the model's chat template (plain text via llm.generate for
                       base models without one), greedy unless a temperature is given.
-* option_logprobs  -> one decoding step with `logprobs=top_logprobs`: an option whose tokens are
-                      a single token found in the top k is read from it (the logprobs vLLM returns
-                      are the raw model distribution); any other option (several tokens, or not in
-                      the top k) is scored exactly with prompt_logprobs on prompt+option. Both go
-                      through automatic prefix caching, so a shared instruction is computed once.
+* option_logprobs  -> one decoding step with `logprob_token_ids=<the single-token options>` (vLLM
+                      returns the raw model log-probs of exactly those tokens; older versions: the
+                      top `top_logprobs`); multi-token options (and any option missing from an
+                      older vLLM's top k) are scored exactly with prompt_logprobs on prompt+option.
+                      Both go through automatic prefix caching.
 * loglikelihood    -> prompt_logprobs over context+continuation, summed over the continuation.
 * choose           -> constrained decoding: StructuredOutputsParams(choice=[...]), the reply is
                       always exactly one of the choices.
@@ -68,7 +68,9 @@ class VLLMEngine(LLMEngine):
         }
         if opts.max_model_len:
             kw["max_model_len"] = opts.max_model_len
-        if vllm.platforms.current_platform.is_cuda_alike():
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cuda_alike():
             kw["gpu_memory_utilization"] = opts.gpu_memory_utilization
         self.llm = vllm.LLM(**{**kw, **opts.llm_kwargs})
         self.tokenizer = self.llm.get_tokenizer()
@@ -135,7 +137,12 @@ class VLLMEngine(LLMEngine):
         if any(not ids for ids in opt_ids):
             raise ValueError(f"options must not be empty strings: {list(options)!r}")
         prompt_ids = [self.encode(p) for p in prompts]
-        sp = self._params(max_tokens=1, temperature=0.0, logprobs=self.options.top_logprobs)
+        first = sorted({ids[0] for ids in opt_ids if len(ids) == 1})
+        try:  # vLLM >= 0.3x: ask for exactly the option tokens' logprobs
+            sp = self._params(max_tokens=1, temperature=0.0, logprob_token_ids=first or None,
+                              logprobs=None if first else 1)
+        except TypeError:  # older vLLM: the top k, and prompt_logprobs for options outside it
+            sp = self._params(max_tokens=1, temperature=0.0, logprobs=self.options.top_logprobs)
         outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sp, use_tqdm=False)
         scores: list[list[float]] = []
         exact: list[tuple[int, int]] = []  # (prompt, option) pairs to score with prompt_logprobs
