@@ -140,13 +140,20 @@ def plot(summary: dict[str, Any], path: Path, title: str = "") -> Path:
     runs = [r for r in summary["runs"] if r["variant"] == ORIGINAL]
     labels = [f"{r['model']}\n{r['method']}" for r in runs]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(runs) + 1), 3.6))
-    width = 0.38
-    for k, name in enumerate(("overall", "cultural")):
+
+    def pick(run: dict[str, Any], name: str) -> dict[str, Any] | None:
+        return run["overall"] if name == "overall" else _group(run, I.IS_CULTURAL, name == "cultural")
+
+    # Cultural/universal bars only when the release marks cultural items; bars centred on the tick.
+    series = ["overall"] + [n for n in ("cultural", "universal")
+                            if any(_group(r, I.IS_CULTURAL, True) for r in runs) and any(pick(r, n) for r in runs)]
+    width = 0.8 / len(series)
+    for k, name in enumerate(series):
         xs, ys, err_lo, err_hi = [], [], [], []
         for i, run in enumerate(runs):
-            acc = run["overall"] if name == "overall" else _group(run, I.IS_CULTURAL, True)
+            acc = pick(run, name)
             if acc and acc.get("acc") is not None:
-                xs.append(i + (k - 0.5) * width)
+                xs.append(i + (k - (len(series) - 1) / 2) * width)
                 ys.append(100 * acc["acc"])
                 err_lo.append(max(0.0, 100 * (acc["acc"] - acc["ci_low"])))  # rounding can make it -1e-15
                 err_hi.append(max(0.0, 100 * (acc["ci_high"] - acc["acc"])))
