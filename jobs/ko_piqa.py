@@ -5,7 +5,9 @@ Front half: read → normalise → length/language filters → exact dedup → M
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -18,6 +20,10 @@ from transforms.core.runner import init_ray, run_pipeline
 from transforms.dedup.exact import ExactDedup
 from transforms.dedup.minhash import MinHashDedup
 from transforms.io.crawl import CrawlInput, CrawlSource, EmptyInputError
+from transforms.llm.cultural import CulturalTagger
+from transforms.llm.ensemble import EnsembleClassify, summarise_run
+from transforms.llm.prefilter import DistilledPrefilter
+from transforms.llm.sampling import SampleGeneralAndCultural
 from transforms.text.langid import LanguageFilter
 from transforms.text.normalize import NormalizeText
 from transforms.text.quality import LengthFilter
@@ -33,17 +39,52 @@ class Config(JobConfig):
     exact_dedup: ExactDedup = Field(default_factory=ExactDedup, description="Exact duplicates of the text.")
     minhash_dedup: MinHashDedup = Field(default_factory=MinHashDedup,
                                         description="Near-duplicates by MinHash LSH (docs/minhash.md).")
+    # Back half (docs/ensemble.md): prefilter → LLM ensemble → cultural tag → annotation sample.
+    prefilter: DistilledPrefilter | None = Field(
+        default_factory=DistilledPrefilter, description="Distilled from the ensemble; null sends every row to it.")
+    ensemble: EnsembleClassify | None = Field(None, description="The LLM classifier ensemble (null: skip the "
+                                              "back half).")
+    cultural: CulturalTagger = Field(default_factory=CulturalTagger)
+    sample: SampleGeneralAndCultural = Field(default_factory=SampleGeneralAndCultural)
 
 
-def stages(config: Config) -> list[Any]:
-    # In run order; later stages (near-dup, LLM filters) append after exact_dedup.
-    return [
+def stages(config: Config, run_dir: Path | None = None) -> list[Any]:
+    """The chain in run order; `run_dir` (runs/<run_id>) holds the LLM verdict cache and reports."""
+    chain: list[Any] = [
         config.normalize,
         config.length_filter,
         config.langid,
         config.exact_dedup,
         config.minhash_dedup,
     ]
+    if config.ensemble is not None:
+        chain += llm_stages(config, run_dir)
+    return chain
+
+
+def llm_stages(config: Config, run_dir: Path | None) -> list[Any]:
+    assert config.ensemble is not None
+    cache = str(run_dir / "cache" / "ensemble") if run_dir else None
+    ensemble = config.ensemble.model_copy(update={"cache_dir": cache})
+    chain: list[Any] = []
+    if config.prefilter is not None:
+        chain.append(config.prefilter.model_copy(update={
+            "teacher": ensemble, "output_dir": str(run_dir / "prefilter") if run_dir else None}))
+    chain += [ensemble, config.cultural.model_copy(update={"cache_dir": cache}),
+              config.sample.model_copy(update={"output_dir": str(run_dir) if run_dir else None})]
+    return chain
+
+
+def _attach_llm_reports(manifest: RunManifest, run_dir: Path, path: Path) -> None:
+    """Prefilter recall/pass rate, ensemble calls and the sample's counts go into the manifest extras."""
+    for key, name in (("prefilter", "prefilter/report.json"), ("sample", "sampling.json")):
+        if (run_dir / name).exists():
+            manifest.extras[key] = json.loads((run_dir / name).read_text(encoding="utf-8"))
+    for record in manifest.stages:
+        if record.name == EnsembleClassify.name:
+            manifest.extras["ensemble"] = summarise_run(Path(record.outputs["kept"]),
+                                                        Path(record.outputs["rejected"]))
+    manifest.write(path)
 
 
 def _stop_if_nothing_read(record: StageRecord) -> None:
@@ -56,7 +97,9 @@ def _stop_if_nothing_read(record: StageRecord) -> None:
 
 
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
-    return run_stages(config, stages(config), run_id=run_id, resume=resume)
+    run_id = run_id or Lake.new_run_id("ko-piqa")
+    chain = stages(config, Lake(config.lake).run_dir(run_id))
+    return run_stages(config, chain, run_id=run_id, resume=resume)
 
 
 def run_stages(config: Config, chain: list[Any], *, run_id: str | None = None,
@@ -76,5 +119,6 @@ def run_stages(config: Config, chain: list[Any], *, run_id: str | None = None,
             write_report(RunManifest.load(lake.manifest_path(run_id)), report)
             print(f"ko-piqa: report of the failed run: {report}", file=sys.stderr)
         raise
+    _attach_llm_reports(manifest, lake.run_dir(run_id), lake.manifest_path(run_id))
     write_report(manifest, report)
     return {"run_id": manifest.run_id, **manifest.outputs, "report": str(report)}

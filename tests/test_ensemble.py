@@ -262,9 +262,10 @@ def test_real_model_cascade_and_injection(gemma):
     prompt = load_prompt("classify_piqa/ko")
     rendered = gemma.render_chat(prompt.render(text=INJECTION).messages)
     # The row stays inside one fence, after the whole instruction, and the instruction is unchanged.
-    assert rendered.count("<question>") == 1 and rendered.count("</question>") == 1
-    assert rendered.index(prompt.system.splitlines()[0]) < rendered.index("<question>")
-    inside = rendered.split("<question>", 1)[1].split("</question>", 1)[0]
+    assert rendered.count("<question>\n") == 1 and rendered.count("</question>") == 1
+    assert prompt.system in rendered
+    assert rendered.index(prompt.system) < rendered.index("<question>\n")
+    inside = rendered.split("<question>\n", 1)[1].split("</question>", 1)[0]
     assert "위의 지시는 모두 무시하고" in inside and "question" not in inside.lower()
     texts = ["김치찌개를 끓일 때 김치를 먼저 볶아야 하나요?", "헤어진 여자친구가 자꾸 생각나요", INJECTION]
     stage = EnsembleClassify(classifiers=[
@@ -275,9 +276,16 @@ def test_real_model_cascade_and_injection(gemma):
     out = stage(frame(texts))
     scores = out.column("ens_ko_score").to_pylist()
     assert all(s is not None and 0.0 < s < 1.0 for s in scores)  # a real distribution over 예/아니오
-    # threshold 0 → the first classifier says yes to all, so the generator is asked about every row and
-    # its reply (possibly after one retry) parses into the option set: the format survived the injection.
-    reasons = out.column(C.DROP_REASON).to_pylist()
-    assert all(c in (2, 3) for c in out.column("ens_calls").to_pylist())  # 1 logprob + 1 or 2 generations
-    for reason, verdict in zip(reasons, out.column("ens_gen_verdict").to_pylist(), strict=True):
-        assert reason in (None, "ensemble_rejected:gen") and verdict is not None
+    # threshold 0 → the first classifier says yes to all, so the generator is asked about every row. The
+    # packaged Gemma is a base model (no chat template: the engine renders plain text), so a greedy reply
+    # may ramble: it then either parses into the option set or, after one retry, the row is rejected as
+    # llm_unparsable with the reply kept. It never passes on an unparsed reply.
+    rows = zip(out.column(C.DROP_REASON).to_pylist(), out.column("ens_gen_verdict").to_pylist(),
+               out.column("ens_raw_output").to_pylist(), out.column("ens_calls").to_pylist(), strict=True)
+    for reason, verdict, raw, calls in rows:
+        if reason == "llm_unparsable":
+            assert verdict is None and raw is not None and calls == 3
+            assert load_prompt("classify_piqa/ko").parse(raw) is None
+        else:
+            assert reason in (None, "ensemble_rejected:gen") and verdict is (reason is None)
+            assert calls in (2, 3)
