@@ -1,5 +1,6 @@
 """The Ko-PIQA front half end to end on a synthetic crawl: read -> normalize -> length -> langid ->
-exact dedup -> MinHash near-dup, through the real job (`jobs.ko_piqa.run`) into a temporary lake.
+exact dedup -> MinHash near-dup, with the ko-piqa job's configuration and the real runner
+(`run_pipeline`: Ray Data, per-stage Parquet checkpoints) into a temporary lake.
 
     .venv/bin/python benchmarks/bench_front_half.py                  # 100k rows
     .venv/bin/python benchmarks/bench_front_half.py --rows 1000000   # the 1M-row target (< 5 min)
@@ -28,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_minhash import RssSampler  # noqa: E402
 from benchmarks.common import build_crawl, score_clusters  # noqa: E402
 
+FRONT_HALF = ("normalize", "length_filter", "langid", "exact_dedup", "minhash_dedup")
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
           f"in {time.perf_counter() - t0:.1f}s")
 
     from jobs.config import parse_set, resolve_config
-    from jobs.ko_piqa import run
+    from transforms.core.lake import Lake
+    from transforms.core.runner import init_ray, run_pipeline
+    from transforms.io.crawl import CrawlSource
 
     overrides = {"input.paths": [str(crawl_path)], "input.format": "jsonl", "lake": str(work / "lake"),
                  "num_cpus": args.num_cpus}
@@ -58,17 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         key, value = parse_set(item)
         overrides[key] = value
     config = resolve_config("ko-piqa", None, overrides)
+    # The front half only, whatever the job appends after it (the LLM back half).
+    front = [getattr(config, name) for name in FRONT_HALF]
     with RssSampler() as rss:
         w0 = time.perf_counter()
-        result = run(config)  # type: ignore[arg-type]
+        init_ray(None, args.num_cpus)
+        result = run_pipeline(job="ko-piqa", dataset="ko-piqa-bench", source=CrawlSource(config.input),  # type: ignore[attr-defined]
+                              stages=front, lake=Lake(str(work / "lake")), config=config.model_dump())
         total = time.perf_counter() - w0
-    manifest = json.loads(Path(result["manifest"]).read_text())
+    manifest = json.loads(Path(result.outputs["manifest"]).read_text())
     print(f"\n{'stage':<16}{'in':>10}{'kept':>10}{'dropped':>10}{'seconds':>9}  reasons")
     for s in manifest["stages"]:
         dropped = sum(s["rows_dropped"].values())
         print(f"{s['name']:<16}{s['rows_in']:>10,}{s['rows_kept']:>10,}{dropped:>10,}{s['seconds']:>9.1f}  "
               f"{s['rows_dropped']}")
-    print(f"\nfront half: {crawl.num_rows:,} rows in {total:.1f}s = {crawl.num_rows / total:,.0f} rows/s "
+    print(f"\nfront half ({' -> '.join(FRONT_HALF)}): {crawl.num_rows:,} rows in {total:.1f}s = {crawl.num_rows / total:,.0f} rows/s "
           f"(wall, {args.num_cpus} CPUs, including Ray start-up)")
     print(f"CPU: {rss.cpu_seconds:.0f} s over driver + Ray processes = {crawl.num_rows / rss.cpu_seconds:,.0f} rows "
           f"per CPU-second -> {rss.cpu_seconds / args.num_cpus:.0f}s on {args.num_cpus} idle cores "
