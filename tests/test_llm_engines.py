@@ -130,3 +130,17 @@ def test_render_chat_plain_for_base_model(engine):
         assert "U" in text
     else:
         assert text == "S\n\nU"
+
+
+def test_model_cache_resolves_and_is_idempotent(engine):
+    import time
+
+    from transforms.llm import prepare
+
+    path = prepare.resolve_model("gemma3-270m")
+    assert path == str(prepare.hf_checkpoint("gemma3-270m")) and prepare.is_prepared("gemma3-270m")
+    t0 = time.perf_counter()
+    assert str(prepare.prepare("gemma3-270m")) == path  # already prepared: no work
+    assert time.perf_counter() - t0 < 1.0
+    assert prepare.resolve_model("/some/local/checkpoint") == "/some/local/checkpoint"
+    assert prepare.resolve_model("google/gemma-3-1b-it") == "google/gemma-3-1b-it"
