@@ -87,6 +87,8 @@ def ray_head(monkeypatch):
     gcs, dash, client, agent_http, agent_grpc, metrics, env_agent, nm, om = _free_ports(9)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
     env["RAY_TMPDIR"] = temp
+    # as if the venv were activated before `ray start`: the job's `python` is the project's
+    env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     cmd = [str(ROOT / ".venv" / "bin" / "ray"), "start", "--head", "--block", f"--temp-dir={temp}",
            "--node-ip-address=127.0.0.1", f"--port={gcs}", "--include-dashboard=true",
            "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--ray-client-server-port={client}",
