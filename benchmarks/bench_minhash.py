@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transforms.core.runner import init_ray
 
-    stage = MinHashDedup(num_perm=args.num_perm, ngram=args.ngram)
+    stage = MinHashDedup(num_perm=args.num_perm, ngram=args.ngram, local_max_rows=0)
     expected = as_map(stage.find_duplicates(crawl.table))
     init_ray(num_cpus=args.num_cpus)
     ray.data.DataContext.get_current().enable_progress_bars = False

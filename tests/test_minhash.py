@@ -264,7 +264,15 @@ def _check_ray_equals_pure(ray_local, stage: MinHashDedup, table: pa.Table) -> N
 
 @pytest.mark.ray
 def test_ray_path_equals_process_table(ray_local, kin_questions: list[str]) -> None:
-    stage = MinHashDedup(threshold=0.7, shuffle_partitions=5, rows_per_block=150, resources={"batch_size": 100})
+    table = _ray_table(kin_questions)
+    stage = MinHashDedup(threshold=0.7, shuffle_partitions=5, rows_per_block=150, resources={"batch_size": 100},
+                         local_max_rows=0)
+    _check_ray_equals_pure(ray_local, stage, table)
+
+
+@pytest.mark.ray
+def test_small_dataset_one_task_path_equals_process_table(ray_local, kin_questions: list[str]) -> None:
+    stage = MinHashDedup(threshold=0.7, local_max_rows=10_000)
     _check_ray_equals_pure(ray_local, stage, _ray_table(kin_questions))
 
 
@@ -272,5 +280,6 @@ def test_ray_path_equals_process_table(ray_local, kin_questions: list[str]) -> N
 @pytest.mark.slow
 def test_ray_data_groupby_shuffle_equals_process_table(ray_local, kin_questions: list[str]) -> None:
     """The Ray Data groupby variant (slow: its aggregator actors take ~30 s to start on 2 CPUs)."""
-    stage = MinHashDedup(threshold=0.7, shuffle="ray_data", shuffle_partitions=5, resources={"batch_size": 200})
+    stage = MinHashDedup(threshold=0.7, shuffle="ray_data", shuffle_partitions=5, resources={"batch_size": 200},
+                         local_max_rows=0)
     _check_ray_equals_pure(ray_local, stage, _ray_table(kin_questions))

@@ -83,6 +83,9 @@ class MinHashDedup(GlobalStage):
         "tasks (B map tasks x K outputs, K reduce tasks); `ray_data` is Ray Data's groupby(...).map_groups, "
         "whose aggregator actors cost ~25 s of fixed start-up on a 2-core machine (docs/minhash.md).")
     rows_per_block: int = Field(65_536, ge=1, description="Rows per map task of the `tasks` shuffle.")
+    local_max_rows: int = Field(50_000, ge=0, description="Datasets up to this many rows run `process_table` in "
+                                "one Ray task (same result, a fraction of the scheduling overhead); 0 always "
+                                "runs the distributed path.")
     resources: Resources = Field(default_factory=lambda: Resources(batch_size=8192),
                                  description="Per-task resources of the signature and marking passes.")
 
@@ -174,6 +177,8 @@ class MinHashDedup(GlobalStage):
         import ray
 
         self.check_columns(ds.schema())
+        if self.local_max_rows and ds.count() <= self.local_max_rows:
+            return super().run_dataset(ds)
         started = time.perf_counter()
         batch_args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": self.resources.batch_size,
                                       **self.resources.ray_remote_args()}
