@@ -103,3 +103,28 @@ def test_tiny_and_empty_releases():
     assert audit_release(empty)["n"] == 0 and not audit_release(empty)["flagged"]
     with pytest.raises(ValueError, match="bound"):
         audit_release(one, bound=60)
+
+
+class _RecordingEngine:
+    """Not a model: scores every continuation 0.0 (a tie) and records what it was asked."""
+
+    def __init__(self):
+        self.requests: list[tuple[str, str]] = []
+
+    def loglikelihood(self, requests):
+        self.requests += list(requests)
+        return [(0.0, 1) for _ in requests]
+
+
+def test_solution_only_baseline_hides_the_goal(piqa_valid):
+    table = piqa_valid.slice(0, 30)
+    engine = _RecordingEngine()
+    audit = audit_release(table, engine=engine, model="recorder")
+    b = audit["baselines"]["solution_only_model"]
+    labels = table.column("label").to_pylist()
+    # every score ties, ties go to sol1: accuracy is the share of label 0
+    assert b["acc"] == pytest.approx(labels.count(0) / len(labels))
+    assert len(engine.requests) == 2 * table.num_rows
+    goals = table.column("goal").to_pylist()
+    assert all(goal not in context for goal, (context, _) in zip(goals * 2, engine.requests, strict=True))
+    assert {context for context, _ in engine.requests} == {"Question: \nAnswer:"}
