@@ -142,3 +142,4 @@ def test_budget_cap_limits_the_pass_rate_and_reports_the_recall_cost(questions, 
     assert report["budget_capped"] is True
     assert report["threshold"] > report["threshold_for_target_recall"]
     assert report["holdout_recall"] < 0.98 and report["pass_rate"] <= 0.1
+    assert report["pass_rate_at_target_recall"] > 0.1

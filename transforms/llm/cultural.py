@@ -92,8 +92,9 @@ class CulturalTagger(Stage):
 
     def setup(self) -> None:
         load_lexicon(self.language)
-        if self.llm is not None:
+        if self.llm is not None and self._asker is None:  # an injected engine (use_engine) wins
             self._asker = EnsembleClassify(classifiers=[self.llm], cache_dir=self.cache_dir)
+        if self._asker is not None:
             self._asker.ensure_setup()
 
     def use_engine(self, engine: Any) -> CulturalTagger:

@@ -218,6 +218,8 @@ class DistilledPrefilter(GlobalStage):
         """The recall threshold, raised to the budget cap when it would pass more than max_pass_rate."""
         threshold = fitted.threshold
         report["budget_capped"] = False
+        if len(scores):
+            report["pass_rate_at_target_recall"] = float((scores >= threshold).mean())
         if self.max_pass_rate is not None and fitted.coef and len(scores):
             allowed = max(1, int(self.max_pass_rate * len(scores)))
             cap = float(np.sort(scores)[::-1][allowed - 1])
