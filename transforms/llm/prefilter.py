@@ -4,7 +4,8 @@
 2. Embed the sample (multilingual USE by default) and fit a logistic regression to the ensemble's
    verdict on a training part; on the held-out part choose the highest threshold whose recall
    against the ensemble is at least `target_recall`.
-3. Score every row; rows under the threshold get `prefilter_rejected`.
+3. Score every row; rows under the threshold get `prefilter_rejected`, except sampled rows the
+   ensemble already passed (known positives are never thrown away).
 
 Why distil instead of training once on English PIQA: a multilingual-USE + LR model trained on
 English PIQA goals vs general questions reached only AUC 0.76 on real Korean KiN questions (issue 3),
@@ -54,6 +55,8 @@ class FittedPrefilter(BaseModel):
     note: str = ""
     holdout_scores: list[float] = Field(default_factory=list)
     holdout_labels: list[bool] = Field(default_factory=list)
+    teacher_positives: list[str] = Field(
+        default_factory=list, description="Ids of sampled rows the ensemble passed: kept whatever their score.")
 
     def scores(self, embeddings: np.ndarray) -> np.ndarray:
         if not self.coef:  # pass-all model (degenerate sample)
@@ -145,7 +148,7 @@ def fit_prefilter(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: 
 class DistilledPrefilter(GlobalStage):
     name: ClassVar[str] = "prefilter"
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
-    writes: ClassVar[tuple[str, ...]] = ("prefilter_score", "prefilter_sampled")
+    writes: ClassVar[tuple[str, ...]] = ("prefilter_score", "prefilter_sampled", "prefilter_known_positive")
 
     teacher: EnsembleClassify | None = Field(
         None, description="The ensemble whose verdict the prefilter learns (the job passes its ensemble stage).")
@@ -179,6 +182,7 @@ class DistilledPrefilter(GlobalStage):
             raise ValueError("the prefilter needs a teacher: an EnsembleClassify stage whose verdict it learns")
         judged = self.teacher(sample.select([C.ID, C.TEXT]))
         labels = np.asarray(judged.column("ens_pass").to_pylist(), dtype=bool)
+        positives = [str(i) for i, yes in zip(judged.column(C.ID).to_pylist(), labels, strict=True) if yes]
         teacher_s = time.perf_counter() - started
         if covers_all:
             # Every row is already classified (and cached for the ensemble stage): pass them all on.
@@ -190,6 +194,7 @@ class DistilledPrefilter(GlobalStage):
                                       "note": fitted.note, "threshold": None}
             calls = judged.column("ens_calls").to_numpy()
             report.update(teacher_seconds=round(teacher_s, 2), teacher_calls=int(calls.sum()), seed=self.seed)
+            fitted.teacher_positives = positives
             return fitted, report
         embedder = Embedder(self.embedder)
         emb = embedder.encode(_cut(sample.column(C.TEXT).to_pylist(), self.embed_chars))
@@ -201,6 +206,7 @@ class DistilledPrefilter(GlobalStage):
         report.update(teacher_seconds=round(teacher_s, 2), teacher_calls=int(calls.sum()),
                       teacher_calls_per_row=float(calls.mean()) if len(calls) else 0.0,
                       distil_seconds=round(time.perf_counter() - started, 2), seed=self.seed)
+        fitted.teacher_positives = positives
         log.info("prefilter fitted: %s", {k: report.get(k) for k in ("sample_positives", "holdout_recall",
                                                                       "holdout_pass_rate", "holdout_auc")})
         return fitted, report
@@ -211,8 +217,12 @@ class DistilledPrefilter(GlobalStage):
             scores = fitted.scores(emb)
         else:
             scores = np.ones(table.num_rows)
+        ids = [str(i) for i in table.column(C.ID).to_pylist()]
+        known = set(fitted.teacher_positives)
         out = _put(table, "prefilter_score", pa.array(scores, pa.float64()))
-        return _put(out, "prefilter_sampled", pa.array([i in sampled for i in table.column(C.ID).to_pylist()]))
+        out = _put(out, "prefilter_sampled", pa.array([i in sampled for i in ids], pa.bool_()))
+        # The ensemble already passed these sampled rows: dropping them would throw away known positives.
+        return _put(out, "prefilter_known_positive", pa.array([i in known for i in ids], pa.bool_()))
 
     def final_threshold(self, fitted: FittedPrefilter, scores: np.ndarray, report: dict[str, Any]) -> float:
         """The recall threshold, raised to the budget cap when it would pass more than max_pass_rate."""
@@ -235,7 +245,8 @@ class DistilledPrefilter(GlobalStage):
         return threshold
 
     def mark(self, table: pa.Table, threshold: float) -> pa.Table:
-        keep = pc.greater_equal(table.column("prefilter_score"), pa.scalar(threshold, pa.float64()))
+        keep = pc.or_(pc.greater_equal(table.column("prefilter_score"), pa.scalar(threshold, pa.float64())),
+                      table.column("prefilter_known_positive"))
         return set_drop_reason(table, pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(DROP)))
 
     def save(self, fitted: FittedPrefilter, report: dict[str, Any]) -> None:
@@ -258,7 +269,11 @@ class DistilledPrefilter(GlobalStage):
         idx = sample_indices(ids, self.sample_size, self.seed)
         fitted, report = self.distil(table.take(pa.array(idx)), covers_all=len(idx) >= table.num_rows)
         scored = self.score(table, fitted, {ids[i] for i in idx})
-        out = self.mark(scored, self.final_threshold(fitted, scored.column("prefilter_score").to_numpy(), report))
+        scores = scored.column("prefilter_score").to_numpy()
+        threshold = self.final_threshold(fitted, scores, report)
+        known = np.asarray(scored.column("prefilter_known_positive").to_pylist(), dtype=bool)
+        report["teacher_positives_kept_below_threshold"] = int((known & (scores < threshold)).sum())
+        out = self.mark(scored, threshold)
         self.finish_report(fitted, report, table.num_rows, _kept(out))
         return out
 
@@ -281,10 +296,13 @@ class DistilledPrefilter(GlobalStage):
                                 concurrency=self.resources.concurrency or 1, batch_format="pyarrow",
                                 batch_size=self.resources.batch_size, **self.resources.ray_remote_args())
         scored = scored.materialize()
-        scores = np.concatenate([b.column(0).to_numpy() for b in scored.select_columns(["prefilter_score"])
-                                 .iter_batches(batch_format="pyarrow", batch_size=None)] or [np.zeros(0)])
+        parts = list(scored.select_columns(["prefilter_score", "prefilter_known_positive"])
+                     .iter_batches(batch_format="pyarrow", batch_size=None))
+        scores = np.concatenate([b.column(0).to_numpy() for b in parts] or [np.zeros(0)])
+        known = np.concatenate([b.column(1).to_numpy(zero_copy_only=False) for b in parts] or [np.zeros(0, bool)])
         threshold = self.final_threshold(fitted, scores, report)
-        self.finish_report(fitted, report, len(scores), int((scores >= threshold).sum()))
+        report["teacher_positives_kept_below_threshold"] = int((known & (scores < threshold)).sum())
+        self.finish_report(fitted, report, len(scores), int(((scores >= threshold) | known).sum()))
         stage = self
         return scored.map_batches(lambda b: stage.mark(b, threshold), batch_format="pyarrow")
 
