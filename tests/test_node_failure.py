@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from netutil import free_ports
 
 from transforms.core import columns as C
 from transforms.core.lake import count_rows, read_table
@@ -81,18 +81,8 @@ def front_half_only() -> list[str]:
 
 
 # -- slow tier: kill a worker node --------------------------------------------------------------
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _start_node(args: list[str], temp: str) -> subprocess.Popen:
-    nm, om, env_agent, metrics, agent_http, agent_grpc = _free_ports(6)
+    nm, om, env_agent, metrics, agent_http, agent_grpc = free_ports(6)
     cmd = [str(ROOT / ".venv" / "bin" / "ray"), "start", "--block", "--node-ip-address=127.0.0.1",
            f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--runtime-env-agent-port={env_agent}",
            f"--metrics-export-port={metrics}", f"--dashboard-agent-listen-port={agent_http}",
@@ -114,7 +104,7 @@ def _kill(proc: subprocess.Popen) -> None:
 @pytest.fixture
 def three_nodes():
     temp = tempfile.mkdtemp(prefix="rzn", dir="/tmp")
-    gcs, client = _free_ports(2)
+    gcs, client = free_ports(2)
     head = _start_node(["--head", f"--port={gcs}", f"--temp-dir={temp}", "--include-dashboard=false",
                         f"--ray-client-server-port={client}", "--num-cpus=1"], temp)
     address = f"127.0.0.1:{gcs}"

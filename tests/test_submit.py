@@ -12,13 +12,13 @@ import io
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from netutil import free_ports
 
 from jobs.submit import EXCLUDES, build_request, submit
 from transforms.core.manifest import RunManifest
@@ -69,22 +69,12 @@ def test_submit_prints_the_job_id_and_streams_logs():
     assert client.requests[0]["entrypoint"].endswith("run ko-piqa --lake /mnt/lake")
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 @pytest.fixture
 def ray_head(monkeypatch):
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # head, client and job driver share ~/.ray/auth_token
     pytest.importorskip("aiohttp", reason="the Jobs API needs ray[default]: pip install -e .[cluster]")
     temp = tempfile.mkdtemp(prefix="rzs", dir="/tmp")  # short: Ray's socket paths have a length limit
-    gcs, dash, client, agent_http, agent_grpc, metrics, env_agent, nm, om = _free_ports(9)
+    gcs, dash, client, agent_http, agent_grpc, metrics, env_agent, nm, om = free_ports(9)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
     env["RAY_TMPDIR"] = temp
     # as if the venv were activated before `ray start`: the job's `python` is the project's

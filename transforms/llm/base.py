@@ -88,6 +88,19 @@ class LLMEngine(ABC):
         """Release resources."""
 
 
+def encode_prompt(tokenizer: Any, text: str, *, special: bool = True) -> list[int]:
+    """Token ids with one BOS: none is added when the text (a rendered chat) already starts with it.
+
+    Shared by the transformers and vLLM engines so both score exactly the same token sequence.
+    """
+    bos = tokenizer.bos_token
+    add = special and not (bos and text.startswith(bos))
+    ids: list[int] = tokenizer(text, add_special_tokens=add)["input_ids"]
+    if special and not ids and tokenizer.bos_token_id is not None:
+        ids = [tokenizer.bos_token_id]
+    return ids
+
+
 def build_engine(config: EngineConfig) -> LLMEngine:
     module_name, cls_name = ENGINES[config.backend].split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core.deps import require
-from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine, encode_prompt
 from transforms.llm.prepare import resolve_model
 
 # One scoring request: a token sequence and, per position to read, the token ids whose
@@ -92,13 +92,7 @@ class TransformersEngine(LLMEngine):
 
     # -- text -> tokens ------------------------------------------------------------------------
     def encode(self, text: str, *, special: bool = True) -> list[int]:
-        """Token ids; a BOS is added once unless the text (a rendered chat) already starts with it."""
-        bos = self.tokenizer.bos_token
-        add = special and not (bos and text.startswith(bos))
-        ids: list[int] = self.tokenizer(text, add_special_tokens=add)["input_ids"]
-        if special and not ids and self.tokenizer.bos_token_id is not None:
-            ids = [self.tokenizer.bos_token_id]
-        return ids
+        return encode_prompt(self.tokenizer, text, special=special)
 
     def render_chat(self, conversation: list[ChatMessage]) -> str:
         self._ready()

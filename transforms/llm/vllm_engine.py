@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core.deps import require
-from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine, encode_prompt
 from transforms.llm.prepare import resolve_model
 
 
@@ -87,12 +87,7 @@ class VLLMEngine(LLMEngine):
 
     # -- text -> tokens (same rules as the transformers engine) ---------------------------------
     def encode(self, text: str, *, special: bool = True) -> list[int]:
-        bos = self.tokenizer.bos_token
-        add = special and not (bos and text.startswith(bos))
-        ids: list[int] = self.tokenizer(text, add_special_tokens=add)["input_ids"]
-        if special and not ids and self.tokenizer.bos_token_id is not None:
-            ids = [self.tokenizer.bos_token_id]
-        return ids
+        return encode_prompt(self.tokenizer, text, special=special)
 
     def _has_template(self) -> bool:
         return self.options.chat_template == "auto" and bool(getattr(self.tokenizer, "chat_template", None))
