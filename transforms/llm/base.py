@@ -101,6 +101,19 @@ def encode_prompt(tokenizer: Any, text: str, *, special: bool = True) -> list[in
     return ids
 
 
+def has_chat_template(tokenizer: Any, mode: str) -> bool:
+    """mode "auto" uses the tokenizer's chat template when it has one; "plain" never does."""
+    return mode == "auto" and bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_with_tokenizer(tokenizer: Any, conversation: list[ChatMessage], mode: str) -> str:
+    """The chat template's prompt text, or for base models the contents in order, blank-line separated."""
+    if has_chat_template(tokenizer, mode):
+        text: str = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        return text
+    return "\n\n".join(m["content"] for m in conversation)
+
+
 def build_engine(config: EngineConfig) -> LLMEngine:
     module_name, cls_name = ENGINES[config.backend].split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)

@@ -24,7 +24,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core.deps import require
-from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine, encode_prompt
+from transforms.llm.base import (
+    ChatMessage,
+    EngineConfig,
+    GenerationParams,
+    LLMEngine,
+    encode_prompt,
+    render_with_tokenizer,
+)
 from transforms.llm.prepare import resolve_model
 
 # One scoring request: a token sequence and, per position to read, the token ids whose
@@ -96,12 +103,7 @@ class TransformersEngine(LLMEngine):
 
     def render_chat(self, conversation: list[ChatMessage]) -> str:
         self._ready()
-        if self.options.chat_template == "auto" and getattr(self.tokenizer, "chat_template", None):
-            text: str = self.tokenizer.apply_chat_template(
-                conversation, tokenize=False, add_generation_prompt=True)
-            return text
-        # Base models: no roles, the contents in order; the prompt itself says what comes next.
-        return "\n\n".join(m["content"] for m in conversation)
+        return render_with_tokenizer(self.tokenizer, conversation, self.options.chat_template)
 
     # -- scoring -------------------------------------------------------------------------------
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:

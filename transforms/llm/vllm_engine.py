@@ -29,7 +29,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core.deps import require
-from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine, encode_prompt
+from transforms.llm.base import (
+    ChatMessage,
+    EngineConfig,
+    GenerationParams,
+    LLMEngine,
+    encode_prompt,
+    has_chat_template,
+    render_with_tokenizer,
+)
 from transforms.llm.prepare import resolve_model
 
 
@@ -90,15 +98,11 @@ class VLLMEngine(LLMEngine):
         return encode_prompt(self.tokenizer, text, special=special)
 
     def _has_template(self) -> bool:
-        return self.options.chat_template == "auto" and bool(getattr(self.tokenizer, "chat_template", None))
+        return has_chat_template(self.tokenizer, self.options.chat_template)
 
     def render_chat(self, conversation: list[ChatMessage]) -> str:
         self._ready()
-        if self._has_template():
-            text: str = self.tokenizer.apply_chat_template(
-                conversation, tokenize=False, add_generation_prompt=True)
-            return text
-        return "\n\n".join(m["content"] for m in conversation)
+        return render_with_tokenizer(self.tokenizer, conversation, self.options.chat_template)
 
     # -- generation ----------------------------------------------------------------------------
     def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
