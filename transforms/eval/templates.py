@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from transforms.llm.prompts import PROMPTS_DIR, PromptError, PromptTemplate, load_prompt
+from transforms.llm.prompts import PROMPTS_DIR, PromptError, PromptTemplate, compile_template, load_prompt
 
 DEFAULT_PROMPTS = {"ko": "eval_ko/ko", "ru": "eval_ru/ru", "default": "eval_generic/en"}
 
@@ -58,14 +58,9 @@ class LoglikContexts:
         return self.cues.get(lang or "", self.cues.get(self.default, ""))
 
     def render(self, lang: str | None, goal: str) -> str:
-        return str(_strict_env().from_string(self.template_for(lang)).render(goal=goal))
+        return str(compile_template(self.template_for(lang)).render(goal=goal))
 
 
-@functools.cache
-def _strict_env() -> Any:
-    import jinja2
-
-    return jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
 
 
 @functools.cache

@@ -32,10 +32,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import httpx
-import jinja2
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
+from transforms.llm.prompts import compile_template
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -127,8 +127,7 @@ class OpenAIEngine(LLMEngine):
     def render_chat(self, conversation: list[ChatMessage]) -> str:
         if self.options.chat_template is None:
             return "\n\n".join(m["content"] for m in conversation)
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-        return env.from_string(self.options.chat_template).render(
+        return compile_template(self.options.chat_template).render(
             messages=conversation, add_generation_prompt=True, bos_token="")
 
     # -- option matching -----------------------------------------------------------------------

@@ -211,9 +211,12 @@ class DistilledPrefilter(GlobalStage):
                                                                       "holdout_pass_rate", "holdout_auc")})
         return fitted, report
 
-    def score(self, table: pa.Table, fitted: FittedPrefilter, sampled: set[str]) -> pa.Table:
+    def score(self, table: pa.Table, fitted: FittedPrefilter, sampled: set[str],
+              embedder: Embedder | None = None) -> pa.Table:
+        """Score rows; pass a loaded `embedder` so repeated calls (one per batch) reuse the model."""
         if fitted.coef:
-            emb = Embedder(fitted.embedder).encode(_cut(table.column(C.TEXT).to_pylist(), fitted.embed_chars))
+            embedder = embedder or Embedder(fitted.embedder)
+            emb = embedder.encode(_cut(table.column(C.TEXT).to_pylist(), fitted.embed_chars))
             scores = fitted.scores(emb)
         else:
             scores = np.ones(table.num_rows)
@@ -319,11 +322,15 @@ def _distil_task(stage: DistilledPrefilter, sample: pa.Table,
 class _ScoreActor:
     def __init__(self, stage: DistilledPrefilter, fitted: FittedPrefilter, sampled: set[str]):
         self.stage, self.fitted, self.sampled = stage, fitted, sampled
+        # Load the embedding model once per actor, not once per batch.
+        self.embedder = Embedder(fitted.embedder) if fitted.coef else None
+        if self.embedder is not None:
+            self.embedder.setup()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
-        return self.stage.score(batch, self.fitted, self.sampled)
+        return self.stage.score(batch, self.fitted, self.sampled, self.embedder)
 
 
 def _cut(texts: list[Any], n: int) -> list[str]:

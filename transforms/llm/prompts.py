@@ -68,12 +68,11 @@ class PromptTemplate(BaseModel):
         return text.strip()[: self.max_chars]
 
     def render(self, **variables: Any) -> Rendered:
-        env = _env()
         clean = {k: self.sanitise(v) if isinstance(v, str) else v for k, v in variables.items()}
         messages: list[ChatMessage] = []
         if self.system:
-            messages.append({"role": "system", "content": env.from_string(self.system).render(**clean)})
-        messages.append({"role": "user", "content": env.from_string(self.template).render(**clean)})
+            messages.append({"role": "system", "content": compile_template(self.system).render(**clean)})
+        messages.append({"role": "user", "content": compile_template(self.template).render(**clean)})
         return Rendered(messages=messages, prompt_id=self.id, version=self.version)
 
     def parse(self, output: str | None) -> str | None:
@@ -98,6 +97,12 @@ def _env() -> Any:
     import jinja2
 
     return jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+
+
+@functools.lru_cache(maxsize=512)
+def compile_template(source: str) -> Any:
+    """A strict Jinja2 template, compiled once per distinct source (prompts render once per row)."""
+    return _env().from_string(source)
 
 
 @functools.cache
