@@ -175,6 +175,13 @@ def _run_global(stage: GlobalStage, *tables: pa.Table) -> pa.Table:
 
 
 # -- helpers shared by stages and the runner ------------------------------------------------------
+def put_column(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """Replace column `name` if the table has it, else append it."""
+    if name in table.schema.names:
+        return table.set_column(table.schema.get_field_index(name), name, values)
+    return table.append_column(name, values)
+
+
 def set_drop_reason(batch: pa.Table, reasons: pa.Array | pa.ChunkedArray) -> pa.Table:
     """Merge new reasons into the batch; an earlier reason on the same row wins."""
     reasons = reasons.cast(pa.string())

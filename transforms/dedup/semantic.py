@@ -27,7 +27,7 @@ from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.deps import require
-from transforms.core.stage import GlobalStage, StageError, set_drop_reason
+from transforms.core.stage import GlobalStage, StageError, put_column, set_drop_reason
 from transforms.embed.base import Embedder, EmbedderConfig
 from transforms.embed.knn import KnnConfig, similar_pairs
 
@@ -67,10 +67,7 @@ class SemanticDedup(GlobalStage):
         dup = self.duplicate_of(table)
         reasons = pa.array([None if d is None else DROP_REASON for d in dup], pa.string())
         out = set_drop_reason(table, reasons)
-        col = pa.array(dup, pa.string())
-        if C.DUPLICATE_OF in out.column_names:
-            return out.set_column(out.schema.get_field_index(C.DUPLICATE_OF), C.DUPLICATE_OF, col)
-        return out.append_column(C.DUPLICATE_OF, col)
+        return put_column(out, C.DUPLICATE_OF, pa.array(dup, pa.string()))
 
     # -- the pure parts ---------------------------------------------------------------------------------
     def duplicate_of(self, table: pa.Table) -> list[str | None]:

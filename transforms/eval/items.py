@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from transforms.core.stage import put_column
+
 ID, LANG, GOAL, SOL1, SOL2, LABEL = "id", "lang", "goal", "sol1", "sol2", "label"
 SOURCE, IS_CULTURAL, CATEGORY = "source", "is_cultural", "category"
 REQUIRED = (GOAL, SOL1, SOL2, LABEL)
@@ -40,25 +42,21 @@ def prepare_items(table: pa.Table, default_lang: str = "en", default_source: str
     bad = pc.sum(pc.invert(pc.is_in(labels, pa.array([0, 1])))).as_py() or 0
     if bad:
         raise ItemError(f"{bad} item(s) have a label outside {{0, 1}}")
-    table = _put(table, LABEL, labels.cast(pa.int8()))
+    table = put_column(table, LABEL, labels.cast(pa.int8()))
     for col in (GOAL, SOL1, SOL2):
-        table = _put(table, col, pc.fill_null(table.column(col).cast(pa.string()), ""))
+        table = put_column(table, col, pc.fill_null(table.column(col).cast(pa.string()), ""))
     ids = pa.array([f"item-{i}" for i in range(n)], pa.string())
     if ID in table.schema.names:
         ids = pc.coalesce(table.column(ID).cast(pa.string()), ids)
-    table = _put(table, ID, ids)
+    table = put_column(table, ID, ids)
     for col, default in ((LANG, default_lang), (SOURCE, default_source)):
         current = table.column(col).cast(pa.string()) if col in table.schema.names else pa.nulls(n, pa.string())
-        table = _put(table, col, pc.fill_null(current, default))
+        table = put_column(table, col, pc.fill_null(current, default))
     if IS_CULTURAL not in table.schema.names:
         table = table.append_column(IS_CULTURAL, pa.nulls(n, pa.bool_()))
     return table
 
 
-def _put(table: pa.Table, name: str, values: pa.Array | pa.ChunkedArray) -> pa.Table:
-    if name in table.schema.names:
-        return table.set_column(table.schema.get_field_index(name), name, values)
-    return table.append_column(name, values)
 
 
 def swap_solutions(table: pa.Table) -> pa.Table:

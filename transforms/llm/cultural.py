@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from transforms.core import columns as C
-from transforms.core.stage import Stage
+from transforms.core.stage import Stage, put_column
 from transforms.llm.ensemble import Classifier, EnsembleClassify
 from transforms.llm.prompts import PROMPTS_DIR, load_prompt
 
@@ -138,8 +138,5 @@ class CulturalTagger(Stage):
                 "cultural_llm_score": pa.array(scores, pa.float64()),
                 "cultural_tagger": pa.array(tagger, pa.string())}
         for name, values in cols.items():
-            if name in batch.schema.names:
-                batch = batch.set_column(batch.schema.get_field_index(name), name, values)
-            else:
-                batch = batch.append_column(name, values)
+            batch = put_column(batch, name, values)
         return batch

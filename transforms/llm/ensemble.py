@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from transforms.core import columns as C
 from transforms.core.lake import read_table
-from transforms.core.stage import Stage, set_drop_reason
+from transforms.core.stage import Stage, put_column, set_drop_reason
 from transforms.llm.base import EngineConfig, GenerationParams, LLMEngine, build_engine
 from transforms.llm.prompts import PromptTemplate, load_prompt
 
@@ -178,7 +178,7 @@ class EnsembleClassify(Stage):
 
     def process_empty(self, batch: pa.Table) -> pa.Table:
         for f in self.output_fields():
-            batch = _put(batch, f.name, pa.array([], type=f.type))
+            batch = put_column(batch, f.name, pa.array([], type=f.type))
         return batch
 
     def process(self, batch: pa.Table) -> pa.Table:
@@ -226,7 +226,7 @@ class EnsembleClassify(Stage):
             values[f"ens_{clf.column_key}_verdict"] = verdicts[clf.column_key]
             values[f"ens_{clf.column_key}_score"] = scores[clf.column_key]
         for f in self.output_fields():
-            out = _put(out, f.name, pa.array(values[f.name], type=f.type))
+            out = put_column(out, f.name, pa.array(values[f.name], type=f.type))
         return set_drop_reason(out, pa.array(reasons, type=pa.string()))
 
     # -- one classifier on some rows -----------------------------------------------------------------
@@ -332,10 +332,6 @@ def _positive_share(logprobs: Sequence[float]) -> float | None:
     return float(p[0] / p.sum())
 
 
-def _put(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
-    if name in table.schema.names:
-        return table.set_column(table.schema.get_field_index(name), name, values)
-    return table.append_column(name, values)
 
 
 def summarise_run(*paths: Path) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, Field, PrivateAttr
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, set_drop_reason
+from transforms.core.stage import GlobalStage, put_column, set_drop_reason
 from transforms.embed.base import Embedder, EmbedderConfig
 from transforms.llm.ensemble import EnsembleClassify
 
@@ -222,10 +222,10 @@ class DistilledPrefilter(GlobalStage):
             scores = np.ones(table.num_rows)
         ids = [str(i) for i in table.column(C.ID).to_pylist()]
         known = set(fitted.teacher_positives)
-        out = _put(table, "prefilter_score", pa.array(scores, pa.float64()))
-        out = _put(out, "prefilter_sampled", pa.array([i in sampled for i in ids], pa.bool_()))
+        out = put_column(table, "prefilter_score", pa.array(scores, pa.float64()))
+        out = put_column(out, "prefilter_sampled", pa.array([i in sampled for i in ids], pa.bool_()))
         # The ensemble already passed these sampled rows: dropping them would throw away known positives.
-        return _put(out, "prefilter_known_positive", pa.array([i in known for i in ids], pa.bool_()))
+        return put_column(out, "prefilter_known_positive", pa.array([i in known for i in ids], pa.bool_()))
 
     def final_threshold(self, fitted: FittedPrefilter, scores: np.ndarray, report: dict[str, Any]) -> float:
         """The recall threshold, raised to the budget cap when it would pass more than max_pass_rate."""
@@ -337,7 +337,3 @@ def _cut(texts: list[Any], n: int) -> list[str]:
     return ["" if t is None else str(t)[:n] for t in texts]
 
 
-def _put(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
-    if name in table.schema.names:
-        return table.set_column(table.schema.get_field_index(name), name, values)
-    return table.append_column(name, values)

@@ -16,7 +16,7 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from transforms.core import columns as C
 from transforms.core.deps import require
-from transforms.core.stage import Stage, set_drop_reason
+from transforms.core.stage import Stage, put_column, set_drop_reason
 
 LANG = "lang"
 LANG_SCORE = "lang_score"
@@ -69,11 +69,7 @@ class LanguageFilter(Stage):
         reason = pc.if_else(pc.fill_null(allowed, False), none, pa.scalar("wrong_language"))
         low = pc.and_(pc.fill_null(allowed, False), pc.less(pc.fill_null(score, 0.0), self.min_score))
         reason = pc.if_else(low, pa.scalar("low_language_score"), reason)
-        for column, values in ((LANG, lang), (LANG_SCORE, score)):
-            if column in batch.schema.names:
-                batch = batch.set_column(batch.schema.get_field_index(column), column, values)
-            else:
-                batch = batch.append_column(column, values)
+        batch = put_column(put_column(batch, LANG, lang), LANG_SCORE, score)
         return set_drop_reason(batch, reason)
 
     def process_empty(self, batch: pa.Table) -> pa.Table:
