@@ -13,7 +13,6 @@ small inputs.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, ClassVar, Literal
 
 import polars as pl
@@ -31,13 +30,14 @@ REASON = "exact_duplicate"
 
 
 def text_hashes(batch: pa.Table) -> pa.Array:
-    """128-bit BLAKE2b of the UTF-8 text; a null text hashes to a value unique to its row id, so
-    rows without text are never each other's duplicates."""
-    texts = batch.column(C.TEXT).cast(pa.string()).to_pylist()
-    ids = batch.column(C.ID).cast(pa.string()).to_pylist()
-    return pa.array(
-        [hashlib.blake2b(t.encode("utf-8"), digest_size=16).hexdigest() if t is not None else f"null:{i}"
-         for t, i in zip(texts, ids, strict=True)], pa.string())
+    """A 128-bit key of the text (two seeded 64-bit polars hashes, computed column-wise; stable across
+    processes of one polars version, which is all one run needs); a null text gets a key unique to
+    its row id, so rows without text are never each other's duplicates."""
+    df = pl.DataFrame({"t": batch.column(C.TEXT).cast(pa.string()), "i": batch.column(C.ID).cast(pa.string())})
+    t = pl.col("t")
+    key = pl.when(t.is_null()).then(pl.lit("null:") + pl.col("i")).otherwise(
+        t.hash(seed=0).cast(pl.String) + pl.lit(":") + t.hash(seed=1).cast(pl.String))
+    return df.select(key.alias(HASH)).to_series().to_arrow().cast(pa.string())
 
 
 def add_hash(batch: pa.Table) -> pa.Table:
