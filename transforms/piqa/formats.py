@@ -169,9 +169,9 @@ def read_items(path: str | Path, **kwargs: Any) -> pa.Table:
     if not path.exists():
         raise FileNotFoundError(f"no such input: {path}")
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*.parquet") if not any(s.startswith(".") for s in p.parts))
-        if files:
-            from transforms.core.lake import read_table
+        from transforms.core.lake import parquet_files, read_table
+
+        if parquet_files(path):
 
             return conform_items(read_table(path))
         if list(path.glob("data_*_val.*.jsonl")):

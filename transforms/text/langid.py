@@ -8,6 +8,7 @@ A stateful stage: the model loads once per actor in setup(), never at import.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -46,19 +47,7 @@ class LanguageFilter(Stage):
 
     def predict(self, texts: list[str | None]) -> tuple[list[str | None], list[float | None]]:
         """Top language and its probability per text (None for null text)."""
-        langs: list[str | None] = []
-        scores: list[float | None] = []
-        # fasttext-predict's list form returns labels without probabilities, so one call per text
-        # (a few microseconds each); fastText reads one line, hence the newline folding.
-        for text in texts:
-            if text is None:
-                langs.append(None)
-                scores.append(None)
-                continue
-            labels, probs = self._model.predict(text.replace("\n", " "), k=1)
-            langs.append(labels[0].removeprefix("__label__") if labels else None)
-            scores.append(float(min(probs[0], 1.0)) if probs else None)
-        return langs, scores
+        return predict_languages(self._model, texts)
 
     def process(self, batch: pa.Table) -> pa.Table:
         langs, scores = self.predict(batch.column(C.TEXT).cast(pa.string()).to_pylist())
@@ -77,3 +66,22 @@ class LanguageFilter(Stage):
             if column not in batch.schema.names:
                 batch = batch.append_column(column, pa.nulls(0, kind))
         return batch
+
+
+def predict_languages(model: Any, texts: Sequence[str | None]) -> tuple[list[str | None], list[float | None]]:
+    """Top lid.176 language and its probability per text (None for null text).
+
+    fasttext-predict's list form returns labels without probabilities, so one call per text
+    (a few microseconds each); fastText reads one line, hence the newline folding.
+    """
+    langs: list[str | None] = []
+    scores: list[float | None] = []
+    for text in texts:
+        if text is None:
+            langs.append(None)
+            scores.append(None)
+            continue
+        labels, probs = model.predict(text.replace("\n", " "), k=1)
+        langs.append(labels[0].removeprefix("__label__") if labels else None)
+        scores.append(float(min(probs[0], 1.0)) if probs else None)
+    return langs, scores
