@@ -74,6 +74,7 @@ def test_each_stage_did_its_job_on_the_sample(front_run):
     texts = curated.column("text")
     assert pc.count_distinct(texts).as_py() == curated.num_rows  # no exact duplicates left
     rejected = read_table(lake / "rejected" / "ko-piqa" / "front" / "04_exact_dedup")
+    assert rejected.num_rows == stages["exact_dedup"].rows_dropped["exact_duplicate"]
     kept_ids = set(curated.column("id").to_pylist())
     kept_text = dict(zip(curated.column("id").to_pylist(), texts.to_pylist(), strict=True))
     for rid, dup_of, text in zip(rejected.column("id").to_pylist(), rejected.column(C.DUPLICATE_OF).to_pylist(),

@@ -95,6 +95,7 @@ def test_normalize_then_filters_on_real_rows(sample, langid):
     out = langid(LengthFilter(min_chars=10, max_chars=2000)(NormalizeText()(batch)))
     reasons = out.column(C.DROP_REASON).to_pylist()
     stages = out.column(C.DROP_STAGE).to_pylist()
+    assert {"length_filter", "langid"} <= set(stages)  # both branches below are exercised
     for reason, stage in zip(reasons, stages, strict=True):
         assert (reason is None) == (stage is None)
         if reason in {"too_short", "empty", "too_long"}:
