@@ -69,7 +69,8 @@ def llm_stages(config: Config, run_dir: Path | None) -> list[Any]:
     chain: list[Any] = []
     if config.prefilter is not None:
         chain.append(config.prefilter.model_copy(update={
-            "teacher": ensemble, "output_dir": str(run_dir / "prefilter") if run_dir else None}))
+            "teacher": ensemble, "output_dir": str(run_dir / "prefilter") if run_dir else None,
+            "cache_dir": str(run_dir / "cache" / "prefilter") if run_dir else None}))
     chain += [ensemble, config.cultural.model_copy(update={"cache_dir": cache}),
               config.sample.model_copy(update={"output_dir": str(run_dir) if run_dir else None})]
     return chain

@@ -12,11 +12,13 @@ import re
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_ensemble import RuleEngine
 
 from transforms.core import columns as C
 from transforms.embed import EmbedderConfig, build_embedder
+from transforms.embed.base import Embedder
 from transforms.llm.ensemble import Classifier, EnsembleClassify
 from transforms.llm.prefilter import (
     DegenerateSampleError,
@@ -148,3 +150,42 @@ def test_budget_cap_limits_the_pass_rate_and_reports_the_recall_cost(questions, 
     assert report["threshold"] > report["threshold_for_target_recall"]
     assert report["holdout_recall"] < 0.98 and report["pass_rate"] == kept / 500
     assert report["pass_rate_at_target_recall"] > 0.1
+
+
+def test_a_resumed_prefilter_embeds_only_the_rows_it_has_no_score_for(questions, tmp_path, monkeypatch):
+    texts, _ = questions
+    table = pa.table({C.ID: [f"q{i}" for i in range(len(texts))], C.TEXT: texts})
+
+    def stage() -> DistilledPrefilter:
+        teacher = EnsembleClassify(classifiers=[Classifier(name="rule")], cache_dir=str(tmp_path / "verdicts"))
+        teacher.use_engine("rule", RuleEngine(["어떻게", "방법"]))
+        return DistilledPrefilter(teacher=teacher, sample_size=200, seed=1, target_recall=0.9,
+                                  cache_dir=str(tmp_path / "scores"))
+
+    first = stage()(table)
+    [folder] = (tmp_path / "scores").iterdir()
+    [chunk] = folder.glob("*.parquet")
+    cached = pq.read_table(chunk)
+    assert sorted(cached.column("id").to_pylist()) == sorted(table.column(C.ID).to_pylist())
+    # the attempt was cut after its first 320 scores had been written
+    chunk.unlink()
+    pq.write_table(cached.slice(0, 320), folder / chunk.name)
+
+    embedded: list[str] = []
+    encode = Embedder.encode
+
+    def spy(self, batch):
+        embedded.extend(batch)
+        return encode(self, batch)
+
+    monkeypatch.setattr(Embedder, "encode", spy)
+    again = stage()(table)
+    missing = set(cached.column("id").to_pylist()[320:])
+    sample = 200  # the refit embeds its sample again; its teacher answers come from the verdict cache
+    assert len(embedded) == sample + len(missing)
+    assert set(embedded[sample:]) == {t[:256] for i, t in zip(table.column(C.ID).to_pylist(), texts,
+                                                                 strict=True) if i in missing}
+    assert len(list(folder.glob("*.parquet"))) == 2  # the missing rows' scores were added
+    assert again.column(C.DROP_REASON).equals(first.column(C.DROP_REASON))
+    np.testing.assert_allclose(again.column("prefilter_score").to_numpy(), first.column("prefilter_score").to_numpy(),
+                               atol=1e-6)

@@ -60,7 +60,9 @@ def parquet_files(path: Path) -> list[Path]:
         return []
     if path.is_file():
         return [path]
-    return sorted(p for p in path.rglob("*.parquet") if not any(part.startswith(".") for part in p.parts))
+    # hidden files and folders below `path` (.tmp-*, .parts) are work in progress; `path` itself may be hidden
+    return sorted(p for p in path.rglob("*.parquet")
+                  if not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
 def count_rows(path: Path) -> int:

@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import re
-import secrets
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,10 +29,10 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from transforms.core import columns as C
+from transforms.core import rowcache
 from transforms.core.lake import read_table
 from transforms.core.stage import Stage, put_column, set_drop_reason
 from transforms.llm.base import EngineConfig, GenerationParams, LLMEngine, build_engine
@@ -296,7 +295,7 @@ class EnsembleClassify(Stage):
         root = Path(self.cache_dir)
         for clf in self.classifiers:
             key = clf.cache_key(load_prompt(clf.prompt))
-            table = read_table(root / key)
+            table = rowcache.load(root / key)
             if table.num_rows == 0:
                 continue
             cache = self._cache.setdefault(key, {})
@@ -308,18 +307,12 @@ class EnsembleClassify(Stage):
     def _append_cache(self, key: str, ids: list[str], answers: list[Answer]) -> None:
         if not self.cache_dir or not ids:
             return
-        folder = Path(self.cache_dir) / key
-        folder.mkdir(parents=True, exist_ok=True)
-        table = pa.table({"id": pa.array(ids, pa.string()),
-                          "score": pa.array([a.score for a in answers], pa.float64()),
-                          "option": pa.array([a.option for a in answers], pa.string()),
-                          "raw": pa.array([a.raw for a in answers], pa.string()),
-                          "calls": pa.array([a.calls for a in answers], pa.int32())})
-        # Write then rename: a crash never leaves a half-written file for the next run to trip on.
-        name = f"{time.time_ns()}-{secrets.token_hex(3)}.parquet"
-        tmp = folder / f".{name}"
-        pq.write_table(table, tmp)
-        tmp.rename(folder / name)
+        rowcache.append(Path(self.cache_dir) / key, pa.table({
+            "id": pa.array(ids, pa.string()),
+            "score": pa.array([a.score for a in answers], pa.float64()),
+            "option": pa.array([a.option for a in answers], pa.string()),
+            "raw": pa.array([a.raw for a in answers], pa.string()),
+            "calls": pa.array([a.calls for a in answers], pa.int32())}))
 
 
 def _positive_share(logprobs: Sequence[float]) -> float | None:

@@ -18,6 +18,7 @@ verdict cache, so sampled rows that pass the prefilter cost nothing in the ensem
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -31,6 +32,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, Field, PrivateAttr
 
 from transforms.core import columns as C
+from transforms.core import rowcache
 from transforms.core.stage import GlobalStage, put_column, set_drop_reason
 from transforms.embed.base import Embedder, EmbedderConfig
 from transforms.llm.ensemble import EnsembleClassify
@@ -57,6 +59,11 @@ class FittedPrefilter(BaseModel):
     holdout_labels: list[bool] = Field(default_factory=list)
     teacher_positives: list[str] = Field(
         default_factory=list, description="Ids of sampled rows the ensemble passed: kept whatever their score.")
+
+    def cache_key(self) -> str:
+        """Names the score cache: a refitted model (other weights, embedder or cut) starts a new one."""
+        ident = json.dumps([self.coef, self.intercept, self.embedder.model_dump(), self.embed_chars], sort_keys=True)
+        return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
     def scores(self, embeddings: np.ndarray) -> np.ndarray:
         if not self.coef:  # pass-all model (degenerate sample)
@@ -165,6 +172,8 @@ class DistilledPrefilter(GlobalStage):
         None, gt=0, le=1, description="Budget cap: pass at most this share of rows to the ensemble. When the "
         "recall threshold would pass more, it rises and the report records the lower held-out recall.")
     output_dir: str | None = Field(None, description="Where model.json and report.json go (runs/<run_id>/prefilter).")
+    cache_dir: str | None = Field(None, description="Score cache (the job sets runs/<run_id>/cache/prefilter): a "
+                                  "resumed run embeds only the rows it has no score for; unset disables it.")
 
     _fitted: FittedPrefilter | None = PrivateAttr(None)
     _report: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -212,20 +221,41 @@ class DistilledPrefilter(GlobalStage):
         return fitted, report
 
     def score(self, table: pa.Table, fitted: FittedPrefilter, sampled: set[str],
-              embedder: Embedder | None = None) -> pa.Table:
-        """Score rows; pass a loaded `embedder` so repeated calls (one per batch) reuse the model."""
+              embedder: Embedder | None = None, cached: pa.Table | None = None) -> pa.Table:
+        """Score rows; pass a loaded `embedder` so repeated calls (one per batch) reuse the model, and
+        `cached` (id, score) from an earlier attempt so only the rows missing from it are embedded."""
+        ids = pa.array([str(i) for i in table.column(C.ID).to_pylist()], pa.string())
         if fitted.coef:
-            embedder = embedder or Embedder(fitted.embedder)
-            emb = embedder.encode(_cut(table.column(C.TEXT).to_pylist(), fitted.embed_chars))
-            scores = fitted.scores(emb)
+            scores = np.full(len(ids), np.nan)
+            todo = np.arange(len(ids))
+            if cached is not None and cached.num_rows:
+                hit = pc.index_in(ids, value_set=cached.column("id"))
+                found = pc.is_valid(hit).to_numpy(zero_copy_only=False)
+                scores[found] = cached.column("score").to_numpy()[pc.drop_null(hit).to_numpy()]
+                todo = np.flatnonzero(~found)
+            if len(todo):
+                embedder = embedder or Embedder(fitted.embedder)
+                texts = table.column(C.TEXT).take(pa.array(todo)).to_pylist()
+                scores[todo] = fitted.scores(embedder.encode(_cut(texts, fitted.embed_chars)))
+                if self.cache_dir:
+                    rowcache.append(Path(self.cache_dir) / fitted.cache_key(), pa.table(
+                        {"id": ids.take(pa.array(todo)), "score": pa.array(scores[todo], pa.float64())}))
         else:
             scores = np.ones(table.num_rows)
-        ids = [str(i) for i in table.column(C.ID).to_pylist()]
-        known = set(fitted.teacher_positives)
+        known = pa.array(list(fitted.teacher_positives), pa.string())
         out = put_column(table, "prefilter_score", pa.array(scores, pa.float64()))
-        out = put_column(out, "prefilter_sampled", pa.array([i in sampled for i in ids], pa.bool_()))
+        out = put_column(out, "prefilter_sampled", pc.is_in(ids, value_set=pa.array(list(sampled), pa.string())))
         # The ensemble already passed these sampled rows: dropping them would throw away known positives.
-        return put_column(out, "prefilter_known_positive", pa.array([i in known for i in ids], pa.bool_()))
+        return put_column(out, "prefilter_known_positive", pc.is_in(ids, value_set=known))
+
+    def cached_scores(self, fitted: FittedPrefilter) -> pa.Table | None:
+        """Scores an earlier attempt of this run computed with the same fitted model."""
+        if not self.cache_dir or not fitted.coef:
+            return None
+        table = rowcache.load(Path(self.cache_dir) / fitted.cache_key())
+        if table.num_rows:
+            log.info("prefilter: %d scores reused from %s", table.num_rows, self.cache_dir)
+        return table if table.num_rows else None
 
     def final_threshold(self, fitted: FittedPrefilter, scores: np.ndarray, report: dict[str, Any]) -> float:
         """The recall threshold, raised to the budget cap when it would pass more than max_pass_rate."""
@@ -271,7 +301,7 @@ class DistilledPrefilter(GlobalStage):
         ids = [str(i) for i in table.column(C.ID).to_pylist()]
         idx = sample_indices(ids, self.sample_size, self.seed)
         fitted, report = self.distil(table.take(pa.array(idx)), covers_all=len(idx) >= table.num_rows)
-        scored = self.score(table, fitted, {ids[i] for i in idx})
+        scored = self.score(table, fitted, {ids[i] for i in idx}, cached=self.cached_scores(fitted))
         scores = scored.column("prefilter_score").to_numpy()
         threshold = self.final_threshold(fitted, scores, report)
         known = np.asarray(scored.column("prefilter_known_positive").to_pylist(), dtype=bool)
@@ -326,11 +356,12 @@ class _ScoreActor:
         self.embedder = Embedder(fitted.embedder) if fitted.coef else None
         if self.embedder is not None:
             self.embedder.setup()
+        self.cached = stage.cached_scores(fitted)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
-        return self.stage.score(batch, self.fitted, self.sampled, self.embedder)
+        return self.stage.score(batch, self.fitted, self.sampled, self.embedder, self.cached)
 
 
 def _cut(texts: list[Any], n: int) -> list[str]:
