@@ -4,9 +4,11 @@ from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from transforms.core import columns as C
+from transforms.core.lake import read_table
 from transforms.core.stage import FilterStage, Stage, StageError, set_drop_reason
 from transforms.text.normalize import NormalizeText
 
@@ -64,3 +66,17 @@ def test_normalize_keeps_original_and_folds_forms():
     out = NormalizeText()(pa.table({"text": raw}))
     assert out.column("text").to_pylist() == ["kimchi 냉장고는 어떻게?", ""]
     assert out.column("text_original").to_pylist() == raw
+
+
+def test_a_zone_read_back_keeps_the_columns_every_stage_added(tmp_path):
+    """rejected/ holds rows of early stages (few columns) and late ones (their scores): none may vanish."""
+    early = tmp_path / "rejected" / "02_length_filter"
+    late = tmp_path / "rejected" / "08_ensemble"
+    early.mkdir(parents=True)
+    late.mkdir(parents=True)
+    pq.write_table(pa.table({C.ID: ["a"], C.DROP_REASON: ["too_short"]}), early / "p0.parquet")
+    pq.write_table(pa.table({C.ID: ["b"], C.DROP_REASON: ["ensemble_rejected:m"], "ens_score": [0.25],
+                             "ens_calls": pa.array([1], pa.int32())}), late / "p0.parquet")
+    table = read_table(tmp_path / "rejected").sort_by(C.ID)
+    assert table.to_pydict() == {C.ID: ["a", "b"], C.DROP_REASON: ["too_short", "ensemble_rejected:m"],
+                                 "ens_score": [None, 0.25], "ens_calls": [None, 1]}

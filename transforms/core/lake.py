@@ -82,7 +82,10 @@ def read_table(path: Path, columns: list[str] | None = None) -> pa.Table:
     files = parquet_files(path)
     if not files:
         return pa.table({})
-    return pads.dataset([str(f) for f in files], format="parquet").to_table(columns=columns)
+    # Stages add columns, so a zone's files differ in schema (rejected/ holds every stage's rows):
+    # read them under the union of their schemas, not the first file's, or later columns vanish.
+    schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
+    return pads.dataset([str(f) for f in files], format="parquet", schema=schema).to_table(columns=columns)
 
 
 def value_counts(path: Path, column: str) -> dict[str, int]:
