@@ -18,7 +18,7 @@ def planted(n: int, d: int, groups: int, noise: float, seed: int = 0) -> np.ndar
     x = rng.standard_normal((n, d)).astype(np.float32)
     copies = [x[g] + noise * rng.standard_normal(d).astype(np.float32)
               for g in range(groups) for _ in range(1 + g % 3)]
-    x = np.vstack([x, np.array(copies, dtype=np.float32)])
+    x = np.vstack([x, np.array(copies, dtype=np.float32).reshape(-1, d)])
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
@@ -138,3 +138,20 @@ def test_gpu_backends_match_cpu(backend):
     cpu = set(map(tuple, similar_pairs(x, 0.85).tolist()))
     gpu = set(map(tuple, similar_pairs(x, 0.85, KnnConfig(backend=backend, k=16)).tolist()))
     assert gpu == cpu  # groups are ≤ 4 rows, so k=16 neighbours see every pair
+
+
+def test_every_dedup_stage_leaves_an_earlier_duplicate_of_standing():
+    """Exact dedup marked r3 as a copy of r0; semantic dedup agrees it is a duplicate but must not rename
+    the row it duplicates, and its own finds (r4 ~ r1) are added. Vectors may be fixed-size lists."""
+    x = planted(5, 16, 0, noise=0.0, seed=1)[:5]
+    x[3], x[4] = x[0], x[1]
+    table = pa.table({"id": [f"r{i}" for i in range(5)], "goal": [""] * 5,
+                      "vec": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 16),
+                      "drop_reason": [None, None, None, "exact_duplicate", None],
+                      "duplicate_of": [None, None, None, "r0-by-exact", None]})
+    out = SemanticDedup(vector_column="vec", method="exact")(table)
+    assert out.column("duplicate_of").to_pylist() == [None, None, None, "r0-by-exact", "r1"]
+    assert out.column("drop_reason").to_pylist() == [None, None, None, "exact_duplicate", "semantic_duplicate"]
+    ragged = table.set_column(2, "vec", pa.array([[0.1, 0.2]] * 4 + [[0.3]], pa.list_(pa.float32())))
+    with pytest.raises(ValueError, match="differ in length"):
+        SemanticDedup(vector_column="vec", method="exact").duplicate_of(ragged)

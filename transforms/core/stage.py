@@ -192,6 +192,14 @@ def set_drop_reason(batch: pa.Table, reasons: pa.Array | pa.ChunkedArray) -> pa.
     return batch.append_column(C.DROP_REASON, reasons)
 
 
+def set_duplicate_of(batch: pa.Table, duplicate_of: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """Record which kept row each row duplicates; an earlier dedup stage's answer on a row stands."""
+    duplicate_of = duplicate_of.cast(pa.string())
+    if C.DUPLICATE_OF in batch.schema.names:
+        duplicate_of = pc.coalesce(batch.column(C.DUPLICATE_OF).cast(pa.string()), duplicate_of)
+    return put_column(batch, C.DUPLICATE_OF, duplicate_of)
+
+
 def mark_dropped(batch: pa.Table, stage_name: str) -> pa.Table:
     """Give every row a string `drop_reason`, `drop_stage` and `_status` (kept/rejected)."""
     n = batch.num_rows

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, set_drop_reason
+from transforms.core.stage import GlobalStage, set_drop_reason, set_duplicate_of
 
 HASH = "_text_hash"
 KEEP_ID = "_keep_id"
@@ -50,12 +50,8 @@ def mark_duplicates(batch: pa.Table) -> pa.Table:
     ids = batch.column(C.ID).cast(pa.string())
     keep = batch.column(KEEP_ID).cast(pa.string())
     is_dup = pc.fill_null(pc.not_equal(keep, ids), False)
-    duplicate_of = pc.if_else(is_dup, keep, pa.scalar(None, pa.string()))
-    if C.DUPLICATE_OF in batch.schema.names:  # an earlier dedup's answer stands
-        duplicate_of = pc.coalesce(batch.column(C.DUPLICATE_OF).cast(pa.string()), duplicate_of)
-        batch = batch.drop_columns([C.DUPLICATE_OF])
     batch = batch.drop_columns([c for c in (HASH, KEEP_ID, GROUP_SIZE) if c in batch.schema.names])
-    batch = batch.append_column(C.DUPLICATE_OF, duplicate_of)
+    batch = set_duplicate_of(batch, pc.if_else(is_dup, keep, pa.scalar(None, pa.string())))
     reason = pc.if_else(is_dup, pa.scalar(REASON), pa.scalar(None, pa.string()))
     return set_drop_reason(batch, reason)
 

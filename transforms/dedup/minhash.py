@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, Resources, set_drop_reason
+from transforms.core.stage import GlobalStage, Resources, set_drop_reason, set_duplicate_of
 from transforms.dedup.minhash_cluster import (
     DST,
     KEY,
@@ -150,13 +150,8 @@ class MinHashDedup(GlobalStage):
 
     def mark(self, batch: pa.Table, lookup: DuplicateLookup) -> pa.Table:
         dup_of = lookup.duplicate_of(batch.column(C.ID).cast(pa.string()))
-        if C.DUPLICATE_OF in batch.schema.names:  # an earlier dedup stage may have written it
-            earlier = batch.column(C.DUPLICATE_OF).cast(pa.string())
-            batch = batch.drop_columns([C.DUPLICATE_OF])
-            dup_of = pc.coalesce(earlier, dup_of)
         reason = pc.if_else(pc.is_valid(dup_of), pa.scalar(NEAR_DUPLICATE), pa.scalar(None, pa.string()))
-        batch = batch.append_column(C.DUPLICATE_OF, dup_of)
-        return set_drop_reason(batch, reason)
+        return set_drop_reason(set_duplicate_of(batch, dup_of), reason)
 
     # -- in memory (unit tests, small tables) ------------------------------------------------------
     def find_duplicates(self, table: pa.Table) -> pa.Table:

@@ -23,11 +23,12 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.deps import require
-from transforms.core.stage import GlobalStage, StageError, put_column, set_drop_reason
+from transforms.core.stage import GlobalStage, StageError, set_drop_reason, set_duplicate_of
 from transforms.embed.base import Embedder, EmbedderConfig
 from transforms.embed.knn import KnnConfig, similar_pairs
 
@@ -66,8 +67,7 @@ class SemanticDedup(GlobalStage):
     def process_table(self, table: pa.Table) -> pa.Table:
         dup = self.duplicate_of(table)
         reasons = pa.array([None if d is None else DROP_REASON for d in dup], pa.string())
-        out = set_drop_reason(table, reasons)
-        return put_column(out, C.DUPLICATE_OF, pa.array(dup, pa.string()))
+        return set_duplicate_of(set_drop_reason(table, reasons), pa.array(dup, pa.string()))
 
     # -- the pure parts ---------------------------------------------------------------------------------
     def duplicate_of(self, table: pa.Table) -> list[str | None]:
@@ -77,7 +77,7 @@ class SemanticDedup(GlobalStage):
         if len(ids) < 2:
             return [None] * len(ids)
         if self.vector_column and self.vector_column in table.column_names:
-            vectors = np.asarray(table.column(self.vector_column).to_pylist(), dtype=np.float32)
+            vectors = _matrix(table.column(self.vector_column))
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
             pairs = self.find_pairs(vectors)
         elif self.representation == "char-ngrams":
@@ -176,3 +176,17 @@ def char_ngram_pairs(texts: list[str], threshold: float, chunk: int = 2048) -> n
     if not found:
         return np.zeros((0, 2), dtype=np.int64)
     return np.unique(np.concatenate(found), axis=0)
+
+
+def _matrix(column: pa.ChunkedArray) -> np.ndarray:
+    """A list<float> / fixed_size_list<float> column of equal-length vectors as an (n, d) float32 matrix."""
+    values = column.combine_chunks()
+    if len(values) == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    if values.null_count:
+        raise ValueError("precomputed vectors must not be null")
+    lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
+    if (lengths != lengths[0]).any():
+        raise ValueError(f"precomputed vectors differ in length ({sorted(set(lengths.tolist()))[:5]})")
+    flat = pc.list_flatten(values).to_numpy(zero_copy_only=False).astype(np.float32)
+    return flat.reshape(len(values), int(lengths[0]))
