@@ -17,11 +17,13 @@ import uuid
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 from transforms.core import columns as C
+from transforms.core import rowcache
 from transforms.core.lake import Lake, parquet_files, read_table
 from transforms.core.manifest import RunManifest
 from transforms.core.runner import conservation_errors, run_pipeline
@@ -137,16 +139,27 @@ def test_a_changed_config_reruns_that_stage_and_everything_after_it(ray_local, t
     assert kept.num_rows == changed.stages[2].rows_kept == len(set(kept.column(C.ID).to_pylist()))
 
 
-def front_half_only() -> list[str]:
-    """--set overrides that switch off the LLM back half when the job has one (slow on CPU)."""
-    from jobs.ko_piqa import Config
-
-    return ["--set", "ensemble=null"] if "ensemble" in Config.model_fields else []
+def test_row_caches_hold_whole_chunks_in_write_order_even_under_a_hidden_folder(tmp_path):
+    folder = tmp_path / ".cache" / "runs" / "r1" / "cache" / "scores"  # e.g. a lake under ~/.cache
+    assert rowcache.load(folder).num_rows == 0
+    assert rowcache.append(folder, pa.table({"id": pa.array([], pa.string())})) is None
+    rowcache.append(folder, pa.table({"id": ["a", "b"], "score": [0.1, 0.2]}))
+    rowcache.append(folder, pa.table({"id": ["c"], "score": [0.3]}))
+    (folder / ".123-half-written.parquet").write_bytes(b"PAR1")  # what a killed writer leaves behind
+    assert rowcache.load(folder).to_pydict() == {"id": ["a", "b", "c"], "score": [0.1, 0.2, 0.3]}
+    assert parquet_files(tmp_path / ".cache") == sorted(folder.glob("[0-9]*.parquet"))
 
 
 # -- slow tier: SIGKILL the real driver -----------------------------------------------------------
+# The whole ko-piqa job, LLM back half included, with the back half shrunk to fit a test: the prefilter
+# has the two Gemma classifiers label 96 rows and passes 1% of the rest on to the ensemble stage.
+JOB_ARGS = ["--set", "num_cpus=2", "--set", f"input.paths=[{SAMPLE}]",
+            "--set", "prefilter.sample_size=96", "--set", "prefilter.max_pass_rate=0.01"]
+VERDICTS = ("ens_pass", "ens_calls", C.DROP_REASON)  # plus every ens_<classifier>_verdict column
+
+
 def _piqaforge(lake: Path, *args: str) -> list[str]:
-    return [str(ROOT / ".venv" / "bin" / "piqaforge"), "run", "ko-piqa", "--lake", str(lake), *args]
+    return [str(ROOT / ".venv" / "bin" / "piqaforge"), "run", "ko-piqa", "--lake", str(lake), *args, *JOB_ARGS]
 
 
 def _env() -> dict[str, str]:
@@ -162,45 +175,122 @@ def _job_outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManife
             _sorted(read_table(Path(manifest.outputs["rejected"]))), manifest)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(3600)  # three ko-piqa runs; minutes on an idle machine, far more on a busy one
-def test_killed_ko_piqa_driver_resumes_to_the_same_output(tmp_path):
-    lake = tmp_path / "lake"
-    # 200-row partitions: 23 per stage, so the kill lands between partitions of a stage
-    common = ["--set", "num_cpus=2", "--set", f"input.paths=[{SAMPLE}]", *front_half_only()]
-    subprocess.run(_piqaforge(lake, "--run-id", "clean", *common), check=True, cwd=ROOT, env=_env(),
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
+def _cache_files(lake: Path, run_id: str) -> list[Path]:
+    return sorted((lake / "runs" / run_id / "cache" / "ensemble").glob("*/*.parquet"))
 
-    proc = subprocess.Popen(_piqaforge(lake, "--run-id", "x", *common), cwd=ROOT, env=_env(),
+
+def _cached_answers(lake: Path, run_id: str) -> dict[str, list[str]]:
+    """Row ids answered per classifier (cache key), over every answer file the run wrote."""
+    out: dict[str, list[str]] = {}
+    for f in _cache_files(lake, run_id):
+        out.setdefault(f.parent.name, []).extend(read_table(f).column("id").to_pylist())
+    return out
+
+
+def _answers(lake: Path, run_id: str) -> tuple[dict[str, str], dict[str, float]]:
+    """The option and the score each classifier gave each row, over the run's verdict cache."""
+    options, scores = {}, {}
+    for f in _cache_files(lake, run_id):
+        for r in read_table(f).to_pylist():
+            options[f"{f.parent.name}/{r['id']}"] = r["option"]
+            scores[f"{f.parent.name}/{r['id']}"] = r["score"]
+    return options, scores
+
+
+def _assert_same_rows(got: pa.Table, want: pa.Table) -> None:
+    """Equal tables; model scores may differ in the last bits when a resumed run batches rows differently."""
+    assert got.schema.names == want.schema.names and got.num_rows == want.num_rows
+    assert got.column(C.ID).to_pylist() == want.column(C.ID).to_pylist()
+    for name in got.schema.names:
+        a, b = got.column(name), want.column(name)
+        if pa.types.is_floating(a.type):
+            x = a.to_numpy(zero_copy_only=False).astype(float)
+            y = b.to_numpy(zero_copy_only=False).astype(float)
+            assert np.allclose(x, y, rtol=0, atol=1e-4, equal_nan=True), name
+        else:
+            assert a.equals(b), name
+
+
+# Kill points: what must be on disk before the driver is killed.
+def _partition_done(lake: Path, run_id: str) -> bool:
+    """A partition of a stage after `read` has finished: the cut lands between partitions of a stage."""
+    return bool(list((lake / "staged" / "ko-piqa" / run_id).glob("*/.parts/p*.json")))
+
+
+def _llm_answers_cached(lake: Path, run_id: str) -> bool:
+    """Two chunks of LLM answers are in the verdict cache: the cut lands inside the LLM back half."""
+    return len(_cache_files(lake, run_id)) >= 2
+
+
+@pytest.fixture(scope="module")
+def clean_lake(tmp_path_factory) -> Path:
+    lake = tmp_path_factory.mktemp("resume") / "lake"
+    subprocess.run(_piqaforge(lake, "--run-id", "clean"), check=True, cwd=ROOT, env=_env(),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
+    return lake
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # minutes on an idle machine, far more on a busy one
+@pytest.mark.parametrize("kill_when", [_partition_done, _llm_answers_cached], ids=["front-half", "llm-back-half"])
+def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when):
+    lake, run_id = clean_lake, f"cut-{kill_when.__name__.strip('_')}"
+    proc = subprocess.Popen(_piqaforge(lake, "--run-id", run_id), cwd=ROOT, env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    staged = lake / "staged" / "ko-piqa" / "x"
-    deadline = time.time() + 600
+    deadline = time.time() + 1200
     try:
-        while time.time() < deadline and proc.poll() is None:
-            if list(staged.glob("*/.parts/p*.json")):  # a partition of a stage after `read` is done
-                break
+        while time.time() < deadline and proc.poll() is None and not kill_when(lake, run_id):
             time.sleep(0.005)
         assert proc.poll() is None, "the run finished before it could be killed"
+        assert kill_when(lake, run_id), "the kill point was never reached"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray processes it started
         proc.wait()
         subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)  # anything that left the group
-    killed = RunManifest.load(lake / "runs" / "x" / "manifest.json")
+    killed = RunManifest.load(lake / "runs" / run_id / "manifest.json")
     assert killed.status == "running"  # a SIGKILLed driver writes nothing more
-    subprocess.run(_piqaforge(lake, "--resume", "x", *common), check=True, cwd=ROOT, env=_env(),
+    answers_before = _cached_answers(lake, run_id)
+    subprocess.run(_piqaforge(lake, "--resume", run_id), check=True, cwd=ROOT, env=_env(),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
 
-    kept, rejected, manifest = _job_outputs(lake, "x")
+    kept, rejected, manifest = _job_outputs(lake, run_id)
     kept_clean, rejected_clean, clean = _job_outputs(lake, "clean")
     assert manifest.status == "succeeded" and not conservation_errors(manifest)
-    assert manifest.stages[0].resumed  # `read` had finished before the kill
+    assert [a["status"] for a in manifest.extras["attempts"]] == ["running"]
     assert [s.name for s in manifest.stages] == [s.name for s in clean.stages]
-    assert [(s.rows_kept, s.rows_dropped) for s in manifest.stages] == \
-        [(s.rows_kept, s.rows_dropped) for s in clean.stages]
+    assert [(s.rows_in, s.rows_kept, s.rows_dropped) for s in manifest.stages] == \
+        [(s.rows_in, s.rows_kept, s.rows_dropped) for s in clean.stages]
+    # same kept rows, same rejected rows with the same reasons, no duplicates
     assert len(set(kept.column(C.ID).to_pylist())) == kept.num_rows
-    assert kept.equals(kept_clean) and rejected.equals(rejected_clean)
-    cut = next((s for s in manifest.stages if not s.resumed), None)
-    print(f"\nkilled after {[s.name for s in killed.stages]}; first re-run stage: "
-          f"{cut.name if cut else None}, partitions reused {cut.partitions_reused if cut else 0}/"
-          f"{cut.partitions if cut else 0}", file=sys.stderr)
-    assert parquet_files(lake / "curated" / "ko-piqa" / "x")
+    assert kept.num_rows + rejected.num_rows == 4600
+    _assert_same_rows(kept, kept_clean)
+    _assert_same_rows(rejected, rejected_clean)
+    # same verdicts, row by row, for every row the ensemble stage saw (kept or rejected) ...
+    judged = pa.concat_tables([kept, rejected], promote_options="default")
+    judged_clean = pa.concat_tables([kept_clean, rejected_clean], promote_options="default")
+    verdicts = [*VERDICTS, *(n for n in kept.schema.names if n.endswith("_verdict"))]
+    assert len(verdicts) == 5  # two classifiers
+    mine = {r[C.ID]: r for r in judged.select([C.ID, *verdicts]).to_pylist() if r["ens_calls"] is not None}
+    theirs = {r[C.ID]: r for r in judged_clean.select([C.ID, *verdicts]).to_pylist() if r["ens_calls"] is not None}
+    ensemble = next(s for s in clean.stages if s.name == "ensemble")
+    assert mine == theirs and len(mine) == ensemble.rows_in > 0
+    # ... and for every answer a classifier gave, the prefilter's labelled sample included
+    (options, scores), (options_clean, scores_clean) = _answers(lake, run_id), _answers(lake, "clean")
+    assert options == options_clean
+    assert scores == pytest.approx(scores_clean, abs=1e-4)
+
+    # the resumed run did not redo finished work
+    assert manifest.stages[0].resumed  # `read` had finished before the kill
+    answers = _cached_answers(lake, run_id)
+    for key, ids in answers.items():  # no model was asked twice about a row ...
+        assert len(ids) == len(set(ids)), key
+        assert sorted(ids) == sorted(_cached_answers(lake, "clean")[key])  # ... nor about a different row
+    cut = next(s for s in manifest.stages if not s.resumed)
+    if kill_when is _llm_answers_cached:
+        assert cut.name in ("prefilter", "ensemble", "cultural_tag", "sample")
+        assert sum(map(len, answers_before.values())) >= 2 * 16  # two chunks of answers were reused
+    else:  # the first stage after `read` had finished a partition (or all of them) before the kill
+        assert manifest.stages[1].resumed or manifest.stages[1].partitions_reused > 0
+    print(f"\nkilled after {[s.name for s in killed.stages]}; first re-run stage: {cut.name}, partitions "
+          f"reused {cut.partitions_reused}/{cut.partitions}, LLM answers reused "
+          f"{sum(map(len, answers_before.values()))}/{sum(map(len, answers.values()))}", file=sys.stderr)
