@@ -24,7 +24,7 @@ from netutil import free_ports
 from transforms.core import columns as C
 from transforms.core.lake import count_rows, read_table
 from transforms.core.manifest import RunManifest
-from transforms.core.partitions import PART, ROW, BlockWriter, PartitionLedger
+from transforms.core.partitions import PART, ROW, BlockWriter, PartitionLedger, _file_name
 from transforms.core.runner import conservation_errors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +71,16 @@ def test_orphans_and_half_finished_partitions_are_removed(tmp_path):
     # a changed fingerprint (config) wipes the stage
     PartitionLedger(kept, rejected, "other", "plan", resume=True, expected={0: 50})
     assert count_rows(kept) + count_rows(rejected) == 0
+
+
+def test_a_global_stages_file_is_named_by_its_rows_not_by_their_memory_layout():
+    """A retried task of a global stage must rewrite the same file name, however its input was chunked."""
+    rows = pa.table({C.ID: [f"r{i}" for i in range(100)], C.TEXT: [f"질문 {i}" for i in range(100)]})
+    fresh = pa.table({C.ID: [f"r{i}" for i in range(10, 30)], C.TEXT: [f"질문 {i}" for i in range(10, 30)]})
+    chunked = pa.concat_tables([rows.slice(10, 5), rows.slice(15, 15)])
+    names = {_file_name(0, t, 20, 0) for t in (rows.slice(10, 20), fresh, chunked)}
+    assert len(names) == 1
+    assert _file_name(0, rows.slice(11, 20), 20, 0) not in names
 
 
 # The LLM back half is off: these tests are about the front half and the Ray cluster.

@@ -172,15 +172,19 @@ def _digest(table: pa.Table) -> str:
     h = hashlib.blake2b(digest_size=8)
     if ROW in table.schema.names:
         h.update(table.column(ROW).combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False).tobytes())
-    else:  # sources and global stages: name the file by its content (ids and text)
-        for name in (C.ID, C.TEXT):
-            if name in table.schema.names:
-                h.update("\x1f".join("" if v is None else str(v) for v in table.column(name).to_pylist()).encode())
-        if C.ID not in table.schema.names and C.TEXT not in table.schema.names:
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, table.schema) as w:
-                w.write_table(table)
-            h.update(sink.getvalue().to_pybytes())
+    elif C.ID in table.schema.names or C.TEXT in table.schema.names:
+        # sources and global stages: name the file by its content (ids and text), hashed column-wise
+        import polars as pl
+
+        names = [n for n in (C.ID, C.TEXT) if n in table.schema.names]
+        frame = pl.from_arrow(table.select(names).cast(pa.schema([(n, pa.string()) for n in names])))
+        assert isinstance(frame, pl.DataFrame)
+        h.update(frame.hash_rows(seed=0).to_numpy().tobytes())
+    else:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+        h.update(memoryview(sink.getvalue()))
     return h.hexdigest()
 
 
