@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests.
 #   scripts/test.sh            default tier (< 15 min)
-#   scripts/test.sh --slow     adds the slow tier (3M rows, node failures, full local-model runs)
+#   scripts/test.sh --slow     adds the slow tier (SIGKILL + resume, node loss, real Jobs API head, real-model runs); .ci/run uses it
 #   scripts/test.sh --vllm     the vLLM-on-CPU tier, in its own environment (.venv-vllm)
 #   scripts/test.sh -- ARGS    extra pytest arguments
 set -euo pipefail
