@@ -55,11 +55,14 @@ class ColumnMapping(BaseModel):
     def check_against(self, available: list[str], where: str) -> None:
         missing = {k: v for k, v in self.fields().items() if v not in available}
         if missing:
-            wanted = ", ".join(f"{k}={v!r}" for k, v in missing.items())
-            raise ColumnMappingError(
-                f"{where} has no column(s) {sorted(set(missing.values()))} (column mapping {wanted}); "
-                f"columns available: {available}. Fix input.columns in the job config "
-                f"(e.g. --set input.columns.text=<column>).")
+            raise mapping_error(f"{where} has no column(s)", missing, f"columns available: {available}")
+
+
+def mapping_error(what: str, missing: dict[str, str], seen: str) -> ColumnMappingError:
+    """One wording for every reader: what is missing, the mapping that asked for it, what is there."""
+    wanted = ", ".join(f"{k}={v!r}" for k, v in missing.items())
+    return ColumnMappingError(f"{what} {sorted(set(missing.values()))} (column mapping {wanted}); {seen}. "
+                              f"Fix input.columns in the job config (e.g. --set input.columns.text=<name>).")
 
 
 def _as_string(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from transforms.core import columns as C
-from transforms.io.common import ColumnMapping, ColumnMappingError, InputFormatError, bad_records, to_common
+from transforms.io.common import ColumnMapping, InputFormatError, bad_records, mapping_error, to_common
 
 log = logging.getLogger("piqaforge")
 
@@ -50,11 +50,8 @@ def check_jsonl_mapping(path: Path, mapping: ColumnMapping, sample_lines: int = 
     required = {"text": mapping.text, **({"id": mapping.id} if mapping.id else {})}
     missing = {k: v for k, v in required.items() if v not in seen}
     if missing:
-        wanted = ", ".join(f"{k}={v!r}" for k, v in missing.items())
-        raise ColumnMappingError(
-            f"{path}: none of the first {parsed} records has field(s) {sorted(missing.values())} "
-            f"(column mapping {wanted}); fields seen: {sorted(seen)}. Fix input.columns in the job config "
-            f"(e.g. --set input.columns.text=<field>).")
+        raise mapping_error(f"{path}: none of the first {parsed} records has field(s)", missing,
+                            f"fields seen: {sorted(seen)}")
     for key in ("source", "url", "title", "body"):
         field = getattr(mapping, key)
         if field is not None and field not in seen:
