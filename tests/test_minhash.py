@@ -14,10 +14,13 @@ import pytest
 from transforms.core import columns as C
 from transforms.dedup.minhash import NEAR_DUPLICATE, MinHashDedup
 from transforms.dedup.minhash_cluster import (
+    CandidateSet,
+    bucket_edges,
     cluster_duplicates,
     collision_probability,
     lsh_params,
     union_find_min,
+    verify_edges,
 )
 from transforms.dedup.minhash_signature import (
     fmix32,
@@ -167,6 +170,30 @@ def test_cluster_duplicates_is_transitive_and_deterministic() -> None:
         results.append(dict(zip(out.column("id").to_pylist(), out.column("duplicate_of").to_pylist(), strict=True)))
     assert all(r == results[0] for r in results)
     assert results[0] == {"b": "a", "c": "a", "d": "a", "y": "x", "z": "x"}
+
+
+def test_candidate_set_and_chunked_verification_agree_with_the_exact_answers(kin_questions: list[str]) -> None:
+    """The candidate set (8-byte id hashes) holds exactly the edge endpoints, and verifying in chunks of
+    3 edges keeps the same edges as one pass and as the exact Jaccard of the texts would suggest."""
+    stage = MinHashDedup(threshold=0.7)
+    base = [q for q in kin_questions if 40 <= len(q) <= 200][:300]
+    texts = base + [q + "?" for q in base[:40]] + [edit(q, random.Random(3), 8) for q in base[40:80]]
+    table = _table(texts)
+    edges = bucket_edges(stage.band_rows(table))
+    candidates = CandidateSet.of_edges(edges)
+    endpoints = set(edges.column("src").to_pylist()) | set(edges.column("dst").to_pylist())
+    assert len(candidates) == len(endpoints) > 40
+    assert [i in endpoints for i in table.column(C.ID).to_pylist()] == candidates.contains(table.column(C.ID)).to_pylist()
+    sig_rows = stage.signature_rows(table, candidates)
+    assert sorted(sig_rows.column("_mh_id").to_pylist()) == sorted(endpoints)
+    sig = stage.signatures(pa.array([texts[int(i[1:])] for i in sig_rows.column("_mh_id").to_pylist()]))
+    whole = verify_edges(edges, sig_rows.column("_mh_id"), sig, 0.7)
+    chunked = verify_edges(edges, sig_rows.column("_mh_id"), sig, 0.7, chunk_edges=3)
+    assert chunked.equals(whole) and 0 < whole.num_rows < edges.num_rows
+    text = dict(zip(table.column(C.ID).to_pylist(), texts, strict=True))
+    exact = [exact_jaccard(text[a], text[b]) for a, b in zip(*whole.to_pydict().values(), strict=True)]
+    assert np.mean(np.array(exact) >= 0.6) > 0.95  # what verification keeps is similar text
+    assert CandidateSet(np.zeros(0, np.uint64)).contains(pa.array(["a"])).to_pylist() == [False]
 
 
 # -- the stage -----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from transforms.dedup.minhash_cluster import (
     PART,
     ROW_ID,
     SRC,
+    CandidateSet,
     DuplicateLookup,
     bucket_edges,
     cluster_duplicates,
@@ -129,7 +130,7 @@ class MinHashDedup(GlobalStage):
                          PART: pa.array((keys % np.uint64(self.shuffle_partitions)).astype(np.int32)),
                          ROW_ID: batch.column(C.ID).cast(pa.string()).take(take)})
 
-    def signature_rows(self, batch: pa.Table, candidates: DuplicateLookup) -> pa.Table:
+    def signature_rows(self, batch: pa.Table, candidates: CandidateSet) -> pa.Table:
         """(id, signature) of the rows that are endpoints of a candidate edge."""
         ids = batch.column(C.ID).cast(pa.string())
         batch = batch.filter(candidates.contains(ids))
@@ -158,7 +159,7 @@ class MinHashDedup(GlobalStage):
         """`id -> duplicate_of` for a whole table, in this process."""
         table = table.select([C.ID, C.TEXT])
         edges = bucket_edges(self.band_rows(table))
-        sig_rows = self.signature_rows(table, DuplicateLookup.of_edges(edges)) if self.verify else None
+        sig_rows = self.signature_rows(table, CandidateSet.of_edges(edges)) if self.verify else None
         return self.cluster(edges, sig_rows)
 
     def process_table(self, table: pa.Table) -> pa.Table:
@@ -244,9 +245,10 @@ def _concat(tables: tuple[pa.Table, ...]) -> pa.Table | None:
     return pa.concat_tables(tables) if tables else None
 
 
-def _candidates(*edge_tables: pa.Table) -> pa.Table:
+def _candidates(*edge_tables: pa.Table) -> np.ndarray:
+    """The candidate set every signature task filters its block with, as 8-byte id hashes."""
     edges = _concat(edge_tables)
-    return edges if edges is not None else pa.table({SRC: pa.array([], pa.string()), DST: pa.array([], pa.string())})
+    return CandidateSet.of_edges(edges).hashes if edges is not None else np.zeros(0, dtype=np.uint64)
 
 
 def _cluster(stage: MinHashDedup, n_edge_tables: int, *tables: pa.Table) -> pa.Table:
@@ -260,10 +262,10 @@ def _num_rows(table: pa.Table) -> int:
     return table.num_rows
 
 
-_LOOKUPS: dict[str, DuplicateLookup] = {}
+_LOOKUPS: dict[str, CandidateSet | DuplicateLookup] = {}
 
 
-def _lookup(ref: Any) -> DuplicateLookup:
+def _lookup(ref: Any) -> CandidateSet | DuplicateLookup:
     import ray
 
     # Fetched and indexed once per worker process, not once per batch.
@@ -271,14 +273,18 @@ def _lookup(ref: Any) -> DuplicateLookup:
     if key not in _LOOKUPS:
         if len(_LOOKUPS) > 4:
             _LOOKUPS.clear()
-        table = ray.get(ref)
-        _LOOKUPS[key] = DuplicateLookup.of_edges(table) if SRC in table.schema.names else DuplicateLookup(table)
+        value = ray.get(ref)
+        _LOOKUPS[key] = CandidateSet(value) if isinstance(value, np.ndarray) else DuplicateLookup(value)
     return _LOOKUPS[key]
 
 
 def _signature_rows(batch: pa.Table, stage: MinHashDedup, lookup_ref: list[Any]) -> pa.Table:
-    return stage.signature_rows(batch, _lookup(lookup_ref[0]))
+    candidates = _lookup(lookup_ref[0])
+    assert isinstance(candidates, CandidateSet)
+    return stage.signature_rows(batch, candidates)
 
 
 def _mark(batch: pa.Table, stage: MinHashDedup, lookup_ref: list[Any]) -> pa.Table:
-    return stage.mark(batch, _lookup(lookup_ref[0]))
+    lookup = _lookup(lookup_ref[0])
+    assert isinstance(lookup, DuplicateLookup)
+    return stage.mark(batch, lookup)

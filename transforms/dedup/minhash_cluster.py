@@ -81,7 +81,8 @@ def unique_edges(edges: pa.Table) -> pa.Table:
     return edges.group_by([SRC, DST], use_threads=False).aggregate([]).select([SRC, DST])
 
 
-def verify_edges(edges: pa.Table, ids: pa.Array, signatures: np.ndarray, threshold: float) -> pa.Table:
+def verify_edges(edges: pa.Table, ids: pa.Array, signatures: np.ndarray, threshold: float,
+                 chunk_edges: int = 1 << 16) -> pa.Table:
     """Keep the edges whose two signatures estimate a Jaccard similarity >= `threshold`.
 
     `ids[i]` is the id of `signatures[i]`; every edge endpoint must be among `ids`.
@@ -91,7 +92,12 @@ def verify_edges(edges: pa.Table, ids: pa.Array, signatures: np.ndarray, thresho
     ids = ids.cast(pa.string())
     src = pc.index_in(edges.column(SRC), value_set=ids).to_numpy(zero_copy_only=False)
     dst = pc.index_in(edges.column(DST), value_set=ids).to_numpy(zero_copy_only=False)
-    keep = estimated_jaccard(signatures[src], signatures[dst]) >= threshold
+    # Compare in chunks: gathering both endpoints' signatures for every edge at once costs
+    # 2 x 4 x num_perm bytes per edge (1 KiB at 128 permutations), which is the task's peak otherwise.
+    keep = np.empty(len(src), dtype=bool)
+    for lo in range(0, len(src), chunk_edges):
+        hi = lo + chunk_edges
+        keep[lo:hi] = estimated_jaccard(signatures[src[lo:hi]], signatures[dst[lo:hi]]) >= threshold
     return edges.filter(pa.array(keep))
 
 
@@ -136,6 +142,41 @@ def cluster_duplicates(edges: pa.Table) -> pa.Table:
                     schema=DUPLICATE_MAP_SCHEMA)
 
 
+def id_hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit hash of each id, column-wise (polars; stable across the processes of one environment)."""
+    import polars as pl
+
+    series = pl.from_arrow(ids.cast(pa.string()))
+    assert isinstance(series, pl.Series)
+    return series.hash(seed=0).to_numpy()
+
+
+class CandidateSet:
+    """Which rows are endpoints of a candidate edge, as sorted 64-bit hashes of their ids.
+
+    Every signature worker holds it, so it costs 8 bytes per candidate instead of the ids
+    themselves. A hash collision only lets a non-candidate's signature through; verification
+    looks signatures up by exact id, so that row is ignored there.
+    """
+
+    def __init__(self, hashes: np.ndarray):
+        self.hashes = np.unique(np.asarray(hashes, dtype=np.uint64))
+
+    @classmethod
+    def of_edges(cls, edges: pa.Table) -> CandidateSet:
+        return cls(np.concatenate([id_hashes(edges.column(SRC)), id_hashes(edges.column(DST))]))
+
+    def contains(self, ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+        query = id_hashes(ids)
+        if len(self.hashes) == 0:
+            return pa.array(np.zeros(len(query), dtype=bool))
+        pos = np.minimum(np.searchsorted(self.hashes, query), len(self.hashes) - 1)
+        return pa.array(self.hashes[pos] == query)
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+
 class DuplicateLookup:
     """Look ids up in a duplicate map without rebuilding a hash table per batch (sorted + searchsorted)."""
 
@@ -144,12 +185,6 @@ class DuplicateLookup:
         order = np.argsort(ids, kind="stable")
         self.ids = ids[order]
         self.reps = duplicate_map.column("duplicate_of").to_numpy(zero_copy_only=False).astype(object)[order]
-
-    @classmethod
-    def of_edges(cls, edges: pa.Table) -> DuplicateLookup:
-        """A set of every edge endpoint (its `duplicate_of` is the id itself): the candidate rows."""
-        nodes = pc.unique(pa.concat_arrays([edges.column(SRC).combine_chunks(), edges.column(DST).combine_chunks()]))
-        return cls(pa.table({"id": nodes, "duplicate_of": nodes}))
 
     def contains(self, ids: pa.Array | pa.ChunkedArray) -> pa.Array:
         return pc.is_valid(self.duplicate_of(ids))
