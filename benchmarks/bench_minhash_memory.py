@@ -6,7 +6,7 @@
 The phases of `MinHashDedup.run_dataset` (shuffle "tasks") are called directly, in this one
 process, with the stage's own functions and no Ray: the map task `_band_partitions` on every block
 (signatures -> band keys -> K partitions), the K reducers `_reduce_edges`, the candidate set
-`DuplicateLookup.of_edges` (held by each signature worker), `signature_rows` per block, the single
+`CandidateSet` (8-byte id hashes of the edge endpoints, held by each signature worker), `signature_rows` per block, the single
 clustering task `_cluster` (also split into its steps: unique edges, signature concat, verification,
 union-find), the marking workers' `DuplicateLookup(duplicate map)` and `mark` on one batch.
 
@@ -57,6 +57,7 @@ from transforms.dedup.minhash import (  # noqa: E402
 )
 from transforms.dedup.minhash_cluster import (  # noqa: E402
     ROW_ID,
+    CandidateSet,
     DuplicateLookup,
     cluster_duplicates,
     unique_edges,
@@ -206,11 +207,12 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     print(f"  reduce: {edges_in:,} edges, {sum(r['seconds'] for r in reducers):.0f}s", flush=True)
 
     # 4. the candidate set every signature worker builds (edge endpoints).
-    all_edges = _candidates(*edge_tables)
-    cand, p = measure(DuplicateLookup.of_edges, all_edges)
+    hashes, p0 = measure(_candidates, *edge_tables)  # the one task that builds it
+    cand, p = measure(CandidateSet, hashes)  # what each signature worker holds
     out["candidate_lookup"] = {"candidates": len(cand), "peak": p.peak, "retained": p.retained_rss,
-                               "numpy_nbytes": int(cand.ids.nbytes + cand.reps.nbytes), "seconds": p.seconds}
-    del all_edges
+                               "numpy_nbytes": int(cand.hashes.nbytes), "build_task_peak": p0.peak,
+                               "seconds": p.seconds}
+    del hashes
 
     # 5. signature rows of the candidates, one task per block.
     sig_tables, sig_peaks = [], []
@@ -231,7 +233,7 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                       "output_nbytes": dup_map.nbytes, "seconds": p.seconds}
     print(f"  cluster: {dup_map.num_rows:,} near-duplicates, {p.seconds:.1f}s", flush=True)
     # ... and its steps, each measured on its own (same code as MinHashDedup.cluster).
-    edges = _candidates(*edge_tables)
+    edges = pa.concat_tables(edge_tables)
     sig_table = pa.concat_tables(sig_tables)
     uniq, p1 = measure(unique_edges, edges)
 
