@@ -15,6 +15,7 @@ from transforms.core import columns as C
 from transforms.dedup.minhash import NEAR_DUPLICATE, MinHashDedup
 from transforms.dedup.minhash_cluster import (
     CandidateSet,
+    SignatureChunks,
     bucket_edges,
     cluster_duplicates,
     collision_probability,
@@ -189,7 +190,9 @@ def test_candidate_set_and_chunked_verification_agree_with_the_exact_answers(kin
     sig = stage.signatures(pa.array([texts[int(i[1:])] for i in sig_rows.column("_mh_id").to_pylist()]))
     whole = verify_edges(edges, sig_rows.column("_mh_id"), sig, 0.7)
     chunked = verify_edges(edges, sig_rows.column("_mh_id"), sig, 0.7, chunk_edges=3)
-    assert chunked.equals(whole) and 0 < whole.num_rows < edges.num_rows
+    pieces = SignatureChunks([sig[:1], sig[1:1], sig[1:50], sig[50:]])  # one view per block, never concatenated
+    in_pieces = verify_edges(edges, sig_rows.column("_mh_id"), pieces, 0.7, chunk_edges=7)
+    assert chunked.equals(whole) and in_pieces.equals(whole) and 0 < whole.num_rows < edges.num_rows
     text = dict(zip(table.column(C.ID).to_pylist(), texts, strict=True))
     exact = [exact_jaccard(text[a], text[b]) for a, b in zip(*whole.to_pydict().values(), strict=True)]
     assert np.mean(np.array(exact) >= 0.6) > 0.95  # what verification keeps is similar text

@@ -41,6 +41,7 @@ from transforms.dedup.minhash_cluster import (
     SRC,
     CandidateSet,
     DuplicateLookup,
+    SignatureChunks,
     bucket_edges,
     cluster_duplicates,
     lsh_params,
@@ -143,10 +144,12 @@ class MinHashDedup(GlobalStage):
         """Verify (when asked) and cluster candidate edges into `id -> duplicate_of`."""
         edges = unique_edges(edges)
         if self.verify and signature_rows is not None and edges.num_rows:
-            buf = signature_rows.column(SIGNATURE).combine_chunks()
-            sig = np.frombuffer(buf.buffers()[1], dtype=np.uint32)[
+            # One zero-copy matrix view per signature table (they sit in the object store): no concat.
+            views = [np.frombuffer(buf.buffers()[1], dtype=np.uint32)[
                 buf.offset * self.num_perm:(buf.offset + len(buf)) * self.num_perm].reshape(len(buf), self.num_perm)
-            edges = verify_edges(edges, signature_rows.column(ROW_ID).combine_chunks(), sig, self.threshold)
+                for buf in signature_rows.column(SIGNATURE).chunks if len(buf)]
+            edges = verify_edges(edges, signature_rows.column(ROW_ID).combine_chunks(), SignatureChunks(views),
+                                 self.threshold)
         return cluster_duplicates(edges)
 
     def mark(self, batch: pa.Table, lookup: DuplicateLookup) -> pa.Table:

@@ -81,14 +81,44 @@ def unique_edges(edges: pa.Table) -> pa.Table:
     return edges.group_by([SRC, DST], use_threads=False).aggregate([]).select([SRC, DST])
 
 
-def verify_edges(edges: pa.Table, ids: pa.Array, signatures: np.ndarray, threshold: float,
+class SignatureChunks:
+    """Row-wise access to several signature matrices as if they were one, without copying them.
+
+    The cluster task receives one signature table per block from the object store; concatenating
+    them would hold every candidate signature twice.
+    """
+
+    def __init__(self, chunks: list[np.ndarray]):
+        self.chunks = [c for c in chunks if len(c)]
+        self.starts = np.cumsum([0] + [len(c) for c in self.chunks])
+        self.width = self.chunks[0].shape[1] if self.chunks else 0
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def take(self, idx: np.ndarray) -> np.ndarray:
+        if len(self.chunks) == 1:
+            return self.chunks[0][idx]
+        which = np.searchsorted(self.starts, idx, side="right") - 1
+        out = np.empty((len(idx), self.width), dtype=self.chunks[0].dtype if self.chunks else np.uint32)
+        order = np.argsort(which, kind="stable")
+        bounds = np.searchsorted(which[order], np.arange(len(self.chunks) + 1))
+        for c, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            if hi > lo:
+                sel = order[lo:hi]
+                out[sel] = self.chunks[c][idx[sel] - self.starts[c]]
+        return out
+
+
+def verify_edges(edges: pa.Table, ids: pa.Array, signatures: np.ndarray | SignatureChunks, threshold: float,
                  chunk_edges: int = 1 << 16) -> pa.Table:
     """Keep the edges whose two signatures estimate a Jaccard similarity >= `threshold`.
 
-    `ids[i]` is the id of `signatures[i]`; every edge endpoint must be among `ids`.
+    `ids[i]` is the id of signature row `i`; every edge endpoint must be among `ids`.
     """
     if edges.num_rows == 0:
         return edges
+    sigs = signatures if isinstance(signatures, SignatureChunks) else SignatureChunks([signatures])
     ids = ids.cast(pa.string())
     src = pc.index_in(edges.column(SRC), value_set=ids).to_numpy(zero_copy_only=False)
     dst = pc.index_in(edges.column(DST), value_set=ids).to_numpy(zero_copy_only=False)
@@ -97,7 +127,7 @@ def verify_edges(edges: pa.Table, ids: pa.Array, signatures: np.ndarray, thresho
     keep = np.empty(len(src), dtype=bool)
     for lo in range(0, len(src), chunk_edges):
         hi = lo + chunk_edges
-        keep[lo:hi] = estimated_jaccard(signatures[src[lo:hi]], signatures[dst[lo:hi]]) >= threshold
+        keep[lo:hi] = estimated_jaccard(sigs.take(src[lo:hi]), sigs.take(dst[lo:hi])) >= threshold
     return edges.filter(pa.array(keep))
 
 
