@@ -7,7 +7,7 @@ The phases of `MinHashDedup.run_dataset` (shuffle "tasks") are called directly, 
 process, with the stage's own functions and no Ray: the map task `_band_partitions` on every block
 (signatures -> band keys -> K partitions), the K reducers `_reduce_edges`, the candidate set
 `CandidateSet` (8-byte id hashes of the edge endpoints, held by each signature worker), `signature_rows` per block, the single
-clustering task `_cluster` (also split into its steps: unique edges, signature concat, verification,
+clustering task `_cluster` (also split into its steps: unique edges, signature views, verification,
 union-find), the marking workers' `DuplicateLookup(duplicate map)` and `mark` on one batch.
 
 Input: benchmarks/common.build_crawl (real Korean questions, 10% near-duplicates, 3% exact copies),
@@ -59,6 +59,7 @@ from transforms.dedup.minhash_cluster import (  # noqa: E402
     ROW_ID,
     CandidateSet,
     DuplicateLookup,
+    SignatureChunks,
     cluster_duplicates,
     unique_edges,
     verify_edges,
@@ -237,11 +238,12 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     sig_table = pa.concat_tables(sig_tables)
     uniq, p1 = measure(unique_edges, edges)
 
-    def signature_matrix(sig_table: pa.Table) -> tuple[pa.Array, np.ndarray]:
-        buf = sig_table.column(SIGNATURE).combine_chunks()
-        m = np.frombuffer(buf.buffers()[1], dtype=np.uint32)[
+    def signature_matrix(sig_table: pa.Table) -> tuple[pa.Array, SignatureChunks]:
+        # as MinHashDedup.cluster: one zero-copy view per block's signature table, no concatenation
+        views = [np.frombuffer(buf.buffers()[1], dtype=np.uint32)[
             buf.offset * stage.num_perm:(buf.offset + len(buf)) * stage.num_perm].reshape(len(buf), stage.num_perm)
-        return sig_table.column(ROW_ID).combine_chunks(), m
+            for buf in sig_table.column(SIGNATURE).chunks if len(buf)]
+        return sig_table.column(ROW_ID).combine_chunks(), SignatureChunks(views)
 
     (ids, matrix), p2 = measure(signature_matrix, sig_table)
     verified, p3 = measure(verify_edges, uniq, ids, matrix, stage.threshold)
