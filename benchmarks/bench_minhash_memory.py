@@ -240,10 +240,8 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
 
     def signature_matrix(sig_table: pa.Table) -> tuple[pa.Array, SignatureChunks]:
         # as MinHashDedup.cluster: one zero-copy view per block's signature table, no concatenation
-        views = [np.frombuffer(buf.buffers()[1], dtype=np.uint32)[
-            buf.offset * stage.num_perm:(buf.offset + len(buf)) * stage.num_perm].reshape(len(buf), stage.num_perm)
-            for buf in sig_table.column(SIGNATURE).chunks if len(buf)]
-        return sig_table.column(ROW_ID).combine_chunks(), SignatureChunks(views)
+        return sig_table.column(ROW_ID).combine_chunks(), SignatureChunks.of_column(sig_table.column(SIGNATURE),
+                                                                                     stage.num_perm)
 
     (ids, matrix), p2 = measure(signature_matrix, sig_table)
     verified, p3 = measure(verify_edges, uniq, ids, matrix, stage.threshold)

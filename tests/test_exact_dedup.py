@@ -62,28 +62,29 @@ def test_an_earlier_drop_reason_is_kept():
     assert out.column(C.DUPLICATE_OF).to_pylist() == [None, "1"]
 
 
-def _ray_result(ray, stage: ExactDedup, table: pa.Table) -> dict[str, tuple[str | None, str | None]]:
-    ds = ray.data.from_arrow(table).repartition(6)
-    out = pa.concat_tables(ray.get(stage.run_dataset(ds).to_arrow_refs()))
-    assert out.num_rows == table.num_rows
+def _verdicts(out: pa.Table) -> dict[str, tuple[str | None, str | None]]:
+    """id -> (duplicate_of, drop_reason)."""
     return {r["id"]: (r[C.DUPLICATE_OF], r[C.DROP_REASON]) for r in
             out.select(["id", C.DUPLICATE_OF, C.DROP_REASON]).to_pylist()}
 
 
+def _ray_result(ray, stage: ExactDedup, table: pa.Table) -> dict[str, tuple[str | None, str | None]]:
+    ds = ray.data.from_arrow(table).repartition(6)
+    out = pa.concat_tables(ray.get(stage.run_dataset(ds).to_arrow_refs()))
+    assert out.num_rows == table.num_rows
+    return _verdicts(out)
+
+
 @pytest.mark.ray
 def test_ray_broadcast_equals_the_pure_function(ray_local, normalized):
-    want_table = ExactDedup().process_table(normalized)
-    want = {r["id"]: (r[C.DUPLICATE_OF], r[C.DROP_REASON]) for r in
-            want_table.select(["id", C.DUPLICATE_OF, C.DROP_REASON]).to_pylist()}
+    want = _verdicts(ExactDedup().process_table(normalized))
     assert _ray_result(ray_local, ExactDedup(num_partitions=2, gather_below_rows=0), normalized) == want
 
 
 @pytest.mark.ray
 def test_ray_small_input_is_gathered_in_one_task(ray_local, normalized):
     small = normalized.slice(0, 800)
-    want_table = ExactDedup().process_table(small)
-    want = {r["id"]: (r[C.DUPLICATE_OF], r[C.DROP_REASON]) for r in
-            want_table.select(["id", C.DUPLICATE_OF, C.DROP_REASON]).to_pylist()}
+    want = _verdicts(ExactDedup().process_table(small))
     assert _ray_result(ray_local, ExactDedup(gather_below_rows=1000), small) == want
 
 
@@ -92,7 +93,5 @@ def test_ray_small_input_is_gathered_in_one_task(ray_local, normalized):
 def test_ray_join_equals_the_pure_function(ray_local, normalized):
     """Hash-join strategy: three shuffles, ~1-2 min on a busy 2-core box (`pytest -m slow`)."""
     small = normalized.slice(0, 1500)
-    want_table = ExactDedup().process_table(small)
-    want = {r["id"]: (r[C.DUPLICATE_OF], r[C.DROP_REASON]) for r in
-            want_table.select(["id", C.DUPLICATE_OF, C.DROP_REASON]).to_pylist()}
+    want = _verdicts(ExactDedup().process_table(small))
     assert _ray_result(ray_local, ExactDedup(num_partitions=2, strategy="join", gather_below_rows=0), small) == want

@@ -144,12 +144,9 @@ class MinHashDedup(GlobalStage):
         """Verify (when asked) and cluster candidate edges into `id -> duplicate_of`."""
         edges = unique_edges(edges)
         if self.verify and signature_rows is not None and edges.num_rows:
-            # One zero-copy matrix view per signature table (they sit in the object store): no concat.
-            views = [np.frombuffer(buf.buffers()[1], dtype=np.uint32)[
-                buf.offset * self.num_perm:(buf.offset + len(buf)) * self.num_perm].reshape(len(buf), self.num_perm)
-                for buf in signature_rows.column(SIGNATURE).chunks if len(buf)]
-            edges = verify_edges(edges, signature_rows.column(ROW_ID).combine_chunks(), SignatureChunks(views),
-                                 self.threshold)
+            # Read the signature tables in place (they sit in the object store): no concatenated copy.
+            sigs = SignatureChunks.of_column(signature_rows.column(SIGNATURE), self.num_perm)
+            edges = verify_edges(edges, signature_rows.column(ROW_ID).combine_chunks(), sigs, self.threshold)
         return cluster_duplicates(edges)
 
     def mark(self, batch: pa.Table, lookup: DuplicateLookup) -> pa.Table:

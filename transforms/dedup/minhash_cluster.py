@@ -93,8 +93,12 @@ class SignatureChunks:
         self.starts = np.cumsum([0] + [len(c) for c in self.chunks])
         self.width = self.chunks[0].shape[1] if self.chunks else 0
 
-    def __len__(self) -> int:
-        return int(self.starts[-1])
+    @classmethod
+    def of_column(cls, column: pa.ChunkedArray, num_perm: int) -> SignatureChunks:
+        """One zero-copy (rows, num_perm) uint32 view per chunk of a fixed_size_binary signature column."""
+        return cls([np.frombuffer(buf.buffers()[1], dtype=np.uint32)[
+            buf.offset * num_perm:(buf.offset + len(buf)) * num_perm].reshape(len(buf), num_perm)
+            for buf in column.chunks if len(buf)])
 
     def take(self, idx: np.ndarray) -> np.ndarray:
         if len(self.chunks) == 1:
@@ -215,9 +219,6 @@ class DuplicateLookup:
         order = np.argsort(ids, kind="stable")
         self.ids = ids[order]
         self.reps = duplicate_map.column("duplicate_of").to_numpy(zero_copy_only=False).astype(object)[order]
-
-    def contains(self, ids: pa.Array | pa.ChunkedArray) -> pa.Array:
-        return pc.is_valid(self.duplicate_of(ids))
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -224,7 +224,7 @@ class DistilledPrefilter(GlobalStage):
               embedder: Embedder | None = None, cached: pa.Table | None = None) -> pa.Table:
         """Score rows; pass a loaded `embedder` so repeated calls (one per batch) reuse the model, and
         `cached` (id, score) from an earlier attempt so only the rows missing from it are embedded."""
-        ids = pa.array([str(i) for i in table.column(C.ID).to_pylist()], pa.string())
+        ids = table.column(C.ID).cast(pa.string()).combine_chunks()
         if fitted.coef:
             scores = np.full(len(ids), np.nan)
             todo = np.arange(len(ids))
