@@ -94,25 +94,35 @@ def plan_digest(parts: list[Partition]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def read_partition(part: Partition) -> Iterator[pa.Table]:
-    """Read one partition, row group by row group, tagging every row with (`_part`, `_row`)."""
+def read_partition(part: Partition, tracked: bool = True) -> Iterator[pa.Table]:
+    """Read one partition, row group by row group, tagging every row with (`_part`, `_row`) if `tracked`."""
     for path, start, stop, offset in part.units:
         pf = pq.ParquetFile(path)
         row = offset
         for rg in range(start, stop):
             table = pf.read_row_group(rg)
             n = table.num_rows
+            if not tracked:
+                yield table
+                continue
             table = table.append_column(PART, pa.array(np.full(n, part.index, dtype=np.int32)))
             table = table.append_column(ROW, pa.array(np.arange(row, row + n, dtype=np.int64)))
             row += n
             yield table
 
 
-def read_partitions(parts: list[Partition]) -> Any:
-    """A Ray Dataset with one read task per partition (a Datasource, so tasks are never merged)."""
+def read_partitions(parts: list[Partition], tracked: bool = True) -> Any:
+    """A Ray Dataset with one read task per partition (a Datasource, so tasks are never merged).
+
+    Every stage reads the lake through this, not `ray.data.read_parquet`: its read tasks are plain
+    tasks, which Ray retries elsewhere when their node dies. Ray Data's Parquet reader (2.60) lists
+    files with footer-reader actors placed SPREAD, one of which can land on a node that has just died
+    but is not yet marked dead; the listing task then fails with an ActorDiedError that Ray Data does
+    not retry, and the whole job fails (seen in CI in the node-loss test).
+    """
     import ray
 
-    return ray.data.read_datasource(_PartitionDatasource(parts), override_num_blocks=max(len(parts), 1))
+    return ray.data.read_datasource(_PartitionDatasource(parts, tracked), override_num_blocks=max(len(parts), 1))
 
 
 def _partition_datasource_class() -> type:
@@ -120,16 +130,16 @@ def _partition_datasource_class() -> type:
     from ray.data.datasource import Datasource, ReadTask
 
     class PartitionDatasource(Datasource):
-        def __init__(self, parts: list[Partition]):
+        def __init__(self, parts: list[Partition], tracked: bool):
             super().__init__()
-            self.parts = parts
+            self.parts, self.tracked = parts, tracked
 
         def estimate_inmemory_data_size(self) -> int | None:
             return sum(p.bytes for p in self.parts)
 
         def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
                            data_context: Any = None) -> list[Any]:
-            return [ReadTask(functools.partial(read_partition, p),
+            return [ReadTask(functools.partial(read_partition, p, self.tracked),
                              BlockMetadata(num_rows=p.rows, size_bytes=p.bytes, exec_stats=None,
                                            input_files=tuple(sorted({u[0] for u in p.units}))))
                     for p in self.parts]
@@ -140,8 +150,8 @@ def _partition_datasource_class() -> type:
     return PartitionDatasource
 
 
-def _PartitionDatasource(parts: list[Partition]) -> Any:  # noqa: N802 (a class built lazily: no ray import at module load)
-    return _partition_datasource_class()(parts)
+def _PartitionDatasource(parts: list[Partition], tracked: bool = True) -> Any:  # noqa: N802 (built lazily: no ray import at module load)
+    return _partition_datasource_class()(parts, tracked)
 
 
 # -- carrying the tracking columns through a stage ----------------------------------------------

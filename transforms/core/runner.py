@@ -116,8 +116,6 @@ def _apply_tracked(stage: Stage, ds: Any) -> Any:
 def _run_step(source: Source, stage: Stage | None, prev_kept: Path, rows_in: int, kept_dir: Path,
               rejected_dir: Path, fingerprint: str, resume: bool, partition_rows: int) -> tuple[int, int]:
     """Write one step's kept/rejected output; returns (partitions, partitions reused)."""
-    import ray
-
     row_group_rows = min(MAX_ROW_GROUP_ROWS, partition_rows)
     if stage is None:  # the source: one partition, not resumable mid-way (reading is the cheap part)
         ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, "source", resume)
@@ -133,7 +131,8 @@ def _run_step(source: Source, stage: Stage | None, prev_kept: Path, rows_in: int
         ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, "global", resume)
         if 0 in ledger.done:
             return 1, 1
-        ds = _ensure_status(stage.run_dataset(ray.data.read_parquet([str(f) for f in files])), stage.name)
+        source_ds = read_partitions(plan_partitions(files, partition_rows), tracked=False)
+        ds = _ensure_status(stage.run_dataset(source_ds), stage.name)
         write_tracked(ds, ledger, {0: rows_in}, row_group_rows)
         return 1, 0
     parts = plan_partitions(files, partition_rows)
