@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from netutil import free_ports
+from netutil import free_ports, log_tail, popen_logged
 
 from transforms.core import columns as C
 from transforms.core.lake import count_rows, read_table
@@ -161,19 +161,11 @@ def _job(lake: Path, run_id: str, address: str | None) -> subprocess.Popen:
         env.update(RAY_ADDRESS=address, RAY_AUTH_MODE="token")
     cmd = [str(ROOT / ".venv" / "bin" / "piqaforge"), "run", "ko-piqa", "--lake", str(lake), "--run-id", run_id,
            "--set", f"input.paths=[{SAMPLE}]", *FRONT_HALF_ONLY]
-    with _log(lake, run_id).open("wb") as log:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return popen_logged(cmd, _log(lake, run_id), cwd=ROOT, env=env, start_new_session=True)
 
 
 def _log(lake: Path, run_id: str) -> Path:
-    lake.mkdir(parents=True, exist_ok=True)
     return lake.parent / f"{run_id}.log"
-
-
-def _tail(lake: Path, run_id: str, lines: int = 60) -> str:
-    """The end of a job's log, for the failure message: a job that failed must say why."""
-    text = _log(lake, run_id).read_text(errors="replace").splitlines()
-    return "\n".join(text[-lines:])
 
 
 def _outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManifest]:
@@ -191,7 +183,7 @@ def clean_run(tmp_path_factory) -> tuple[pa.Table, pa.Table, RunManifest]:
     """The same job on a local Ray instance, never disturbed: what every killed run must equal."""
     lake = tmp_path_factory.mktemp("clean") / "lake"
     clean = _job(lake, "clean", None)
-    assert clean.wait(timeout=1800) == 0, _tail(lake, "clean")
+    assert clean.wait(timeout=1800) == 0, log_tail(_log(lake, "clean"))
     return _outputs(lake, "clean")
 
 
@@ -217,7 +209,7 @@ def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, clean_r
         assert job.poll() is None, "the job ended before the node could be killed"
         _kill(workers[0])  # the raylet, its object store and every worker process on that node
         killed_at = time.time()
-        assert job.wait(timeout=1800) == 0, _tail(lake, "nodes")
+        assert job.wait(timeout=1800) == 0, log_tail(_log(lake, "nodes"))
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)

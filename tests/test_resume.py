@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from netutil import popen_logged, run_logged
 
 from transforms.core import columns as C
 from transforms.core import rowcache
@@ -225,8 +226,7 @@ def _llm_answers_cached(lake: Path, run_id: str) -> bool:
 @pytest.fixture(scope="module")
 def clean_lake(tmp_path_factory) -> Path:
     lake = tmp_path_factory.mktemp("resume") / "lake"
-    subprocess.run(_piqaforge(lake, "--run-id", "clean"), check=True, cwd=ROOT, env=_env(),
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
+    run_logged(_piqaforge(lake, "--run-id", "clean"), lake.parent / "clean.log", timeout=1800, cwd=ROOT, env=_env())
     return lake
 
 
@@ -235,8 +235,8 @@ def clean_lake(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("kill_when", [_partition_done, _llm_answers_cached], ids=["front-half", "llm-back-half"])
 def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when):
     lake, run_id = clean_lake, f"cut-{kill_when.__name__.strip('_')}"
-    proc = subprocess.Popen(_piqaforge(lake, "--run-id", run_id), cwd=ROOT, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = popen_logged(_piqaforge(lake, "--run-id", run_id), lake.parent / f"{run_id}.log", cwd=ROOT, env=_env(),
+                        start_new_session=True)
     deadline = time.time() + 1200
     try:
         while time.time() < deadline and proc.poll() is None and not kill_when(lake, run_id):
@@ -250,8 +250,8 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when)
     killed = RunManifest.load(lake / "runs" / run_id / "manifest.json")
     assert killed.status == "running"  # a SIGKILLed driver writes nothing more
     answers_before = _cached_answers(lake, run_id)
-    subprocess.run(_piqaforge(lake, "--resume", run_id), check=True, cwd=ROOT, env=_env(),
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
+    run_logged(_piqaforge(lake, "--resume", run_id), lake.parent / f"{run_id}-resume.log", timeout=1800, cwd=ROOT,
+               env=_env())
 
     kept, rejected, manifest = _job_outputs(lake, run_id)
     kept_clean, rejected_clean, clean = _job_outputs(lake, "clean")
