@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import socket
-import subprocess
-from pathlib import Path
-from typing import Any
 
 
 def free_ports(n: int) -> list[int]:
@@ -18,20 +15,3 @@ def free_ports(n: int) -> list[int]:
         s.close()
     return ports
 
-
-def popen_logged(cmd: list[str], log: Path, **kwargs: Any) -> subprocess.Popen:
-    """Start a job with its stdout and stderr in `log`, so a failure can say why (`log_tail`)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, **kwargs)
-
-
-def run_logged(cmd: list[str], log: Path, timeout: float, **kwargs: Any) -> None:
-    """Run a job to the end; if it fails, the assertion shows the end of its log."""
-    proc = popen_logged(cmd, log, **kwargs)
-    assert proc.wait(timeout=timeout) == 0, log_tail(log)
-
-
-def log_tail(log: Path, lines: int = 60) -> str:
-    text = log.read_text(errors="replace").splitlines() if log.exists() else ["(no log)"]
-    return f"{log}:\n" + "\n".join(text[-lines:])

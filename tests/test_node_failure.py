@@ -10,6 +10,7 @@ while the ko-piqa front half runs on it; the job must finish with exactly a clea
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from netutil import free_ports, log_tail, popen_logged
+from jobutil import assert_same_rows, log_tail, popen_logged
+from netutil import free_ports
 
 from transforms.core import columns as C
 from transforms.core.lake import count_rows, read_table
@@ -109,7 +111,9 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def three_nodes():
+def three_nodes(request):
+    """A head and two worker raylets, 1 CPU each; `indirect` parametrisation gives the workers custom resources."""
+    worker_resources = json.dumps(getattr(request, "param", {}))
     temp = tempfile.mkdtemp(prefix="rzn", dir="/tmp")
     gcs, client = free_ports(2)
     head = _start_node(["--head", f"--port={gcs}", f"--temp-dir={temp}", "--include-dashboard=false",
@@ -121,7 +125,7 @@ def three_nodes():
         # one at a time, retried: on a loaded machine a raylet can miss Ray's fixed 30 s start-up window
         for n in (2, 3):
             for _attempt in range(3):
-                worker = _start_node([f"--address={address}", "--num-cpus=1"], temp)
+                worker = _start_node([f"--address={address}", "--num-cpus=1", f"--resources={worker_resources}"], temp)
                 nodes.append(worker)
                 if _wait_for_nodes(address, n, stop_if=worker):
                     workers.append(worker)
@@ -153,14 +157,14 @@ def _wait_for_nodes(address: str, n: int, timeout: float = 300, stop_if: subproc
     raise TimeoutError(f"the cluster at {address} did not reach {n} nodes")
 
 
-def _job(lake: Path, run_id: str, address: str | None) -> subprocess.Popen:
+def _job(lake: Path, run_id: str, address: str | None, args: list[str] = FRONT_HALF_ONLY) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(PIQAFORGE_PROGRESS="0", PIQAFORGE_PARTITION_ROWS="300",
                PIQAFORGE_OBJECT_STORE_BYTES=str(512 * 2**20))
     if address:
         env.update(RAY_ADDRESS=address, RAY_AUTH_MODE="token")
     cmd = [str(ROOT / ".venv" / "bin" / "piqaforge"), "run", "ko-piqa", "--lake", str(lake), "--run-id", run_id,
-           "--set", f"input.paths=[{SAMPLE}]", *FRONT_HALF_ONLY]
+           "--set", f"input.paths=[{SAMPLE}]", *args]
     return popen_logged(cmd, _log(lake, run_id), cwd=ROOT, env=env, start_new_session=True)
 
 
@@ -224,3 +228,87 @@ def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, clean_r
         [(s.name, s.rows_kept, s.rows_dropped) for s in clean_manifest.stages]
     print(f"\nthe job ran {time.time() - killed_at:.0f}s after the worker was killed; stages "
           f"{[(s.name, s.seconds) for s in manifest.stages]}")
+
+
+# -- slow tier: kill the node that runs the LLM ensemble -------------------------------------------
+# The back half shrunk as in test_resume.py: the two Gemma classifiers label a 96-row prefilter sample,
+# and 1% of the rows go on to the ensemble stage (one actor, answers cached in chunks of 16 rows). The
+# ensemble asks for a custom resource only the worker nodes advertise, as the vLLM stage asks for
+# `env_vllm` on the cluster, so its actor runs on a worker node that the test can kill.
+LLM_BACK_HALF = ["--set", "prefilter.sample_size=96", "--set", "prefilter.max_pass_rate=0.01"]
+ON_LLM_WORKERS = ["--set", "ensemble.resources.custom_resources={llm_worker: 1}"]  # placement only
+
+
+def _answer_files(lake: Path, run_id: str) -> list[Path]:
+    return sorted((lake / "runs" / run_id / "cache" / "ensemble").glob("*/*.parquet"))
+
+
+def _answers(lake: Path, run_id: str) -> dict[str, str]:
+    """classifier/row -> option, over every answer chunk the run cached; a repeated question fails."""
+    out: dict[str, str] = {}
+    for f in _answer_files(lake, run_id):
+        for r in read_table(f).select([C.ID, "option"]).to_pylist():
+            key = f"{f.parent.name}/{r[C.ID]}"
+            assert key not in out, f"{key} was asked twice"
+            out[key] = r["option"]
+    return out
+
+
+def _actor_session(name: str) -> int | None:
+    """The session id (= its `ray start` pid, see _start_node) of the process running actor `name`."""
+    ps = subprocess.run(["ps", "-eo", "sid=,args="], capture_output=True, text=True, check=True).stdout
+    for line in ps.splitlines():
+        sid, _, args = line.strip().partition(" ")
+        if args.startswith("ray::") and name in args:
+            return int(sid)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("three_nodes", [{"llm_worker": 1}], indirect=True, ids=["llm-on-workers"])
+def test_killing_the_node_of_the_llm_ensemble_loses_and_reasks_nothing(three_nodes, tmp_path):
+    """The ensemble's actor runs on a worker node; that node dies while the actor is answering."""
+    address, workers = three_nodes
+    lake = tmp_path / "lake"
+    job = _job(lake, "llm", address, [*LLM_BACK_HALF, *ON_LLM_WORKERS])
+    staged = lake / "staged" / "ko-piqa" / "llm"
+    deadline = time.time() + 1500
+    victim, answered = None, 0
+    try:
+        while time.time() < deadline and job.poll() is None and not list(staged.glob("*_ensemble/.parts/_PLAN.json")):
+            time.sleep(0.05)
+        started_with = len(_answer_files(lake, "llm"))  # the prefilter's labelled sample
+        # wait until the ensemble stage itself has cached an answer chunk, then kill the node its actor is on
+        while time.time() < deadline and job.poll() is None and victim is None:
+            if len(_answer_files(lake, "llm")) > started_with:
+                sid = _actor_session("_StageActor")
+                victim = next((w for w in workers if w.pid == sid), None)
+            time.sleep(0.05)
+        assert job.poll() is None, "the job ended before the node could be killed"
+        assert victim is not None, "the ensemble's actor was not found on a worker node"
+        answered = len(_answer_files(lake, "llm")) - started_with
+        _kill(victim)
+        assert job.wait(timeout=1800) == 0, log_tail(_log(lake, "llm"))
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    clean = _job(lake, "llm-clean", None, LLM_BACK_HALF)
+    assert clean.wait(timeout=1800) == 0, log_tail(_log(lake, "llm-clean"))
+
+    kept, rejected, manifest = _outputs(lake, "llm")
+    kept_clean, rejected_clean, clean_manifest = _outputs(lake, "llm-clean")
+    assert manifest.status == "succeeded" and not conservation_errors(manifest)
+    assert len(set(kept.column(C.ID).to_pylist())) == kept.num_rows
+    assert kept.num_rows + rejected.num_rows == 4600
+    assert_same_rows(kept, kept_clean)
+    assert_same_rows(rejected, rejected_clean)
+    assert [(s.name, s.rows_kept, s.rows_dropped) for s in manifest.stages] == \
+        [(s.name, s.rows_kept, s.rows_dropped) for s in clean_manifest.stages]
+    ensemble = next(s for s in manifest.stages if s.name == "ensemble")
+    assert ensemble.rows_in > 0
+    # every classifier answered every row it was asked about once, and the same answer as in the clean run
+    assert _answers(lake, "llm") == _answers(lake, "llm-clean")
+    print(f"\nkilled the ensemble's node after {answered} answer chunks of the ensemble stage; "
+          f"{ensemble.rows_in} rows judged, stages {[(s.name, s.seconds) for s in manifest.stages]}")

@@ -17,11 +17,10 @@ import uuid
 from pathlib import Path
 from typing import ClassVar
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from netutil import popen_logged, run_logged
+from jobutil import assert_same_rows, popen_logged, run_logged
 
 from transforms.core import columns as C
 from transforms.core import rowcache
@@ -198,20 +197,6 @@ def _answers(lake: Path, run_id: str) -> tuple[dict[str, str], dict[str, float]]
     return options, scores
 
 
-def _assert_same_rows(got: pa.Table, want: pa.Table) -> None:
-    """Equal tables; model scores may differ in the last bits when a resumed run batches rows differently."""
-    assert got.schema.names == want.schema.names and got.num_rows == want.num_rows
-    assert got.column(C.ID).to_pylist() == want.column(C.ID).to_pylist()
-    for name in got.schema.names:
-        a, b = got.column(name), want.column(name)
-        if pa.types.is_floating(a.type):
-            x = a.to_numpy(zero_copy_only=False).astype(float)
-            y = b.to_numpy(zero_copy_only=False).astype(float)
-            assert np.allclose(x, y, rtol=0, atol=1e-4, equal_nan=True), name
-        else:
-            assert a.equals(b), name
-
-
 # Kill points: what must be on disk before the driver is killed.
 def _partition_done(lake: Path, run_id: str) -> bool:
     """A partition of a stage after `read` has finished: the cut lands between partitions of a stage."""
@@ -263,8 +248,8 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when)
     # same kept rows, same rejected rows with the same reasons, no duplicates
     assert len(set(kept.column(C.ID).to_pylist())) == kept.num_rows
     assert kept.num_rows + rejected.num_rows == 4600
-    _assert_same_rows(kept, kept_clean)
-    _assert_same_rows(rejected, rejected_clean)
+    assert_same_rows(kept, kept_clean)
+    assert_same_rows(rejected, rejected_clean)
     # same verdicts, row by row, for every row the ensemble stage saw (kept or rejected) ...
     judged = pa.concat_tables([kept, rejected], promote_options="default")
     judged_clean = pa.concat_tables([kept_clean, rejected_clean], promote_options="default")

@@ -1,0 +1,44 @@
+"""Helpers for the tests that run whole jobs as subprocesses and compare their outputs."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from transforms.core import columns as C
+
+
+def popen_logged(cmd: list[str], log: Path, **kwargs: Any) -> subprocess.Popen:
+    """Start a job with its stdout and stderr in `log`, so a failure can say why (`log_tail`)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, **kwargs)
+
+
+def run_logged(cmd: list[str], log: Path, timeout: float, **kwargs: Any) -> None:
+    """Run a job to the end; if it fails, the assertion shows the end of its log."""
+    proc = popen_logged(cmd, log, **kwargs)
+    assert proc.wait(timeout=timeout) == 0, log_tail(log)
+
+
+def log_tail(log: Path, lines: int = 60) -> str:
+    text = log.read_text(errors="replace").splitlines() if log.exists() else ["(no log)"]
+    return f"{log}:\n" + "\n".join(text[-lines:])
+
+
+def assert_same_rows(got: pa.Table, want: pa.Table) -> None:
+    """Equal tables; model scores may differ in the last bits when a rerun batches rows differently."""
+    assert got.schema.names == want.schema.names and got.num_rows == want.num_rows
+    assert got.column(C.ID).to_pylist() == want.column(C.ID).to_pylist()
+    for name in got.schema.names:
+        a, b = got.column(name), want.column(name)
+        if pa.types.is_floating(a.type):
+            x = a.to_numpy(zero_copy_only=False).astype(float)
+            y = b.to_numpy(zero_copy_only=False).astype(float)
+            assert np.allclose(x, y, rtol=0, atol=1e-4, equal_nan=True), name
+        else:
+            assert a.equals(b), name
