@@ -80,3 +80,25 @@ def test_a_zone_read_back_keeps_the_columns_every_stage_added(tmp_path):
     table = read_table(tmp_path / "rejected").sort_by(C.ID)
     assert table.to_pydict() == {C.ID: ["a", "b"], C.DROP_REASON: ["too_short", "ensemble_rejected:m"],
                                  "ens_score": [None, 0.25], "ens_calls": [None, 1]}
+
+
+def test_a_stage_that_can_never_be_scheduled_fails_at_once_instead_of_waiting_forever(caplog):
+    from transforms.core.runner import check_schedulable
+    from transforms.dedup.exact import ExactDedup
+    from transforms.text.langid import LanguageFilter
+
+    langid = LanguageFilter(languages=["ko"])  # one actor of 1 CPU, as in the ko-piqa job
+    check_schedulable(langid, cluster_cpus=2, fixed=True)  # the actor takes one CPU, reads the other
+    with pytest.raises(StageError, match=r"'langid' cannot run: its 1 actor\(s\) reserve 1 of this Ray's 1 CPUs"):
+        check_schedulable(langid, cluster_cpus=1, fixed=True)
+    wide = LanguageFilter.model_validate({"languages": ["ko"], "resources": {"cpus": 1, "concurrency": 2}})
+    with pytest.raises(StageError, match=r"2 actor\(s\) reserve 2 of this Ray's 2 CPUs"):
+        check_schedulable(wide, cluster_cpus=2, fixed=True)
+    big_tasks = ExactDedup.model_validate({"resources": {"cpus": 4}})  # a stage of tasks: no actors to reserve
+    check_schedulable(big_tasks, cluster_cpus=4, fixed=True)
+    with pytest.raises(StageError, match="asks for 4 CPUs and this Ray has 2"):
+        check_schedulable(big_tasks, cluster_cpus=2, fixed=True)
+    # on a cluster the autoscaler may add nodes: a warning, not an error
+    with caplog.at_level("WARNING", logger="piqaforge"):
+        check_schedulable(langid, cluster_cpus=1, fixed=False)
+    assert "'langid' cannot run" in caplog.text and "autoscaler" in caplog.text

@@ -38,11 +38,13 @@ from transforms.core.partitions import (
     with_tracking,
     write_tracked,
 )
-from transforms.core.stage import GlobalStage, Stage, mark_dropped
+from transforms.core.stage import GlobalStage, Stage, StageError, mark_dropped
 
 log = logging.getLogger("piqaforge")
 
 CHECKPOINT = "_CHECKPOINT.json"
+# True when init_ray started Ray itself: its CPUs are fixed, no autoscaler will add any.
+_FIXED_CPUS = False
 
 
 class Source(Protocol):
@@ -77,6 +79,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
                  resources=env_resources,
                  object_store_memory=int(os.environ.get("PIQAFORGE_OBJECT_STORE_BYTES", 2 * 2**30)))
+        global _FIXED_CPUS
+        _FIXED_CPUS = True
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = os.environ.get("PIQAFORGE_PROGRESS", "1") != "0"
 
@@ -113,6 +117,31 @@ def _apply_tracked(stage: Stage, ds: Any) -> Any:
     return ds.map_batches(with_tracking(stage), **args)
 
 
+def check_schedulable(stage: Stage, cluster_cpus: float, fixed: bool) -> None:
+    """Fail at once, not hang forever, when a stage can never be scheduled on this Ray.
+
+    Ray Data does not notice either case below: the tasks wait for CPUs that never free up. On a
+    Ray the runner started itself the CPUs are fixed, so this raises; on a cluster the autoscaler
+    may still add nodes, so it only warns.
+    """
+    r = stage.resources
+    problem = None
+    if r.cpus > cluster_cpus:
+        problem = f"each of its tasks or actors asks for {r.cpus:g} CPUs and this Ray has {cluster_cpus:g}"
+    elif stage.stateful or r.concurrency:
+        actors = r.concurrency or 1
+        if cluster_cpus - r.cpus * actors < 1:
+            problem = (f"its {actors} actor(s) reserve {r.cpus * actors:g} of this Ray's {cluster_cpus:g} CPUs, "
+                       "which leaves less than one for the tasks that read the actors' input")
+    if problem is None:
+        return
+    msg = (f"stage {stage.name!r} cannot run: {problem}. Give Ray more CPUs (`--set num_cpus=N`; Ray's CPUs "
+           "are logical, so N may exceed the cores) or lower the stage's resources.cpus / resources.concurrency")
+    if fixed:
+        raise StageError(msg)
+    log.warning("%s (going on: the cluster's autoscaler may add nodes)", msg)
+
+
 def _run_step(source: Source, stage: Stage | None, prev_kept: Path, rows_in: int, kept_dir: Path,
               rejected_dir: Path, fingerprint: str, resume: bool, partition_rows: int) -> tuple[int, int]:
     """Write one step's kept/rejected output; returns (partitions, partitions reused)."""
@@ -126,6 +155,9 @@ def _run_step(source: Source, stage: Stage | None, prev_kept: Path, rows_in: int
     if rows_in == 0:
         PartitionLedger(kept_dir, rejected_dir, fingerprint, "empty", resume=False)
         return 0, 0
+    import ray
+
+    check_schedulable(stage, ray.cluster_resources().get("CPU", 0.0), _FIXED_CPUS)
     files = parquet_files(prev_kept)
     if isinstance(stage, GlobalStage):
         ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, "global", resume)
