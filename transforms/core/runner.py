@@ -66,7 +66,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
 
     if ray.is_initialized():
         return
+    global _FIXED_CPUS
     address = address or os.environ.get("RAY_ADDRESS")
+    _FIXED_CPUS = not address
     if address:
         ray.init(address=address, log_to_driver=True)
     else:
@@ -79,8 +81,6 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
                  resources=env_resources,
                  object_store_memory=int(os.environ.get("PIQAFORGE_OBJECT_STORE_BYTES", 2 * 2**30)))
-        global _FIXED_CPUS
-        _FIXED_CPUS = True
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = os.environ.get("PIQAFORGE_PROGRESS", "1") != "0"
 
