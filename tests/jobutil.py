@@ -11,6 +11,17 @@ import pyarrow as pa
 
 from transforms.core import columns as C
 
+# The LLM back half off: for tests about the front half and the Ray cluster.
+FRONT_HALF_ONLY = ["--set", "ensemble=null"]
+# The LLM back half shrunk to fit a test: the two Gemma classifiers label a 96-row prefilter sample,
+# and 1% of the rows go on to the ensemble stage (one actor, answers cached in chunks of 16 rows).
+SHRUNK_BACK_HALF = ["--set", "prefilter.sample_size=96", "--set", "prefilter.max_pass_rate=0.01"]
+
+
+def answer_files(lake: Path, run_id: str) -> list[Path]:
+    """The chunks of LLM answers a ko-piqa run cached (runs/<id>/cache/ensemble/<classifier>/*.parquet)."""
+    return sorted((lake / "runs" / run_id / "cache" / "ensemble").glob("*/*.parquet"))
+
 
 def popen_logged(cmd: list[str], log: Path, **kwargs: Any) -> subprocess.Popen:
     """Start a job with its stdout and stderr in `log`, so a failure can say why (`log_tail`)."""

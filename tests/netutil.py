@@ -14,4 +14,3 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
-

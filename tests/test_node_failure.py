@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from jobutil import assert_same_rows, log_tail, popen_logged
+from jobutil import FRONT_HALF_ONLY, SHRUNK_BACK_HALF, answer_files, assert_same_rows, log_tail, popen_logged
 from netutil import free_ports
 
 from transforms.core import columns as C
@@ -85,10 +85,6 @@ def test_a_global_stages_file_is_named_by_its_rows_not_by_their_memory_layout():
     names = {_file_name(0, t, 20, 0) for t in (rows.slice(10, 20), fresh, chunked)}
     assert len(names) == 1
     assert _file_name(0, rows.slice(11, 20), 20, 0) not in names
-
-
-# The LLM back half is off: these tests are about the front half and the Ray cluster.
-FRONT_HALF_ONLY = ["--set", "ensemble=null"]
 
 
 # -- slow tier: kill a worker node --------------------------------------------------------------
@@ -233,22 +229,16 @@ def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, clean_r
 
 
 # -- slow tier: kill the node that runs the LLM ensemble -------------------------------------------
-# The back half shrunk as in test_resume.py: the two Gemma classifiers label a 96-row prefilter sample,
-# and 1% of the rows go on to the ensemble stage (one actor, answers cached in chunks of 16 rows). The
-# ensemble asks for a custom resource only the worker nodes advertise, as the vLLM stage asks for
-# `env_vllm` on the cluster, so its actor runs on a worker node that the test can kill.
-LLM_BACK_HALF = ["--set", "prefilter.sample_size=96", "--set", "prefilter.max_pass_rate=0.01"]
+# The back half shrunk as in test_resume.py (SHRUNK_BACK_HALF). The ensemble asks for a custom resource
+# only the worker nodes advertise, as the vLLM stage asks for `env_vllm` on the cluster, so its actor
+# runs on a worker node that the test can kill.
 ON_LLM_WORKERS = ["--set", "ensemble.resources.custom_resources={llm_worker: 1}"]  # placement only
-
-
-def _answer_files(lake: Path, run_id: str) -> list[Path]:
-    return sorted((lake / "runs" / run_id / "cache" / "ensemble").glob("*/*.parquet"))
 
 
 def _answers(lake: Path, run_id: str) -> dict[str, str]:
     """classifier/row -> option, over every answer chunk the run cached; a repeated question fails."""
     out: dict[str, str] = {}
-    for f in _answer_files(lake, run_id):
+    for f in answer_files(lake, run_id):
         for r in read_table(f).select([C.ID, "option"]).to_pylist():
             key = f"{f.parent.name}/{r[C.ID]}"
             assert key not in out, f"{key} was asked twice"
@@ -274,29 +264,29 @@ def test_killing_the_node_of_the_llm_ensemble_loses_and_reasks_nothing(three_nod
     """The ensemble's actor runs on a worker node; that node dies while the actor is answering."""
     address, workers = three_nodes
     lake = tmp_path / "lake"
-    job = _job(lake, "llm", address, [*LLM_BACK_HALF, *ON_LLM_WORKERS])
+    job = _job(lake, "llm", address, [*SHRUNK_BACK_HALF, *ON_LLM_WORKERS])
     staged = lake / "staged" / "ko-piqa" / "llm"
     deadline = time.time() + 1500
     victim, answered = None, 0
     try:
         while time.time() < deadline and job.poll() is None and not list(staged.glob("*_ensemble/.parts/_PLAN.json")):
             time.sleep(0.05)
-        started_with = len(_answer_files(lake, "llm"))  # the prefilter's labelled sample
+        started_with = len(answer_files(lake, "llm"))  # the prefilter's labelled sample
         # wait until the ensemble stage itself has cached an answer chunk, then kill the node its actor is on
         while time.time() < deadline and job.poll() is None and victim is None:
-            if len(_answer_files(lake, "llm")) > started_with:
+            if len(answer_files(lake, "llm")) > started_with:
                 sid = _actor_session("_StageActor")
                 victim = next((w for w in workers if w.pid == sid), None)
             time.sleep(0.05)
         assert job.poll() is None, "the job ended before the node could be killed"
         assert victim is not None, "the ensemble's actor was not found on a worker node"
-        answered = len(_answer_files(lake, "llm")) - started_with
+        answered = len(answer_files(lake, "llm")) - started_with
         _kill(victim)
         assert job.wait(timeout=1800) == 0, log_tail(_log(lake, "llm"))
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
-    clean = _job(lake, "llm-clean", None, LLM_BACK_HALF)
+    clean = _job(lake, "llm-clean", None, SHRUNK_BACK_HALF)
     assert clean.wait(timeout=1800) == 0, log_tail(_log(lake, "llm-clean"))
 
     kept, rejected, manifest = _outputs(lake, "llm")

@@ -20,7 +20,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from jobutil import assert_same_rows, popen_logged, run_logged
+from jobutil import SHRUNK_BACK_HALF, answer_files, assert_same_rows, popen_logged, run_logged
 
 from transforms.core import columns as C
 from transforms.core import rowcache
@@ -151,10 +151,9 @@ def test_row_caches_hold_whole_chunks_in_write_order_even_under_a_hidden_folder(
 
 
 # -- slow tier: SIGKILL the real driver -----------------------------------------------------------
-# The whole ko-piqa job, LLM back half included, with the back half shrunk to fit a test: the prefilter
+# The whole ko-piqa job, LLM back half included, shrunk to fit a test (jobutil.SHRUNK_BACK_HALF): the prefilter
 # has the two Gemma classifiers label 96 rows and passes 1% of the rest on to the ensemble stage.
-JOB_ARGS = ["--set", "num_cpus=2", "--set", f"input.paths=[{SAMPLE}]",
-            "--set", "prefilter.sample_size=96", "--set", "prefilter.max_pass_rate=0.01"]
+JOB_ARGS = ["--set", "num_cpus=2", "--set", f"input.paths=[{SAMPLE}]", *SHRUNK_BACK_HALF]
 VERDICTS = ("ens_pass", "ens_calls", C.DROP_REASON)  # plus every ens_<classifier>_verdict column
 
 
@@ -175,14 +174,10 @@ def _job_outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManife
             _sorted(read_table(Path(manifest.outputs["rejected"]))), manifest)
 
 
-def _cache_files(lake: Path, run_id: str) -> list[Path]:
-    return sorted((lake / "runs" / run_id / "cache" / "ensemble").glob("*/*.parquet"))
-
-
 def _cached_answers(lake: Path, run_id: str) -> dict[str, list[str]]:
     """Row ids answered per classifier (cache key), over every answer file the run wrote."""
     out: dict[str, list[str]] = {}
-    for f in _cache_files(lake, run_id):
+    for f in answer_files(lake, run_id):
         out.setdefault(f.parent.name, []).extend(read_table(f).column("id").to_pylist())
     return out
 
@@ -190,7 +185,7 @@ def _cached_answers(lake: Path, run_id: str) -> dict[str, list[str]]:
 def _answers(lake: Path, run_id: str) -> tuple[dict[str, str], dict[str, float]]:
     """The option and the score each classifier gave each row, over the run's verdict cache."""
     options, scores = {}, {}
-    for f in _cache_files(lake, run_id):
+    for f in answer_files(lake, run_id):
         for r in read_table(f).to_pylist():
             options[f"{f.parent.name}/{r['id']}"] = r["option"]
             scores[f"{f.parent.name}/{r['id']}"] = r["score"]
@@ -205,7 +200,7 @@ def _partition_done(lake: Path, run_id: str) -> bool:
 
 def _llm_answers_cached(lake: Path, run_id: str) -> bool:
     """Two chunks of LLM answers are in the verdict cache: the cut lands inside the LLM back half."""
-    return len(_cache_files(lake, run_id)) >= 2
+    return len(answer_files(lake, run_id)) >= 2
 
 
 @pytest.fixture(scope="module")

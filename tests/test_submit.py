@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from jobutil import FRONT_HALF_ONLY
 from netutil import free_ports
 
 from jobs.submit import EXCLUDES, build_request, submit
@@ -107,10 +108,6 @@ def ray_head(monkeypatch):
         proc.wait()
         # workers and agents were started by the raylet in the same session; sweep what is left
         subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
-
-
-# The LLM back half is off: these tests are about the front half and the Ray cluster.
-FRONT_HALF_ONLY = ["--set", "ensemble=null"]
 
 
 @pytest.mark.ray

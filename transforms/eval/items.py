@@ -57,8 +57,6 @@ def prepare_items(table: pa.Table, default_lang: str = "en", default_source: str
     return table
 
 
-
-
 def swap_solutions(table: pa.Table) -> pa.Table:
     """The same items with sol1 and sol2 exchanged and the label flipped (position-bias run)."""
     i1, i2 = table.schema.get_field_index(SOL1), table.schema.get_field_index(SOL2)

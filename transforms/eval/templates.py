@@ -61,8 +61,6 @@ class LoglikContexts:
         return str(compile_template(self.template_for(lang)).render(goal=goal))
 
 
-
-
 @functools.cache
 def load_loglik_contexts(root: str | None = None) -> LoglikContexts:
     path = Path(root or PROMPTS_DIR) / "eval_loglik" / "contexts.yaml"

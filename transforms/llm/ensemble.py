@@ -325,8 +325,6 @@ def _positive_share(logprobs: Sequence[float]) -> float | None:
     return float(p[0] / p.sum())
 
 
-
-
 def summarise_run(*paths: Path) -> dict[str, Any]:
     """Rows, LLM calls and pass rate of an ensemble stage, from its kept + rejected Parquet files."""
     rows = calls = passed = 0

@@ -366,5 +366,3 @@ class _ScoreActor:
 
 def _cut(texts: list[Any], n: int) -> list[str]:
     return ["" if t is None else str(t)[:n] for t in texts]
-
-

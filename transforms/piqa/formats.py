@@ -172,7 +172,6 @@ def read_items(path: str | Path, **kwargs: Any) -> pa.Table:
         from transforms.core.lake import parquet_files, read_table
 
         if parquet_files(path):
-
             return conform_items(read_table(path))
         if list(path.glob("data_*_val.*.jsonl")):
             return read_xcopa(path, **kwargs)
