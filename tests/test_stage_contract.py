@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from typing import ClassVar
 
 import pyarrow as pa
@@ -102,3 +103,48 @@ def test_a_stage_that_can_never_be_scheduled_fails_at_once_instead_of_waiting_fo
     with caplog.at_level("WARNING", logger="piqaforge"):
         check_schedulable(langid, cluster_cpus=1, fixed=False)
     assert "'langid' cannot run" in caplog.text and "autoscaler" in caplog.text
+
+
+@pytest.mark.ray
+def test_an_actor_ray_restarts_after_its_stage_finished_exits_and_frees_its_cpu(ray_local, tmp_path):
+    """Ray restarts a dead actor to rebuild the blocks it made, even when its stage is long over.
+
+    Such a zombie held a CPU forever after a node was lost in CI, and the next stage waited for it.
+    """
+    import ray
+    from ray.exceptions import RayActorError
+
+    from transforms.core.runner import _StageActor
+
+    batch = pa.table({C.ID: ["a", "b"], C.TEXT: ["ｈｅｌｌｏ", "ok"]})
+    marker = tmp_path / "_CHECKPOINT.json"
+    stage = NormalizeText()
+    stage.set_finished_marker(marker)
+    actor_cls = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)(_StageActor)
+
+    def cpus_free() -> float:
+        return ray.available_resources().get("CPU", 0.0)
+
+    def restart(actor) -> None:  # as when its node dies: not a deliberate end, so Ray brings it back
+        ray.kill(actor, no_restart=False)
+
+    # while the stage runs, a restarted actor comes back and works
+    running = actor_cls.remote(stage)
+    want = ray.get(running.__call__.remote(batch)).column(C.TEXT).to_pylist()
+    assert want[0] == "hello"
+    restart(running)
+    assert ray.get(running.__call__.remote(batch)).column(C.TEXT).to_pylist() == want
+    ray.kill(running)
+
+    # once the stage has written its checkpoint, the restarted actor leaves and gives its CPU back
+    zombie = actor_cls.remote(stage)
+    ray.get(zombie.__call__.remote(batch))
+    before = cpus_free()
+    marker.write_text("{}")
+    restart(zombie)
+    with pytest.raises(RayActorError):
+        ray.get(zombie.__call__.remote(batch), timeout=60)
+    deadline = time.time() + 30
+    while cpus_free() < before + 1 and time.time() < deadline:
+        time.sleep(0.2)
+    assert cpus_free() == before + 1

@@ -99,6 +99,7 @@ def apply_stage(stage: Stage, ds: Any) -> Any:
 
 class _StageActor:
     def __init__(self, stage: Stage, tracked: bool = False):
+        stage.exit_actor_if_finished()
         self.stage = stage
         self.stage.ensure_setup()
         self.call = with_tracking(stage) if tracked else stage
@@ -158,6 +159,7 @@ def _run_step(source: Source, stage: Stage | None, prev_kept: Path, rows_in: int
     import ray
 
     check_schedulable(stage, ray.cluster_resources().get("CPU", 0.0), _FIXED_CPUS)
+    stage.set_finished_marker(kept_dir / CHECKPOINT)  # written only once the whole step is over
     files = parquet_files(prev_kept)
     if isinstance(stage, GlobalStage):
         ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, "global", resume)

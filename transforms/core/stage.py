@@ -9,6 +9,8 @@ runs once per worker (a Ray actor when `stateful`), never at import.
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -16,6 +18,8 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from transforms.core import columns as C
+
+log = logging.getLogger("piqaforge")
 
 
 class StageError(RuntimeError):
@@ -84,6 +88,8 @@ class Stage(BaseModel):
     resources: Resources = Field(default_factory=Resources, description="Per-copy resources on a cluster.")
 
     _is_set_up: bool = PrivateAttr(default=False)
+    # A file that exists once this stage's run is over (the runner sets it: the stage's checkpoint).
+    _finished_marker: str | None = PrivateAttr(default=None)
 
     # -- to override -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -101,6 +107,26 @@ class Stage(BaseModel):
                 f"stage '{self.name}' needs column(s) {missing}, but the batch has {schema.names}. "
                 f"Check the column mapping or the stage order."
             )
+
+    def set_finished_marker(self, path: str | os.PathLike[str] | None) -> None:
+        """Name the file whose existence means this stage's run is over (before its actors are made)."""
+        self._finished_marker = None if path is None else os.fspath(path)
+
+    def exit_actor_if_finished(self) -> None:
+        """First thing in the constructor of every actor that runs a stage.
+
+        Ray keeps the lineage of a finished stage's blocks, and when a node holding some of them dies
+        it restarts the actor that made them to rebuild them, long after the stage wrote its output.
+        Nobody reads those blocks again, but the restarted actor would keep its CPUs (or GPU) until
+        the job ends, and a later stage can then wait for them forever. Such an actor leaves at once.
+        """
+        if self._finished_marker is None or not os.path.exists(self._finished_marker):
+            return
+        import ray
+
+        log.warning("stage %r finished before this actor (re)started (Ray restarted it to rebuild blocks "
+                    "lost with a node); it exits without loading anything", self.name)
+        ray.actor.exit_actor()
 
     def ensure_setup(self) -> None:
         if not self._is_set_up:

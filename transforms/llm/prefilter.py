@@ -351,6 +351,7 @@ def _distil_task(stage: DistilledPrefilter, sample: pa.Table,
 
 class _ScoreActor:
     def __init__(self, stage: DistilledPrefilter, fitted: FittedPrefilter, sampled: set[str]):
+        stage.exit_actor_if_finished()
         self.stage, self.fitted, self.sampled = stage, fitted, sampled
         # Load the embedding model once per actor, not once per batch.
         self.embedder = Embedder(fitted.embedder) if fitted.coef else None
