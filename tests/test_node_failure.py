@@ -5,8 +5,9 @@ orphans of a failed attempt are removed. Slow tier (`pytest -m slow tests/test_n
 a three-node Ray cluster on this machine (a head and two worker raylets, each its own process
 group, own temp dir and ports so no other Ray user here is affected); a worker node is SIGKILLed
 while the ko-piqa front half runs on it (in a row-wise stage, and as a global stage starts), or
-while it runs the LLM ensemble's actor; the job must finish with exactly a clean run's rows (and,
-for the LLM, the clean run's verdicts, no question asked twice). About 2 + 4.5 min.
+while the LLM ensemble stage runs (the node of its actor, or the node that ran the finished
+prefilter's actor); the job must finish with exactly a clean run's rows (and, for the LLM, the
+clean run's verdicts, no question asked twice). About 2 + 6 min.
 """
 
 from __future__ import annotations
