@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import signal
+import sys
 import time
 from typing import ClassVar
 
@@ -105,6 +108,18 @@ def test_a_stage_that_can_never_be_scheduled_fails_at_once_instead_of_waiting_fo
     assert "'langid' cannot run" in caplog.text and "autoscaler" in caplog.text
 
 
+class _PidStageActor:
+    """The runner's stage actor, plus its process id, so a test can see that Ray restarted it."""
+
+    def __init__(self, stage: Stage):
+        from transforms.core.runner import _StageActor
+
+        self.actor = _StageActor(stage)
+
+    def run(self, batch: pa.Table) -> tuple[int, list[str]]:
+        return os.getpid(), self.actor(batch).column(C.TEXT).to_pylist()
+
+
 @pytest.mark.ray
 def test_an_actor_ray_restarts_after_its_stage_finished_exits_and_frees_its_cpu(ray_local, tmp_path):
     """Ray restarts a dead actor to rebuild the blocks it made, even when its stage is long over.
@@ -114,37 +129,42 @@ def test_an_actor_ray_restarts_after_its_stage_finished_exits_and_frees_its_cpu(
     import ray
     from ray.exceptions import RayActorError
 
-    from transforms.core.runner import _StageActor
-
     batch = pa.table({C.ID: ["a", "b"], C.TEXT: ["ｈｅｌｌｏ", "ok"]})
     marker = tmp_path / "_CHECKPOINT.json"
     stage = NormalizeText()
     stage.set_finished_marker(marker)
-    actor_cls = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)(_StageActor)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests/
+    actor_cls = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=-1)(_PidStageActor)
 
     def cpus_free() -> float:
         return ray.available_resources().get("CPU", 0.0)
 
-    def restart(actor) -> None:  # as when its node dies: not a deliberate end, so Ray brings it back
-        ray.kill(actor, no_restart=False)
+    def cpus_free_settles_at(want: float) -> float:
+        deadline = time.time() + 30
+        while cpus_free() != want and time.time() < deadline:
+            time.sleep(0.2)
+        return cpus_free()
 
+    def kill_process(actor) -> int:  # as when its node dies: not a deliberate end, so Ray brings it back
+        pid, _ = ray.get(actor.run.remote(batch))
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    base = cpus_free()
     # while the stage runs, a restarted actor comes back and works
     running = actor_cls.remote(stage)
-    want = ray.get(running.__call__.remote(batch)).column(C.TEXT).to_pylist()
-    assert want[0] == "hello"
-    restart(running)
-    assert ray.get(running.__call__.remote(batch)).column(C.TEXT).to_pylist() == want
+    pid = kill_process(running)
+    new_pid, texts = ray.get(running.run.remote(batch), timeout=60)
+    assert new_pid != pid and texts == ["hello", "ok"]
+    assert cpus_free_settles_at(base - 1) == base - 1
     ray.kill(running)
+    assert cpus_free_settles_at(base) == base
 
     # once the stage has written its checkpoint, the restarted actor leaves and gives its CPU back
     zombie = actor_cls.remote(stage)
-    ray.get(zombie.__call__.remote(batch))
-    before = cpus_free()
+    ray.get(zombie.run.remote(batch))
     marker.write_text("{}")
-    restart(zombie)
+    kill_process(zombie)
     with pytest.raises(RayActorError):
-        ray.get(zombie.__call__.remote(batch), timeout=60)
-    deadline = time.time() + 30
-    while cpus_free() < before + 1 and time.time() < deadline:
-        time.sleep(0.2)
-    assert cpus_free() == before + 1
+        ray.get(zombie.run.remote(batch), timeout=60)
+    assert cpus_free_settles_at(base) == base
