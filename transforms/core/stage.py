@@ -108,9 +108,9 @@ class Stage(BaseModel):
                 f"Check the column mapping or the stage order."
             )
 
-    def set_finished_marker(self, path: str | os.PathLike[str] | None) -> None:
+    def set_finished_marker(self, path: str | os.PathLike[str]) -> None:
         """Name the file whose existence means this stage's run is over (before its actors are made)."""
-        self._finished_marker = None if path is None else os.fspath(path)
+        self._finished_marker = os.fspath(path)
 
     def exit_actor_if_finished(self) -> None:
         """First thing in the constructor of every actor that runs a stage.
