@@ -10,6 +10,12 @@ SOURCE = "source"
 DROP_REASON = "drop_reason"
 DROP_STAGE = "drop_stage"
 DUPLICATE_OF = "duplicate_of"
+# Lineage: a row made by a creating stage names the row it came from (transforms/core/creating.py).
+PARENT_ID = "parent_id"
+# Provenance of rows an LLM made or rewrote (prompt id@version, model, sampling params, seed).
+PROMPT = "_prompt"
+MODEL = "_model"
+GEN_PARAMS = "_gen_params"
 # Written by the runner only, to split a stage's output into kept and rejected files.
 STATUS = "_status"
 KEPT = "kept"

@@ -18,6 +18,9 @@ class StageRecord(BaseModel):
     rows_in: int
     rows_kept: int
     rows_dropped: dict[str, int] = Field(default_factory=dict, description="Dropped rows per drop reason.")
+    rows_created: int = Field(0, description="Rows this stage made (sources, expand, aggregate stages).")
+    rows_consumed: int = Field(0, description="Input rows turned into children (listed in lineage/).")
+    kind: str = Field("filter", description="filter | global | source | expand | aggregate")
     seconds: float
     outputs: dict[str, str] = Field(default_factory=dict, description="kept/rejected table paths.")
     config: dict[str, Any] = Field(default_factory=dict)
@@ -31,7 +34,8 @@ class StageRecord(BaseModel):
         return sum(self.rows_dropped.values())
 
     def conserved(self) -> bool:
-        return self.rows_in == self.rows_kept + self.dropped_total
+        """rows_in + rows_created = rows_kept + sum(rows_dropped) + rows_consumed (docs/stages.md)."""
+        return self.rows_in + self.rows_created == self.rows_kept + self.dropped_total + self.rows_consumed
 
 
 class RunManifest(BaseModel):
@@ -43,6 +47,8 @@ class RunManifest(BaseModel):
     finished_at: str | None = None
     code_version: dict[str, Any] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
+    parents: list[str] = Field(default_factory=list, description="Run ids whose outputs this run read "
+                               "(crawl -> review -> release -> evaluation is one chain).")
     inputs: list[dict[str, Any]] = Field(default_factory=list)
     stages: list[StageRecord] = Field(default_factory=list)
     outputs: dict[str, str] = Field(default_factory=dict)

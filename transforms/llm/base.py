@@ -20,6 +20,7 @@ ENGINES: dict[str, str] = {
     "transformers": "transforms.llm.hf:TransformersEngine",
     "vllm": "transforms.llm.vllm_engine:VLLMEngine",
     "openai": "transforms.llm.openai_engine:OpenAIEngine",
+    "llamacpp": "transforms.llm.llamacpp_engine:LlamaCppEngine",
 }
 
 
@@ -28,7 +29,7 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["transformers", "vllm", "openai"] = Field("transformers", description="Engine class.")
+    backend: Literal["transformers", "vllm", "openai", "llamacpp"] = Field("transformers", description="Engine class.")
     model: str = Field("gemma3-270m", description="Model name or path (a name in the local model cache, "
                        "a HF id on a cluster, or the served model name of an endpoint).")
     name: str | None = Field(None, description="Short name used in verdict columns and drop reasons.")
@@ -48,6 +49,12 @@ class GenerationParams(BaseModel):
     top_p: float = 1.0
     stop: list[str] = Field(default_factory=list)
     seed: int | None = 0
+    n: int = Field(1, ge=1, description="Replies per conversation (`generate`); sample k uses seed + k.")
+    json_schema: dict[str, Any] | None = Field(
+        None, description="Constrain each reply to JSON valid under this schema (engines that cannot "
+        "constrain decoding return free text; the caller validates either way).")
+    choices: list[str] | None = Field(
+        None, description="Constrain each reply to exactly one of these strings.")
 
 
 class LLMEngine(ABC):
@@ -62,6 +69,18 @@ class LLMEngine(ABC):
     @abstractmethod
     def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
         """Generate one reply per conversation (the chat template is applied by the engine)."""
+
+    def generate(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[list[str]]:
+        """`params.n` replies per conversation. Engines with native n (vLLM, OpenAI) override this;
+        the default calls `chat` n times, sample k with seed + k, so every sample is reproducible."""
+        if params.n == 1:
+            return [[r] for r in self.chat(conversations, params)]
+        out: list[list[str]] = [[] for _ in conversations]
+        for k in range(params.n):
+            seed = None if params.seed is None else params.seed + k
+            for i, reply in enumerate(self.chat(conversations, params.model_copy(update={"n": 1, "seed": seed}))):
+                out[i].append(reply)
+        return out
 
     @abstractmethod
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
