@@ -3,11 +3,14 @@
 The lexicon (`prompts/classify_cultural/lexicon_<lang>.yaml`) lists items of daily life that belong
 to one culture (김치냉장고, 온돌, 제사...). Terms match as substrings, because Korean glues particles
 to nouns; each term may list longer strings that contain it without meaning it (어떡하죠 is not 떡).
-Rows the lexicon misses can go to an LLM classifier (`llm`, prompt classify_cultural/<lang>); its
-answers share the ensemble's verdict cache, so a rerun asks nothing twice.
+Rows the lexicon misses can go to an LLM classifier (`llm`, prompt classify_cultural/<lang>). The
+tagger is an `LLMStage` (transforms/llm/stage.py) and asks through the ensemble's `Classifier`, so
+its answers go to the same answer cache (the job points both at one folder): a rerun asks nothing twice.
 
 Columns: is_cultural, cultural_terms (matched terms), cultural_source (lexicon | llm | null),
-cultural_llm_score (null when the LLM was not asked), cultural_tagger (lexicon and prompt versions).
+cultural_llm_score (null when the LLM was not asked), cultural_tagger (lexicon and prompt versions),
+and the LLM provenance `_prompt`, `_model`, `_gen_params` on the rows the LLM was asked about (null
+on the others: the lexicon decided them).
 """
 
 from __future__ import annotations
@@ -16,16 +19,18 @@ import functools
 import json
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pyarrow as pa
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core import columns as C
-from transforms.core.stage import Stage, put_column
-from transforms.llm.ensemble import Classifier, EnsembleClassify
-from transforms.llm.prompts import PROMPTS_DIR, load_prompt
+from transforms.core.stage import put_column
+from transforms.llm.base import LLMEngine
+from transforms.llm.ensemble import Classifier
+from transforms.llm.prompts import PROMPTS_DIR
+from transforms.llm.stage import LLMStage
 
 
 class Lexicon(BaseModel):
@@ -76,36 +81,30 @@ def load_lexicon(language: str, root: str | None = None) -> Lexicon:
     return Lexicon.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
 
 
-class CulturalTagger(Stage):
+class CulturalTagger(LLMStage):
     name: ClassVar[str] = "cultural_tag"
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("is_cultural", "cultural_terms", "cultural_source", "cultural_llm_score",
                                          "cultural_tagger")
-    stateful: ClassVar[bool] = True
 
     language: str = Field("ko", description="Selects lexicon_<language>.yaml.")
     llm: Classifier | None = Field(None, description="Ask this classifier about rows the lexicon misses "
                                    "(e.g. prompt classify_cultural/ko); unset: lexicon only.")
-    cache_dir: str | None = Field(None, description="Verdict cache shared with the ensemble (set by the job).")
-
-    _asker: EnsembleClassify | None = PrivateAttr(None)
 
     def setup(self) -> None:
         load_lexicon(self.language)
-        if self.llm is not None and self._asker is None:  # an injected engine (use_engine) wins
-            self._asker = EnsembleClassify(classifiers=[self.llm], cache_dir=self.cache_dir)
-        if self._asker is not None:
-            self._asker.ensure_setup()
+        if self.llm is not None:
+            self.engine_for(self.llm.short_name, self.llm.engine)  # an injected engine (use_engine) wins
+            self.llm.load_prompt()
 
-    def use_engine(self, engine: Any) -> CulturalTagger:
+    def use_engine(self, engine: LLMEngine) -> CulturalTagger:
         if self.llm is None:
             raise ValueError("no llm classifier configured")
-        self._asker = EnsembleClassify(classifiers=[self.llm], cache_dir=self.cache_dir)
-        self._asker.use_engine(self.llm.short_name, engine)
+        self.attach_engine(self.llm.short_name, engine)
         return self
 
     def process_empty(self, batch: pa.Table) -> pa.Table:
-        return self._write(batch, [], [], [], [])
+        return self._write(batch, [], [], [], [], [])
 
     def process(self, batch: pa.Table) -> pa.Table:
         lexicon = load_lexicon(self.language)
@@ -113,30 +112,35 @@ class CulturalTagger(Stage):
         terms = [lexicon.match(t) for t in texts]
         source: list[str | None] = ["lexicon" if t else None for t in terms]
         scores: list[float | None] = [None] * len(texts)
+        provenance: list[dict[str, str] | None] = [None] * len(texts)
         tagger = {"lexicon": lexicon.ref}
         if self.llm is not None:
-            asker = self._asker
-            assert asker is not None
-            prompt = load_prompt(self.llm.prompt)
+            prompt = self.llm.load_prompt()
             tagger.update(model=self.llm.engine.model, prompt=prompt.ref)
             misses = [i for i, t in enumerate(terms) if not t]
             ids = [str(x) for x in batch.column(C.ID).to_pylist()]
-            answers = asker.classify(self.llm, [ids[i] for i in misses], ["" if texts[i] is None else texts[i]
-                                                                        for i in misses])
+            answers = self.llm.ask(self, [ids[i] for i in misses], ["" if texts[i] is None else texts[i]
+                                                                    for i in misses])
+            asked = {C.PROMPT: prompt.ref, C.MODEL: self.llm.engine.model,
+                     C.GEN_PARAMS: json.dumps([self.llm.gen_params(0.7)], sort_keys=True)}
             for i, ans in zip(misses, answers, strict=True):
                 scores[i] = ans.score
+                provenance[i] = asked
                 if ans.score is not None and ans.score >= self.llm.threshold and ans.option is not None:
                     source[i] = "llm"
-        return self._write(batch, terms, source, scores, [json.dumps(tagger, ensure_ascii=False)] * len(texts))
+        return self._write(batch, terms, source, scores, [json.dumps(tagger, ensure_ascii=False)] * len(texts),
+                           provenance)
 
     @staticmethod
     def _write(batch: pa.Table, terms: list[list[str]], source: list[str | None], scores: list[float | None],
-               tagger: list[str]) -> pa.Table:
+               tagger: list[str], provenance: list[dict[str, str] | None]) -> pa.Table:
         cols = {"is_cultural": pa.array([s is not None for s in source], pa.bool_()),
                 "cultural_terms": pa.array(terms, pa.list_(pa.string())),
                 "cultural_source": pa.array(source, pa.string()),
                 "cultural_llm_score": pa.array(scores, pa.float64()),
                 "cultural_tagger": pa.array(tagger, pa.string())}
+        for col in (C.PROMPT, C.MODEL, C.GEN_PARAMS):
+            cols[col] = pa.array([None if p is None else p[col] for p in provenance], pa.string())
         for name, values in cols.items():
             batch = put_column(batch, name, values)
         return batch

@@ -9,10 +9,15 @@ a short reply and parsing it (`generate`: one retry, then `llm_unparsable`).
 
 Columns per classifier: `ens_<name>_verdict` (bool) and `ens_<name>_score` (float), null when the
 classifier was not asked; per row: `ens_pass`, `ens_calls`, `ens_raw_output` (the unparsable
-reply) and `ens_provenance` (model, prompt id and version of every classifier that was asked).
+reply), `ens_provenance` (model, prompt id and version of every classifier that was asked), and the
+LLM stages' provenance columns `_prompt`, `_model` (the classifiers asked, comma-separated, in the
+order asked) and `_gen_params` (a JSON list, one object per classifier asked).
 
-Resuming: every answer is appended to a verdict cache (Parquet under `cache_dir`, keyed by row id,
-model and prompt version), so a rerun with the same run id does not ask a model twice.
+The stage is an `LLMStage` (transforms/llm/stage.py): engines, engine retries and the answer cache
+come from the base. Each classifier's answers are cached under `cache_dir/<classifier key>/`, keyed
+by the sha256 of the rendered prompt, the model and the mode (not by row id), so a rerun with the
+same run id asks no model twice, and the prefilter's teacher run is reused by the ensemble stage.
+A member is anything with `ask(stage, ids, texts) -> list[Answer]`; `Classifier` is the LLM one.
 """
 
 from __future__ import annotations
@@ -22,39 +27,47 @@ import json
 import logging
 import math
 import re
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from transforms.core import columns as C
-from transforms.core import rowcache
 from transforms.core.lake import read_table
-from transforms.core.stage import Stage, put_column, set_drop_reason
-from transforms.llm.base import EngineConfig, GenerationParams, LLMEngine, build_engine
-from transforms.llm.prompts import PromptTemplate, load_prompt
+from transforms.core.stage import put_column, set_drop_reason
+from transforms.llm.answers import match_choice
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
+from transforms.llm.cache import answer_key
+from transforms.llm.prompts import PromptTemplate
+from transforms.llm.stage import EngineUnavailableError, LLMStage, PromptRef
 
 log = logging.getLogger("piqaforge.ensemble")
 
 UNPARSABLE = "llm_unparsable"
 REJECTED_PREFIX = "ensemble_rejected:"
+ANSWER_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("score", pa.float64()),
+                           ("option", pa.string()), ("raw", pa.string()), ("calls", pa.int32())])
+__all__ = ["ANSWER_SCHEMA", "Answer", "Classifier", "EngineUnavailableError", "EnsembleClassify", "Vote"]
 
-
-class EngineUnavailableError(RuntimeError):
-    """An engine kept failing after its retries; the stage stops with what to do next."""
+class Answer(BaseModel):
+    score: float | None
+    option: str | None
+    raw: str | None
+    calls: int
 
 
 class Classifier(BaseModel):
+    """An LLM member of the ensemble: asks its prompt of its engine and turns the reply into a verdict."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(None, description="Short name for columns and drop reasons; default: the "
                              "engine's short name. Must be unique within the ensemble.")
     engine: EngineConfig = Field(default_factory=EngineConfig)
-    prompt: str = Field("classify_piqa/ko", description="Prompt id under prompts/.")
+    prompt: str = Field("classify_piqa/ko", description="Prompt id under prompts/ ('id' or 'id@version').")
     mode: Literal["logprob", "generate"] = Field(
         "logprob", description="logprob: compare the options' log-probabilities; generate: parse a reply.")
     threshold: float = Field(0.5, ge=0, le=1, description="logprob mode: yes when P(positive option) >= this.")
@@ -72,11 +85,78 @@ class Classifier(BaseModel):
     def cost_order(self) -> float:
         return self.engine.params_b if self.engine.params_b is not None else math.inf
 
+    def load_prompt(self) -> PromptTemplate:
+        return PromptRef.model_validate(self.prompt).load()
+
     def cache_key(self, prompt: PromptTemplate) -> str:
+        """The folder of this classifier's answers (one per model, prompt version and mode)."""
         # The threshold is applied on read, so changing it reuses the cached scores.
         ident = json.dumps([self.engine.backend, self.engine.model, self.engine.options, prompt.ref, self.mode,
                             self.max_tokens if self.mode == "generate" else None], sort_keys=True, default=str)
         return f"{self.column_key}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
+
+    def verdict(self, answer: Answer, prompt: PromptTemplate) -> bool:
+        if self.mode == "logprob":
+            return answer.score is not None and answer.score >= self.threshold
+        return answer.option == prompt.options[0]
+
+    def gen_params(self, retry_temperature: float) -> dict[str, Any]:
+        if self.mode == "logprob":
+            return {"member": self.short_name, "mode": "logprob"}
+        return {"member": self.short_name, "mode": "generate", "temperature": 0.0, "max_tokens": self.max_tokens,
+                "n": 1, "seed": 0, "retry": {"temperature": retry_temperature, "seed": 1}}
+
+    # -- asking --------------------------------------------------------------------------------------
+    def ask(self, stage: LLMStage, ids: Sequence[str], texts: Sequence[str],
+            retry_temperature: float = 0.7) -> list[Answer]:
+        """One answer per text, from `stage`'s answer cache or this classifier's engine."""
+        prompt = self.load_prompt()
+        cache = stage.answer_cache(self.cache_key(prompt), ANSWER_SCHEMA)
+        convs = [prompt.render(text=t).messages for t in texts]
+        params = self.gen_params(retry_temperature) | {"options": prompt.options}
+        keys = [answer_key(c, self.engine, params, 0) for c in convs]
+        stage.counters.cache_hits += sum(k in cache for k in keys)
+        todo, seen = [], set()
+        for j, k in enumerate(keys):  # an equal question on two rows is asked once
+            if k not in cache and k not in seen:
+                seen.add(k)
+                todo.append(j)
+        for start in range(0, len(todo), stage.chunk_size):
+            chunk = todo[start:start + stage.chunk_size]
+            stage.counters.requests += len(chunk)
+            fresh = self._answer(stage, prompt, [convs[j] for j in chunk], retry_temperature)
+            cache.put([{"key": keys[j], "id": str(ids[j]), **a.model_dump()} for j, a in zip(chunk, fresh, strict=True)])
+        return [Answer.model_validate({f: cache.get(k)[f] for f in Answer.model_fields}) for k in keys]  # type: ignore[index]
+
+    def _answer(self, stage: LLMStage, prompt: PromptTemplate, convs: list[list[ChatMessage]],
+                retry_temperature: float) -> list[Answer]:
+        engine = stage.engine_for(self.short_name, self.engine)
+        label = f"classifier {self.short_name!r}"
+        if self.mode == "logprob":
+            prompts = [engine.render_chat(m) for m in convs]
+            lps = stage.call_engine(label, self.engine, lambda: engine.option_logprobs(prompts, prompt.options))
+            answers = []
+            for row in lps:
+                score = _positive_share(row)
+                option = None if score is None else prompt.options[int(np.nanargmax(np.asarray(row, float)))]
+                answers.append(Answer(score=score, option=option,
+                                      raw=None if score is not None else json.dumps(row), calls=1))
+            return answers
+        params = GenerationParams(max_tokens=self.max_tokens, temperature=0.0)
+        replies = stage.call_engine(label, self.engine, lambda: engine.chat(convs, params))
+        options = [match_choice(r, prompt.options, prompt.aliases) for r in replies]
+        retry = [j for j, o in enumerate(options) if o is None]
+        calls = [1] * len(convs)
+        if retry:  # a second, sampled try of the same question
+            again = GenerationParams(max_tokens=self.max_tokens, temperature=retry_temperature, seed=1)
+            second = stage.call_engine(label, self.engine, lambda: engine.chat([convs[j] for j in retry], again))
+            for j, reply in zip(retry, second, strict=True):
+                calls[j] = 2
+                options[j] = match_choice(reply, prompt.options, prompt.aliases)
+                replies[j] = reply if options[j] is None else replies[j]
+        return [Answer(score=None if o is None else float(o == prompt.options[0]), option=o,
+                       raw=None if o is not None else (r or ""), calls=c)
+                for o, r, c in zip(options, replies, calls, strict=True)]
 
 
 class Vote(BaseModel):
@@ -104,32 +184,16 @@ def vote_outcome(yes: int, no: int, n: int, needed: int) -> bool | None:
     return None
 
 
-class Answer(BaseModel):
-    score: float | None
-    option: str | None
-    raw: str | None
-    calls: int
-
-
-class EnsembleClassify(Stage):
+class EnsembleClassify(LLMStage):
     name: ClassVar[str] = "ensemble"
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("ens_pass", "ens_calls", "ens_raw_output", "ens_provenance")
-    stateful: ClassVar[bool] = True
 
     classifiers: list[Classifier] = Field(..., min_length=1)
     vote: Vote = Field(default_factory=Vote)
     order: Literal["cost", "config"] = Field("cost", description="cost: cheapest `params_b` first.")
     text_column: str = Field(C.TEXT, description="Column holding the text to classify.")
-    chunk_size: int = Field(16, ge=1, description="Rows per engine call (and per cache flush).")
-    engine_retries: int = Field(2, ge=0, description="Retries of a failing engine call before giving up.")
-    retry_backoff_s: float = Field(2.0, ge=0)
     retry_temperature: float = Field(0.7, ge=0, description="generate mode: sampling temperature of the retry.")
-    cache_dir: str | None = Field(None, description="Verdict cache (set by the job to runs/<run_id>/cache/"
-                                  "ensemble); unset disables resuming.")
-
-    _engines: dict[str, LLMEngine] = PrivateAttr(default_factory=dict)
-    _cache: dict[str, dict[str, Answer]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _check(self) -> EnsembleClassify:
@@ -142,7 +206,7 @@ class EnsembleClassify(Stage):
     # -- engines -----------------------------------------------------------------------------------
     def use_engine(self, classifier: str, engine: LLMEngine) -> EnsembleClassify:
         """Inject an engine for one classifier (tests, or sharing a loaded model between stages)."""
-        self._engines[classifier] = engine
+        self.attach_engine(classifier, engine)
         return self
 
     def ordered(self) -> list[Classifier]:
@@ -152,19 +216,9 @@ class EnsembleClassify(Stage):
 
     def setup(self) -> None:
         # Classifiers on the same model share one loaded engine (the demo runs one small model twice).
-        shared: dict[str, LLMEngine] = {}
         for clf in self.classifiers:
-            if clf.short_name in self._engines:
-                continue
-            key = json.dumps([clf.engine.backend, clf.engine.model, clf.engine.options], sort_keys=True, default=str)
-            if key not in shared:
-                engine = build_engine(clf.engine)
-                engine.setup()
-                shared[key] = engine
-            self._engines[clf.short_name] = shared[key]
-        for clf in self.classifiers:
-            load_prompt(clf.prompt)  # fail before the first batch, not in the middle of a run
-        self._load_cache()
+            self.engine_for(clf.short_name, clf.engine)
+            clf.load_prompt()  # fail before the first batch, not in the middle of a run
 
     # -- the vote ----------------------------------------------------------------------------------
     def output_fields(self) -> list[pa.Field]:
@@ -173,7 +227,8 @@ class EnsembleClassify(Stage):
         for clf in self.classifiers:
             fields += [pa.field(f"ens_{clf.column_key}_verdict", pa.bool_()),
                        pa.field(f"ens_{clf.column_key}_score", pa.float64())]
-        return fields
+        return [*fields, pa.field(C.PROMPT, pa.string()), pa.field(C.MODEL, pa.string()),
+                pa.field(C.GEN_PARAMS, pa.string())]
 
     def process_empty(self, batch: pa.Table) -> pa.Table:
         for f in self.output_fields():
@@ -193,23 +248,24 @@ class EnsembleClassify(Stage):
         reasons: list[str | None] = [None] * n
         raw: list[str | None] = [None] * n
         asked: list[list[dict[str, str]]] = [[] for _ in range(n)]
+        gen: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         verdicts: dict[str, list[bool | None]] = {c.column_key: [None] * n for c in classifiers}
         scores: dict[str, list[float | None]] = {c.column_key: [None] * n for c in classifiers}
         for clf in classifiers:
             open_rows = [i for i in range(n) if outcome[i] is None and reasons[i] is None]
             if not open_rows:
                 break
-            prompt = load_prompt(clf.prompt)
+            prompt = clf.load_prompt()
             answers = self.classify(clf, [ids[i] for i in open_rows], [texts[i] for i in open_rows])
             for i, ans in zip(open_rows, answers, strict=True):
                 calls[i] += ans.calls
                 asked[i].append({"name": clf.short_name, "model": clf.engine.model, "prompt": prompt.id,
                                  "version": prompt.version})
+                gen[i].append(clf.gen_params(self.retry_temperature))
                 if ans.option is None:
                     reasons[i], raw[i], outcome[i] = UNPARSABLE, ans.raw, False
                     continue
-                verdict = (ans.score is not None and ans.score >= clf.threshold) if clf.mode == "logprob" \
-                    else ans.option == prompt.options[0]
+                verdict = clf.verdict(ans, prompt)
                 verdicts[clf.column_key][i] = verdict
                 scores[clf.column_key][i] = ans.score
                 yes[i] += int(verdict)
@@ -218,9 +274,12 @@ class EnsembleClassify(Stage):
                 if outcome[i] is False:
                     reasons[i] = REJECTED_PREFIX + clf.short_name
         out = batch
-        values: dict[str, Any] = {"ens_pass": [o is True for o in outcome], "ens_calls": calls.tolist(),
-                                  "ens_raw_output": raw,
-                                  "ens_provenance": [json.dumps(a, ensure_ascii=False) for a in asked]}
+        values: dict[str, Any] = {
+            "ens_pass": [o is True for o in outcome], "ens_calls": calls.tolist(), "ens_raw_output": raw,
+            "ens_provenance": [json.dumps(a, ensure_ascii=False) for a in asked],
+            C.PROMPT: [",".join(f"{a['prompt']}@{a['version']}" for a in row) or None for row in asked],
+            C.MODEL: [",".join(a["model"] for a in row) or None for row in asked],
+            C.GEN_PARAMS: [json.dumps(g, sort_keys=True) if g else None for g in gen]}
         for clf in self.classifiers:
             values[f"ens_{clf.column_key}_verdict"] = verdicts[clf.column_key]
             values[f"ens_{clf.column_key}_score"] = scores[clf.column_key]
@@ -228,91 +287,10 @@ class EnsembleClassify(Stage):
             out = put_column(out, f.name, pa.array(values[f.name], type=f.type))
         return set_drop_reason(out, pa.array(reasons, type=pa.string()))
 
-    # -- one classifier on some rows -----------------------------------------------------------------
     def classify(self, clf: Classifier, ids: Sequence[str], texts: Sequence[str]) -> list[Answer]:
+        """One classifier's answers about some rows (cached ones are not asked again)."""
         self.ensure_setup()
-        prompt = load_prompt(clf.prompt)
-        key = clf.cache_key(prompt)
-        cache = self._cache.setdefault(key, {})
-        todo = [j for j, row_id in enumerate(ids) if row_id not in cache]
-        for start in range(0, len(todo), self.chunk_size):
-            chunk = todo[start:start + self.chunk_size]
-            fresh = self._ask(clf, prompt, [texts[j] for j in chunk])
-            for j, ans in zip(chunk, fresh, strict=True):
-                cache[ids[j]] = ans
-            self._append_cache(key, [ids[j] for j in chunk], fresh)
-        return [cache[row_id] for row_id in ids]
-
-    def _ask(self, clf: Classifier, prompt: PromptTemplate, texts: list[str]) -> list[Answer]:
-        engine = self._engines[clf.short_name]
-        rendered = [prompt.render(text=t).messages for t in texts]
-        if clf.mode == "logprob":
-            prompts = [engine.render_chat(m) for m in rendered]
-            lps = self._call(clf, lambda: engine.option_logprobs(prompts, prompt.options))
-            answers = []
-            for row in lps:
-                score = _positive_share(row)
-                option = None if score is None else prompt.options[int(np.nanargmax(np.asarray(row, float)))]
-                answers.append(Answer(score=score, option=option,
-                                      raw=None if score is not None else json.dumps(row), calls=1))
-            return answers
-        params = GenerationParams(max_tokens=clf.max_tokens, temperature=0.0)
-        replies = self._call(clf, lambda: engine.chat(rendered, params))
-        options = [prompt.parse(r) for r in replies]
-        retry = [j for j, o in enumerate(options) if o is None]
-        calls = [1] * len(texts)
-        if retry:
-            again = GenerationParams(max_tokens=clf.max_tokens, temperature=self.retry_temperature, seed=1)
-            second = self._call(clf, lambda: engine.chat([rendered[j] for j in retry], again))
-            for j, reply in zip(retry, second, strict=True):
-                calls[j] = 2
-                options[j] = prompt.parse(reply)
-                replies[j] = reply if options[j] is None else replies[j]
-        return [Answer(score=None if o is None else float(o == prompt.options[0]), option=o,
-                       raw=None if o is not None else (r or ""), calls=c)
-                for o, r, c in zip(options, replies, calls, strict=True)]
-
-    def _call(self, clf: Classifier, fn: Any) -> Any:
-        for attempt in range(self.engine_retries + 1):
-            try:
-                return fn()
-            except Exception as err:  # engines raise many kinds (HTTP, CUDA OOM, dead actor)
-                if attempt == self.engine_retries:
-                    where = f" Answers so far are cached in {self.cache_dir}; rerun with --resume <run_id> " \
-                            f"to continue without asking again." if self.cache_dir else ""
-                    raise EngineUnavailableError(
-                        f"classifier {clf.short_name!r} ({clf.engine.backend}:{clf.engine.model}) failed "
-                        f"{attempt + 1} times: {type(err).__name__}: {err}.{where}") from err
-                wait = self.retry_backoff_s * 2**attempt
-                log.warning("classifier %s: %s; retrying in %.1fs", clf.short_name, err, wait)
-                time.sleep(wait)
-        raise AssertionError("unreachable")
-
-    # -- the verdict cache ---------------------------------------------------------------------------
-    def _load_cache(self) -> None:
-        if not self.cache_dir:
-            return
-        root = Path(self.cache_dir)
-        for clf in self.classifiers:
-            key = clf.cache_key(load_prompt(clf.prompt))
-            table = rowcache.load(root / key)
-            if table.num_rows == 0:
-                continue
-            cache = self._cache.setdefault(key, {})
-            for row in table.to_pylist():
-                cache[row["id"]] = Answer(score=row["score"], option=row["option"], raw=row["raw"],
-                                          calls=row["calls"])
-            log.info("ensemble cache: %d answers of %s reused", len(cache), clf.short_name)
-
-    def _append_cache(self, key: str, ids: list[str], answers: list[Answer]) -> None:
-        if not self.cache_dir or not ids:
-            return
-        rowcache.append(Path(self.cache_dir) / key, pa.table({
-            "id": pa.array(ids, pa.string()),
-            "score": pa.array([a.score for a in answers], pa.float64()),
-            "option": pa.array([a.option for a in answers], pa.string()),
-            "raw": pa.array([a.raw for a in answers], pa.string()),
-            "calls": pa.array([a.calls for a in answers], pa.int32())}))
+        return clf.ask(self, ids, texts, self.retry_temperature)
 
 
 def _positive_share(logprobs: Sequence[float]) -> float | None:

@@ -1,0 +1,328 @@
+"""The one base of every stage that calls an LLM, and its two common shapes.
+
+`LLMStage` owns what every LLM stage needs: engines (built once per actor, shared between parts of a
+stage that use the same model, or injected by tests), the answer cache (transforms/llm/cache.py:
+keyed by what was asked, not by row id), chunked engine calls with retries, the engine-call
+counters, and the provenance columns `_prompt` (id@version), `_model` and `_gen_params` (JSON).
+
+`LLMCall` is what one kind of question is: an engine, a versioned prompt, which column fills each
+prompt variable, the output spec (text | choice | json, transforms/llm/output.py), sampling params
+and `on_invalid` (drop with `invalid_output`, the raw reply kept; or retry once with the problem
+shown to the model in a follow-up turn, then drop). `LLMStage.replies` asks it of a batch.
+
+* `LLMTransform` (row-wise): same rows, adds the output columns (refinement, classification...).
+* `LLMGenerate` (transforms/llm/generate.py, an ExpandStage): each row's replies become children.
+The ensemble and the cultural tagger are LLMStages whose parts are classifiers (ensemble.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, TypeVar
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from transforms.core import columns as C
+from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
+from transforms.llm.answers import AnswerError
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine, build_engine
+from transforms.llm.cache import AnswerCache, Counters, answer_key, namespace
+from transforms.llm.output import ChoiceOutput, JsonOutput, OutputSpec, TextOutput
+from transforms.llm.prompts import PromptError, PromptTemplate, load_prompt
+
+log = logging.getLogger("piqaforge.llm")
+T = TypeVar("T")
+INVALID = "invalid_output"
+REPLY_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("sample", pa.int32()),
+                          ("reply", pa.string())])
+RETRY_MESSAGE = ("Your reply could not be used: {error}. Answer again, following the instructions exactly, "
+                 "and write nothing but the answer.")
+
+
+class EngineUnavailableError(RuntimeError):
+    """An engine kept failing after its retries; the stage stops with what to do next."""
+
+
+class PromptRef(BaseModel):
+    """A prompt file: 'task/lang', 'task/lang@version' or {id, version, root}."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(..., description="Prompt id, the file's path under prompts/ without .yaml.")
+    version: str | None = Field(None, description="When set, the file must have this version (else a clear error).")
+    root: str | None = Field(None, description="Prompts folder; unset: the project's prompts/.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            pid, _, version = value.partition("@")
+            return {"id": pid, "version": version or None}
+        return value
+
+    def load(self) -> PromptTemplate:
+        prompt = load_prompt(self.id, self.root)
+        if self.version is not None and prompt.version != self.version:
+            raise PromptError(f"prompt {self.id!r} is at version {prompt.version!r}, the config pins "
+                              f"{self.version!r}: update the config or restore that version")
+        return prompt
+
+
+@dataclass
+class Reply:
+    """One sample's answer: the text parsed (the retry's after a retry), its value or the error."""
+
+    text: str | None
+    value: Any
+    error: str | None
+    attempts: int
+    sample: int
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class LLMCall(BaseModel):
+    """One kind of question to an LLM (the fields every LLM stage shares)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="Which model, served how.")
+    prompt: PromptRef = Field(..., description="Versioned prompt (prompts/<task>/<lang>.yaml).")
+    variables: dict[str, str] = Field(default_factory=lambda: {"text": C.TEXT},
+                                      description="Prompt variable → column that fills it.")
+    output: OutputSpec = Field(default_factory=TextOutput, description="text | choice | json.")
+    params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=256),
+                                     description="Sampling: n, temperature, top_p, seed, max_tokens, stop.")
+    on_invalid: Literal["drop", "retry"] = Field(
+        "drop", description="drop: reason invalid_output, the raw reply kept in `raw_column`; retry: once "
+        "more with the problem shown to the model, then drop.")
+    raw_column: str = Field("llm_raw", description="Holds the raw reply of rows (or items) that were invalid.")
+    retry_message: str = Field(RETRY_MESSAGE, description="The follow-up turn of a retry; {error} is filled in.")
+
+    def choices(self, prompt: PromptTemplate) -> tuple[list[str], dict[str, list[str]]]:
+        out = self.output
+        assert isinstance(out, ChoiceOutput)
+        choices = out.choices or list(prompt.options)
+        if not choices:
+            raise PromptError(f"choice output needs `choices` in the config or `options` in {prompt.ref}")
+        return choices, out.aliases if out.aliases is not None else dict(prompt.aliases)
+
+    def generation_params(self, prompt: PromptTemplate) -> GenerationParams:
+        """The sampling params with the output's constraint (engines constrain decoding where they can)."""
+        update: dict[str, Any] = {"json_schema": None, "choices": None}
+        if isinstance(self.output, JsonOutput):
+            update["json_schema"] = self.output.json_schema()
+        elif isinstance(self.output, ChoiceOutput):
+            update["choices"] = self.choices(prompt)[0]
+        return self.params.model_copy(update=update)
+
+    def parse(self, reply: str, prompt: PromptTemplate) -> Any:
+        out = self.output
+        if isinstance(out, ChoiceOutput):
+            return out.parse(reply, *self.choices(prompt))
+        return out.parse(reply)
+
+    def provenance(self, prompt: PromptTemplate, sample: int | None = None) -> dict[str, str]:
+        p = self.params
+        gen: dict[str, Any] = {"temperature": p.temperature, "top_p": p.top_p, "max_tokens": p.max_tokens,
+                               "n": p.n, "seed": p.seed}
+        if sample is not None:
+            gen["sample"] = sample  # sample k of a request with seed s (the engines' default: seed s + k)
+        return {C.PROMPT: prompt.ref, C.MODEL: self.engine.model, C.GEN_PARAMS: json.dumps(gen, sort_keys=True)}
+
+    def output_fields(self) -> list[pa.Field]:
+        return [*self.output.arrow_fields(), pa.field(self.raw_column, pa.string())]
+
+
+def provenance_fields() -> list[pa.Field]:
+    return [pa.field(C.PROMPT, pa.string()), pa.field(C.MODEL, pa.string()), pa.field(C.GEN_PARAMS, pa.string())]
+
+
+class LLMStage(Stage):
+    """Base of every stage that calls an LLM: engines, answer cache, chunking, retries, counters."""
+
+    stateful: ClassVar[bool] = True
+
+    cache_dir: str | None = Field(None, description="Answer cache root (jobs pass <lake>/cache/llm or a "
+                                  "per-run folder); unset: answers are kept in memory only.")
+    chunk_size: int = Field(16, ge=1, description="Conversations per engine call (and per cache file).")
+    engine_retries: int = Field(2, ge=0, description="Retries of a failing engine call before giving up.")
+    retry_backoff_s: float = Field(2.0, ge=0, description="First wait between engine retries; doubles.")
+
+    _engines: dict[str, LLMEngine] = PrivateAttr(default_factory=dict)
+    _built: dict[str, LLMEngine] = PrivateAttr(default_factory=dict)
+    _caches: dict[str, AnswerCache] = PrivateAttr(default_factory=dict)
+    _counters: Counters = PrivateAttr(default_factory=Counters)
+    _prompt_override: PromptTemplate | None = PrivateAttr(None)
+
+    @property
+    def counters(self) -> Counters:
+        return self._counters
+
+    # -- engines -------------------------------------------------------------------------------------
+    def attach_engine(self, slot: str, engine: LLMEngine) -> None:
+        """Use `engine` for the part named `slot` (tests; or a model already loaded by another stage)."""
+        self._engines[slot] = engine
+
+    def engine_for(self, slot: str, config: EngineConfig) -> LLMEngine:
+        """The injected engine of `slot`, else one built from `config`, shared by equal configs."""
+        if slot not in self._engines:
+            key = json.dumps([config.backend, config.model, config.options], sort_keys=True, default=str)
+            if key not in self._built:
+                engine = build_engine(config)
+                engine.setup()
+                self._built[key] = engine
+            self._engines[slot] = self._built[key]
+        return self._engines[slot]
+
+    def call_engine(self, label: str, config: EngineConfig, fn: Callable[[], T]) -> T:
+        for attempt in range(self.engine_retries + 1):
+            self._counters.engine_calls += 1
+            try:
+                return fn()
+            except Exception as err:  # engines raise many kinds (HTTP, CUDA OOM, dead actor)
+                if attempt == self.engine_retries:
+                    where = f" Answers so far are cached in {self.cache_dir}; rerun with --resume <run_id> " \
+                            f"to continue without asking again." if self.cache_dir else ""
+                    raise EngineUnavailableError(
+                        f"{label} ({config.backend}:{config.model}) failed {attempt + 1} times: "
+                        f"{type(err).__name__}: {err}.{where}") from err
+                wait = self.retry_backoff_s * 2**attempt
+                log.warning("%s: %s; retrying in %.1fs", label, err, wait)
+                time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def answer_cache(self, name: str, schema: pa.Schema) -> AnswerCache:
+        if name not in self._caches:
+            folder = None if not self.cache_dir else f"{self.cache_dir.rstrip('/')}/{name}"
+            self._caches[name] = AnswerCache(folder, schema)
+        return self._caches[name]
+
+    # -- asking ----------------------------------------------------------------------------------------
+    def use_prompt(self, prompt: PromptTemplate) -> None:
+        """Ask with this template instead of loading `prompt` (benchmarks compare prompt layouts)."""
+        self._prompt_override = prompt
+
+    def load_call_prompt(self, call: LLMCall) -> PromptTemplate:
+        return self._prompt_override or call.prompt.load()
+
+    def replies(self, call: LLMCall, slot: str, rows: Sequence[dict[str, Any]], ids: Sequence[str]) -> list[list[Reply]]:
+        """`params.n` parsed replies per row (variables already mapped); cached answers are not asked again."""
+        prompt = self.load_call_prompt(call)
+        params = call.generation_params(prompt)
+        convs = [prompt.render(**row).messages for row in rows]
+        texts = self._ask(call, slot, prompt, params, convs, ids, [list(range(params.n))] * len(convs))
+        out = [[self._parse(call, prompt, t, k) for k, t in enumerate(row_texts)] for row_texts in texts]
+        if call.on_invalid == "retry":
+            self._retry(call, slot, prompt, params, convs, ids, out)
+        return out
+
+    def _parse(self, call: LLMCall, prompt: PromptTemplate, text: str, sample: int, attempts: int = 1) -> Reply:
+        try:
+            return Reply(text, call.parse(text, prompt), None, attempts, sample)
+        except AnswerError as err:
+            return Reply(text, None, str(err), attempts, sample)
+
+    def _retry(self, call: LLMCall, slot: str, prompt: PromptTemplate, params: GenerationParams,
+               convs: list[list[ChatMessage]], ids: Sequence[str], out: list[list[Reply]]) -> None:
+        bad = [(i, r.sample) for i, row in enumerate(out) for r in row if not r.ok]
+        follow = [[*convs[i], {"role": "assistant", "content": out[i][k].text or ""},
+                   {"role": "user", "content": call.retry_message.format(error=out[i][k].error)}] for i, k in bad]
+        texts = self._ask(call, slot, prompt, params, follow, [ids[i] for i, _ in bad], [[k] for _, k in bad])
+        for (i, k), (text,) in zip(bad, texts, strict=True):
+            out[i][k] = self._parse(call, prompt, text, k, attempts=2)
+
+    def _ask(self, call: LLMCall, slot: str, prompt: PromptTemplate, params: GenerationParams,
+             convs: list[list[ChatMessage]], ids: Sequence[str], samples: list[list[int]]) -> list[list[str]]:
+        """The reply text of each (conversation, sample index), from the cache or the engine."""
+        cache = self.answer_cache(namespace(self.name, call.engine, prompt.ref), REPLY_SCHEMA)
+        key_params = params.model_dump(exclude={"n"})
+        keys = [[answer_key(c, call.engine, key_params, k) for k in ks] for c, ks in zip(convs, samples, strict=True)]
+        hits = sum(key in cache for row in keys for key in row)
+        self._counters.cache_hits += hits
+        todo: dict[tuple[str, ...], int] = {}  # equal questions are asked once
+        for i, row in enumerate(keys):
+            if any(key not in cache for key in row):
+                todo.setdefault(tuple(row), i)
+        by_samples: dict[tuple[int, ...], list[int]] = {}
+        for i in todo.values():
+            by_samples.setdefault(tuple(samples[i]), []).append(i)
+        engine = self.engine_for(slot, call.engine) if todo else None
+        for ks, rows in by_samples.items():
+            for start in range(0, len(rows), self.chunk_size):
+                chunk = rows[start:start + self.chunk_size]
+                got = self._generate(call, engine, params, [convs[i] for i in chunk], ks)
+                cache.put([{"key": keys[i][j], "id": str(ids[i]), "sample": k, "reply": got[r][j]}
+                           for r, i in enumerate(chunk) for j, k in enumerate(ks)])
+        return [[str(cache.get(key)["reply"] or "") for key in row] for row in keys]  # type: ignore[index]
+
+    def _generate(self, call: LLMCall, engine: Any, params: GenerationParams, convs: list[list[ChatMessage]],
+                  samples: tuple[int, ...]) -> list[list[str]]:
+        """Replies for `samples` of each conversation: all n natively, or one sample index (retries)."""
+        self._counters.requests += len(convs) * len(samples)
+        label = f"stage {self.name!r}"
+        if list(samples) == list(range(params.n)):
+            return self.call_engine(label, call.engine, lambda: engine.generate(convs, params))
+        (k,) = samples
+        one = params.model_copy(update={"n": 1, "seed": None if params.seed is None else params.seed + k})
+        return [[r] for r in self.call_engine(label, call.engine, lambda: engine.chat(convs, one))]
+
+    @staticmethod
+    def row_variables(call: LLMCall, batch: pa.Table) -> list[dict[str, Any]]:
+        missing = [col for col in call.variables.values() if col not in batch.schema.names]
+        if missing:
+            raise StageError(f"prompt variables {call.variables} need column(s) {missing}; the batch has "
+                             f"{batch.schema.names}")
+        cols = {var: batch.column(col).to_pylist() for var, col in call.variables.items()}
+        return [{var: ("" if v[i] is None else v[i]) for var, v in cols.items()} for i in range(batch.num_rows)]
+
+
+class LLMTransform(LLMStage, LLMCall):
+    """Row-wise: the same rows, plus the output columns; a row whose reply is invalid is dropped
+    (`invalid_output`) with the raw reply in `raw_column`. One reply per row (n = 1)."""
+
+    name: ClassVar[str] = "llm_transform"
+    reads: ClassVar[tuple[str, ...]] = (C.ID,)
+
+    @model_validator(mode="after")
+    def _one_reply(self) -> LLMTransform:
+        if self.params.n != 1:
+            raise ValueError("LLMTransform makes one reply per row (params.n = 1); use LLMGenerate for samples")
+        if isinstance(self.output, JsonOutput) and self.output.items:
+            raise ValueError("LLMTransform writes one object per row; a list of items needs LLMGenerate")
+        return self
+
+    def use_engine(self, engine: LLMEngine) -> LLMTransform:
+        self.attach_engine("main", engine)
+        return self
+
+    def process_empty(self, batch: pa.Table) -> pa.Table:
+        for f in [*self.output_fields(), *provenance_fields()]:
+            batch = put_column(batch, f.name, pa.array([], f.type))
+        return batch
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        ids = [str(x) for x in batch.column(C.ID).to_pylist()]
+        replies = [row[0] for row in self.replies(self, "main", self.row_variables(self, batch), ids)]
+        prompt = self.load_call_prompt(self)
+        out = batch
+        if isinstance(self.output, JsonOutput):
+            for name, values in self.output.columns([r.value[0] if r.ok else None for r in replies]).items():
+                out = put_column(out, name, values)
+        else:
+            out = put_column(out, self.output.column, pa.array([r.value for r in replies], pa.string()))
+        out = put_column(out, self.raw_column, pa.array([None if r.ok else r.text for r in replies], pa.string()))
+        for name, value in self.provenance(prompt).items():
+            out = put_column(out, name, pa.array([value] * batch.num_rows, pa.string()))
+        return set_drop_reason(out, pa.array([None if r.ok else INVALID for r in replies], pa.string()))
+
+
+__all__ = ["INVALID", "ChoiceOutput", "EngineUnavailableError", "JsonOutput", "LLMCall", "LLMStage", "LLMTransform",
+           "PromptRef", "Reply", "TextOutput"]
