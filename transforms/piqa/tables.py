@@ -1,0 +1,222 @@
+"""J-PIQA's tables: an LLM reply holding a CSV table in, the paper's release columns out.
+
+`parse_table_reply` reads what a model really sends back when asked for CSV: the table inside a
+code fence or not, prose before and after it, a Markdown pipe table instead of CSV, quoted fields
+with commas or line breaks inside, a header in Japanese, full-width commas as the delimiter, and a
+last row cut off where the reply hit its token limit. Every data row comes out as one row; a row
+that cannot be used carries a `drop_reason` (the model's own id and line number say which row).
+
+`ParseTableReply` is the expand stage around it (one reply row → its items); `release_columns`
+maps our item schema to the columns of the paper's appendix.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import unicodedata
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pydantic import Field
+
+from transforms.core.creating import ExpandStage
+from transforms.core.stage import StageError
+
+FIELDS = ("id", "category", "question", "option1", "option2", "correct", "reasoning",
+          "question_en", "option1_en", "option2_en")
+REQUIRED = ("question", "option1", "option2", "correct")
+# Header spellings a model uses (matched after NFKC, lower-casing and removing spaces, _ and -).
+ALIASES: dict[str, tuple[str, ...]] = {
+    "id": ("id", "no", "番号", "#", "itemid"),
+    "category": ("category", "カテゴリ", "カテゴリー", "分類", "domain"),
+    "question": ("question", "質問", "問題", "goal", "prompt", "目的", "問い"),
+    "option1": ("option1", "選択肢1", "sol1", "solution1", "解答1", "回答1", "choice1"),
+    "option2": ("option2", "選択肢2", "sol2", "solution2", "解答2", "回答2", "choice2"),
+    "correct": ("correct", "正解", "answer", "label", "正答"),
+    "reasoning": ("reasoning", "理由", "説明", "explanation", "根拠", "rationale"),
+    "question_en": ("questionen", "englishquestion", "question(english)", "質問英語", "質問(英語)", "goalgloss"),
+    "option1_en": ("option1en", "englishoption1", "option1(english)", "選択肢1英語", "選択肢1(英語)", "sol1gloss"),
+    "option2_en": ("option2en", "englishoption2", "option2(english)", "選択肢2英語", "選択肢2(英語)", "sol2gloss"),
+}
+_LOOKUP = {alias: field for field, names in ALIASES.items() for alias in names}
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_ID = re.compile(r"\s*[A-Za-z#\-_]*\d+\s*")
+_MD_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
+ROW_SCHEMA = pa.schema([("reply_line", pa.int64())] + [(f, pa.string()) for f in FIELDS]
+                       + [("drop_reason", pa.string())])
+
+
+def _key(cell: str) -> str:
+    text = unicodedata.normalize("NFKC", cell).strip().strip("*`\"'").lower()
+    return re.sub(r"[\s_\-]", "", text)
+
+
+def header_map(cells: list[str]) -> dict[int, str] | None:
+    """Column position → field when `cells` is a header naming at least the required fields."""
+    found = {i: _LOOKUP[_key(c)] for i, c in enumerate(cells) if _key(c) in _LOOKUP}
+    return found if set(REQUIRED) <= set(found.values()) else None
+
+
+def _unfence(text: str) -> list[list[tuple[int, str]]]:
+    """The reply as blocks of (1-based line number, line): the inside of each code fence, then the
+    whole reply without fence lines (for a table written without a fence). An unclosed fence (a
+    reply cut off inside it) runs to the end."""
+    numbered = list(enumerate(text.splitlines(), 1))
+    blocks: list[list[tuple[int, str]]] = []
+    inside: list[tuple[int, str]] | None = None
+    for n, line in numbered:
+        if _FENCE.match(line):
+            if inside is None:
+                inside = []
+            else:
+                blocks.append(inside)
+                inside = None
+        elif inside is not None:
+            inside.append((n, line))
+    if inside:
+        blocks.append(inside)
+    return blocks + [[(n, line) for n, line in numbered if not _FENCE.match(line)]]
+
+
+def _markdown_cells(line: str) -> list[str]:
+    body = line.strip()
+    body = body[1:] if body.startswith("|") else body
+    body = body[:-1] if body.endswith("|") and not body.endswith("\\|") else body
+    return [c.replace("\\|", "|").replace("<br>", "\n").strip() for c in re.split(r"(?<!\\)\|", body)]
+
+
+def _delimiter(header_line: str) -> str:
+    # "、" is never a delimiter: it is the comma inside Japanese sentences
+    counts = {d: header_line.count(d) for d in (",", "，", "\t", ";")}
+    return max(counts, key=lambda d: counts[d])
+
+
+def _records(lines: list[tuple[int, str]], delimiter: str) -> list[tuple[int, list[str]]]:
+    """CSV records with the reply line each starts on (quoted fields may span lines)."""
+    text = "\n".join(line for _, line in lines)
+    starts = [n for n, _ in lines]
+    reader = csv.reader(io.StringIO(text), delimiter=delimiter, skipinitialspace=True)
+    out = []
+    try:
+        for record in reader:
+            line_idx = reader.line_num - 1 - sum(c.count("\n") for c in record)
+            out.append((starts[min(max(line_idx, 0), len(starts) - 1)], record))
+    except csv.Error as err:  # an unclosed quote at the very end of a cut-off reply, or a NUL byte
+        out.append((starts[-1], [f"\x00csv_error:{err}"]))
+    return out
+
+
+def _clean(value: str) -> str:
+    """Strip spaces and one pair of stray outer quotes ("..." or “...”; 「...」 is content)."""
+    value = value.strip()
+    if len(value) >= 2 and (value[0], value[-1]) in (('"', '"'), ("“", "”")):
+        value = value[1:-1].strip()
+    return value
+
+
+def parse_table_reply(reply: str | None) -> pa.Table:
+    """Rows of the table in `reply` (schema `ROW_SCHEMA`); bad rows carry a `drop_reason`.
+
+    Reasons: `no_table` (no header naming question/option1/option2/correct: one row for the reply),
+    `partial_row` (fewer cells than the header: a row cut off), `too_many_fields` (an unquoted
+    delimiter inside a field), `empty_field:<name>` (a required cell is empty), `csv_error`.
+    Blank lines, Markdown rules, repeated headers and prose lines (no delimiter) are not rows.
+    """
+    rows: list[dict[str, Any]] = []
+    found = _find_header(_unfence(reply or ""))
+    if found is None:
+        return pa.Table.from_pylist([{"reply_line": None, "drop_reason": "no_table"}], ROW_SCHEMA)
+    lines, start, markdown, delimiter, mapping, width = found
+    id_first = mapping.get(0) == "id"
+    body = lines[start + 1:]
+    if markdown:
+        records = [(n, _markdown_cells(line)) for n, line in body if line.strip().startswith("|")]
+    else:
+        records = _records(body, delimiter)
+    for line_no, cells in records:
+        if not cells or all(not c.strip() for c in cells) or (markdown and _MD_RULE.match("|".join(cells))):
+            continue
+        if header_map(cells):
+            continue  # the model repeated its header
+        if cells[0].startswith("\x00csv_error:"):
+            rows.append({"reply_line": line_no, "drop_reason": "csv_error"})
+            continue
+        if len(cells) < width and not markdown and (len(cells) == 1 or id_first) and not _ID.fullmatch(cells[0]):
+            continue  # prose after (or inside) the table: a cut-off row still starts with its id
+        row: dict[str, Any] = {"reply_line": line_no}
+        for pos, name in mapping.items():
+            if pos < len(cells):
+                row[name] = _clean(cells[pos]) or None
+        if len(cells) < width:
+            row["drop_reason"] = "partial_row"
+        elif len(cells) > width and any(c.strip() for c in cells[width:]):
+            row["drop_reason"] = "too_many_fields"
+        else:
+            empty = [f for f in REQUIRED if not row.get(f)]
+            row["drop_reason"] = f"empty_field:{empty[0]}" if empty else None
+        rows.append(row)
+    return pa.Table.from_pylist(rows, ROW_SCHEMA)
+
+
+def _find_header(blocks: list[list[tuple[int, str]]]) -> tuple[Any, ...] | None:
+    """(lines, header index, markdown?, delimiter, column map, width) of the first block with a header."""
+    for lines in blocks:
+        for i, (_, line) in enumerate(lines):
+            markdown = line.strip().startswith("|")
+            delimiter = _delimiter(line)
+            cells = _markdown_cells(line) if markdown else next(csv.reader([line], delimiter=delimiter), [])
+            mapping = header_map(cells)
+            if mapping:
+                return lines, i, markdown, delimiter, mapping, len(cells)
+    return None
+
+
+def correct_to_label(correct: Any) -> int | None:
+    """1 → 0, 2 → 1 (the item schema's label); anything else → None."""
+    text = unicodedata.normalize("NFKC", str(correct)).strip() if correct is not None else ""
+    return {"1": 0, "2": 1}.get(text)
+
+
+def rows_to_items(rows: pa.Table, *, lang: str = "ja") -> pa.Table:
+    """Parsed rows → item columns: goal/sol1/sol2/label, glosses from the English columns, and the
+    model's own `gen_item_id`, `category`, `correct` (kept raw for the constraint filter), `reasoning`."""
+    col = {f: rows.column(f) for f in FIELDS}
+    labels = pa.array([correct_to_label(v) for v in col["correct"].to_pylist()], pa.int64())
+    return pa.table({
+        "lang": pa.array([lang] * rows.num_rows, pa.string()),
+        "goal": col["question"], "sol1": col["option1"], "sol2": col["option2"], "label": labels,
+        "correct": col["correct"], "category": col["category"], "reasoning": col["reasoning"],
+        "goal_gloss": col["question_en"], "sol1_gloss": col["option1_en"], "sol2_gloss": col["option2_en"],
+        "gen_item_id": col["id"], "reply_line": rows.column("reply_line"),
+        "drop_reason": rows.column("drop_reason"),
+    })
+
+
+class ParseTableReply(ExpandStage):
+    """One LLM reply (a CSV table) → one child per table row; bad rows are children with a reason,
+    and a reply with no table at all drops its parent with `no_table`."""
+
+    name: ClassVar[str] = "parse_table"
+    writes: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "correct", "category")
+    empty_reason: ClassVar[str] = "no_table"
+
+    reply_column: str = Field("reply", description="Column holding the model's raw reply text.")
+    lang: str = Field("ja", description="Language of the generated items.")
+
+    def check_columns(self, schema: pa.Schema) -> None:
+        super().check_columns(schema)
+        if self.reply_column not in schema.names:
+            raise StageError(f"stage '{self.name}' needs the reply column {self.reply_column!r}; the batch has "
+                             f"{schema.names}")
+
+    def expand(self, batch: pa.Table) -> pa.Table:
+        parts = []
+        for i, reply in enumerate(batch.column(self.reply_column).to_pylist()):
+            rows = parse_table_reply(reply)
+            if rows.num_rows == 1 and rows.column("drop_reason")[0].as_py() == "no_table":
+                continue  # no children: the parent is dropped with `no_table`
+            items = rows_to_items(rows, lang=self.lang)
+            parts.append(items.append_column("_parent", pa.array([i] * items.num_rows, pa.int64())))
+        return pa.concat_tables(parts) if parts else pa.table({"_parent": pa.array([], pa.int64())})
