@@ -11,6 +11,11 @@ sequences, takes their longest common token prefix, runs it once and hands a cop
 repeated along the batch, to every batch of row suffixes (right-padded, so positions stay those of
 the unpadded sequence). tests/test_llm_engines.py checks both tricks against a plain full forward.
 
+Structured output: a `choices` constraint is met by scoring the options after the rendered chat
+(`option_logprobs`, with the shared-prefix cache) and taking the best, or sampling among them;
+transformers has no constrained JSON decoding, so a `json_schema` reply is free text that the LLM
+stage validates (and retries, with the error shown, under `on_invalid: retry`).
+
 Options (`EngineConfig.options`, checked by `HFOptions`): device, dtype, batch_size,
 max_batch_tokens, prefix_cache, min_prefix_tokens, threads, chat_template, gguf_file.
 """
@@ -32,6 +37,7 @@ from transforms.llm.base import (
     encode_prompt,
     render_with_tokenizer,
 )
+from transforms.llm.output import choose_from_logprobs
 from transforms.llm.prepare import resolve_model
 
 # One scoring request: a token sequence and, per position to read, the token ids whose
@@ -262,6 +268,10 @@ class TransformersEngine(LLMEngine):
     # -- generation ----------------------------------------------------------------------------
     def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
         self._ready()
+        if params.choices:
+            texts = [self.render_chat(c) for c in conversations]
+            return choose_from_logprobs(self.option_logprobs(texts, params.choices), list(params.choices),
+                                        params.temperature, params.seed, texts)
         torch = self._torch
         prompts = [self.encode(self.render_chat(c)) for c in conversations]
         eos = [self.tokenizer.eos_token_id]

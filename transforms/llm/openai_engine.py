@@ -1,6 +1,12 @@
 """`openai` backend: any OpenAI-compatible HTTP endpoint (a vLLM server, a hosted API).
 
-* chat             -> POST {base_url}/chat/completions (the server applies the chat template)
+* chat / generate  -> POST {base_url}/chat/completions (the server applies the chat template); one
+                      request per conversation, `n` samples natively (`n` in the body, one seed).
+                      Structured output (`structured_outputs` option): `response_format` sends a
+                      json_schema response format (OpenAI; vLLM servers accept it too), a `choices`
+                      constraint as a schema {"choice": enum} whose value is returned; `vllm` sends a
+                      vLLM server's `structured_outputs` extra body ({"json": ...} or {"choice": ...});
+                      `off` sends neither (the stage validates replies either way).
 * option_logprobs  -> POST {base_url}/completions, max_tokens=1, logprobs=top_logprobs: an option's
                       score is the log-probability of the top-k token whose text equals it (exactly,
                       else after stripping whitespace); an option outside the top k gets
@@ -23,6 +29,7 @@ drive the client with httpx.MockTransport or a local stub server.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
@@ -66,6 +73,9 @@ class OpenAIOptions(BaseModel):
     chat_template: str | None = Field(None, description="Jinja chat template used by render_chat "
                                       "(the server applies its own in chat()); unset: plain text.")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request body.")
+    structured_outputs: Literal["response_format", "vllm", "off"] = Field(
+        "response_format", description="How json_schema/choices constraints are sent: OpenAI's response_format, "
+        "a vLLM server's structured_outputs extra body, or not at all.")
 
 
 class OpenAIEngine(LLMEngine):
@@ -92,17 +102,13 @@ class OpenAIEngine(LLMEngine):
 
     # -- public API ----------------------------------------------------------------------------
     def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
-        def body(conv: list[ChatMessage]) -> dict[str, Any]:
-            b: dict[str, Any] = {"messages": conv, "max_tokens": params.max_tokens,
-                                 "temperature": params.temperature, "top_p": params.top_p}
-            if params.stop:
-                b["stop"] = params.stop
-            if params.seed is not None:
-                b["seed"] = params.seed
-            return b
+        return [replies[0] for replies in self.generate(conversations, params.model_copy(update={"n": 1}))]
 
-        out = self._post_all("chat/completions", [body(c) for c in conversations])
-        return [r["choices"][0]["message"].get("content") or "" for r in out]
+    def generate(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[list[str]]:
+        mode = self.options.structured_outputs
+        out = self._post_all("chat/completions", [chat_body(c, params, mode) for c in conversations])
+        return [[_reply_text(c, params, mode) for c in sorted(r["choices"], key=lambda c: c.get("index", 0))]
+                for r in out]
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
         if self.options.option_scoring == "echo":
@@ -256,3 +262,43 @@ def _run_sync(coro: Awaitable[T]) -> T:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]
 
+
+
+CHOICE_KEY = "choice"
+
+
+def chat_body(conv: list[ChatMessage], params: GenerationParams, mode: str) -> dict[str, Any]:
+    """The /chat/completions body for one conversation: sampling, n, seed and the output constraint."""
+    body: dict[str, Any] = {"messages": conv, "max_tokens": params.max_tokens, "temperature": params.temperature,
+                            "top_p": params.top_p}
+    if params.n > 1:
+        body["n"] = params.n
+    if params.stop:
+        body["stop"] = params.stop
+    if params.seed is not None:
+        body["seed"] = params.seed
+    if mode == "vllm":
+        if params.json_schema is not None:
+            body["structured_outputs"] = {"json": params.json_schema}
+        elif params.choices:
+            body["structured_outputs"] = {"choice": list(params.choices)}
+    elif mode == "response_format":
+        schema = params.json_schema
+        if schema is None and params.choices:  # OpenAI wants an object at the root: {"choice": one of them}
+            schema = {"type": "object", "properties": {CHOICE_KEY: {"type": "string", "enum": list(params.choices)}},
+                      "required": [CHOICE_KEY], "additionalProperties": False}
+        if schema is not None:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+    return body
+
+
+def _reply_text(choice: dict[str, Any], params: GenerationParams, mode: str) -> str:
+    text: str = (choice.get("message") or {}).get("content") or ""
+    if mode == "response_format" and params.json_schema is None and params.choices:
+        try:  # the choice, unwrapped from {"choice": ...}; anything else goes to the stage as is
+            value = json.loads(text).get(CHOICE_KEY)
+            return value if isinstance(value, str) else text
+        except (ValueError, AttributeError):
+            return text
+    return text

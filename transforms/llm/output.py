@@ -96,9 +96,14 @@ class JsonOutput(BaseModel):
 
     def json_schema(self) -> dict[str, Any]:
         schema = self.pydantic_model().model_json_schema()
-        if self.items:
-            return {"type": "array", "items": schema, "minItems": 1}
-        return schema
+        if not self.items:
+            return schema
+        # A list of items is asked for as {"items": [...]}: OpenAI's structured outputs need an object
+        # at the root, and `parse` accepts an object holding one list.
+        defs = schema.pop("$defs", None)
+        wrapper = {"type": "object", "properties": {"items": {"type": "array", "items": schema, "minItems": 1}},
+                   "required": ["items"], "additionalProperties": False}
+        return {**wrapper, "$defs": defs} if defs else wrapper
 
     def parse(self, reply: str) -> list[dict[str, Any]]:
         """The validated objects of a reply (one unless `items`); raises AnswerError saying what is wrong.
@@ -199,3 +204,25 @@ def _model_from_fields(spec_json: str) -> type[BaseModel]:
             defs[name] = (tp if f.required else tp | None, Field(default, description=f.description or None))
         _BUILT[spec_json] = create_model("LLMReply", __config__=ConfigDict(extra="forbid"), **defs)
     return _BUILT[spec_json]
+
+
+def choose_from_logprobs(logprobs: list[list[float]], choices: list[str], temperature: float, seed: int | None,
+                         salts: list[str]) -> list[str]:
+    """Choice-constrained replies for engines without constrained decoding, from the options' scores:
+    greedy (temperature 0) takes the best option; sampling draws from softmax(logprob / temperature)
+    with a generator seeded by (seed, the prompt), so a reply does not depend on its batch."""
+    import zlib
+
+    import numpy as np
+
+    out = []
+    for row, salt in zip(logprobs, salts, strict=True):
+        scores = np.asarray(row, dtype=np.float64)
+        scores = np.where(np.isfinite(scores), scores, -np.inf)
+        if temperature <= 0 or not np.isfinite(scores).any():
+            out.append(choices[int(np.argmax(scores))])
+            continue
+        p = np.exp((scores - scores.max()) / temperature)
+        rng = np.random.default_rng([seed or 0, zlib.crc32(salt.encode("utf-8"))])
+        out.append(choices[int(rng.choice(len(choices), p=p / p.sum()))])
+    return out

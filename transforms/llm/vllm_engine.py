@@ -3,8 +3,11 @@
 vLLM is imported in setup() only, so this module is as light as the others (it usually runs in
 its own environment: `.venv-vllm` here, a runtime_env or image on a cluster).
 
-* chat             -> llm.chat with the model's chat template (plain text via llm.generate for
-                      base models without one), greedy unless a temperature is given.
+* chat / generate  -> llm.chat with the model's chat template (plain text via llm.generate for
+                      base models without one), greedy unless a temperature is given; `generate`
+                      asks for n samples natively (SamplingParams.n, one seed per request); a
+                      `json_schema` or `choices` constraint becomes StructuredOutputsParams(json=...)
+                      or (choice=...): constrained decoding, the reply always parses.
 * option_logprobs  -> one decoding step with `logprob_token_ids=<the single-token options>` (vLLM
                       returns the raw model log-probs of exactly those tokens; older versions: the
                       top `top_logprobs`); multi-token options (and any option missing from an
@@ -106,15 +109,25 @@ class VLLMEngine(LLMEngine):
 
     # -- generation ----------------------------------------------------------------------------
     def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
+        return [o.outputs[0].text for o in self._run(conversations, params.model_copy(update={"n": 1}))]
+
+    def generate(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[list[str]]:
+        outs = self._run(conversations, params)
+        return [[c.text for c in sorted(o.outputs, key=lambda c: c.index)] for o in outs]
+
+    def _run(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[Any]:
         self._ready()
-        sp = self._params(max_tokens=params.max_tokens, temperature=params.temperature, top_p=params.top_p,
-                          stop=params.stop or None, seed=params.seed)
+        kw = sampling_kwargs(params)
+        structured = structured_kwargs(params)
+        if structured:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            kw["structured_outputs"] = StructuredOutputsParams(**structured)
+        sp = self._params(**kw)
         if self._has_template():
-            outs = self.llm.chat(list(conversations), sp, use_tqdm=False)
-        else:
-            prompts = [{"prompt_token_ids": self.encode(self.render_chat(c))} for c in conversations]
-            outs = self.llm.generate(prompts, sp, use_tqdm=False)
-        return [o.outputs[0].text for o in outs]
+            return list(self.llm.chat(list(conversations), sp, use_tqdm=False))
+        prompts = [{"prompt_token_ids": self.encode(self.render_chat(c))} for c in conversations]
+        return list(self.llm.generate(prompts, sp, use_tqdm=False))
 
     def choose(self, prompts: Sequence[str], choices: Sequence[str]) -> list[str]:
         """Constrained decoding: each reply is exactly one of `choices` (vLLM structured outputs)."""
@@ -185,3 +198,18 @@ class VLLMEngine(LLMEngine):
                 total += float(plp[len(ctx) + k][tok].logprob)
             result.append(total)
         return result
+
+
+def sampling_kwargs(params: GenerationParams) -> dict[str, Any]:
+    """vllm.SamplingParams arguments for our params (n samples from one seeded request)."""
+    return {"n": params.n, "max_tokens": params.max_tokens, "temperature": params.temperature,
+            "top_p": params.top_p, "stop": params.stop or None, "seed": params.seed}
+
+
+def structured_kwargs(params: GenerationParams) -> dict[str, Any] | None:
+    """StructuredOutputsParams arguments (vLLM >= 0.11; `guided_*` was removed in 0.12): json or choice."""
+    if params.json_schema is not None:
+        return {"json": params.json_schema}
+    if params.choices:
+        return {"choice": list(params.choices)}
+    return None
