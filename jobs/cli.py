@@ -10,6 +10,7 @@ from typing import Any
 
 from jobs import JOBS
 from jobs.config import ConfigError, parse_set, resolve_config
+from transforms.core.secrets import install_log_scrubber, scrub_text
 
 
 class UserError(Exception):
@@ -17,6 +18,20 @@ class UserError(Exception):
 
 
 def _run(args: argparse.Namespace, extra: list[str]) -> int:
+    from jobs.config import load_job_module
+
+    overrides = run_overrides(args, extra)
+    module = load_job_module(args.job)
+    config = resolve_config(args.job, args.config, overrides)
+    result = module.run(config, run_id=args.run_id or args.resume, resume=bool(args.resume))
+    print(f"\n{args.job}: done")
+    for key, value in (result or {}).items():
+        print(f"  {key:<10} {scrub_text(str(value))}")
+    return int((result or {}).get("exit_code", 0))
+
+
+def run_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+    """The config overrides of a `run` command line (`piqaforge submit` resolves the same config)."""
     from jobs.config import load_job_module
 
     overrides: dict[str, Any] = {}
@@ -44,12 +59,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         takes_paths = input_field is not None and hasattr(input_field.annotation, "model_fields") and \
             "paths" in input_field.annotation.model_fields
         overrides["input.paths" if takes_paths else "input"] = args.input if takes_paths else args.input[0]
-    config = resolve_config(args.job, args.config, overrides)
-    result = module.run(config, run_id=args.run_id or args.resume, resume=bool(args.resume))
-    print(f"\n{args.job}: done")
-    for key, value in (result or {}).items():
-        print(f"  {key:<10} {value}")
-    return int((result or {}).get("exit_code", 0))
+    return overrides
 
 
 def _submit(args: argparse.Namespace, extra: list[str]) -> int:
@@ -99,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_scrubber()  # no secret in our log lines (docs/secrets.md)
     try:
         if args.command == "jobs":
             for name, module in sorted(JOBS.items()):
@@ -111,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         if extra:
             parser.error(f"unrecognised arguments: {' '.join(extra)}")
     except (ConfigError, UserError) as err:
-        print(f"piqaforge: error: {err}", file=sys.stderr)
+        print(f"piqaforge: error: {scrub_text(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("piqaforge: interrupted", file=sys.stderr)
@@ -120,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         from transforms.core.stage import StageError
 
         if isinstance(err, StageError | FileNotFoundError | ValueError):
-            print(f"piqaforge: error: {err}", file=sys.stderr)
+            print(f"piqaforge: error: {scrub_text(str(err))}", file=sys.stderr)
             return 1
         raise
     return 0

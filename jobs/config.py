@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import importlib
+import logging
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -12,8 +14,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from jobs import JOBS
+from transforms.core.secrets import literal_secrets
+from transforms.core.stage import Resources
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+log = logging.getLogger("piqaforge")
 
 
 class ConfigError(ValueError):
@@ -30,6 +35,9 @@ class JobConfig(BaseModel):
     ray_address: str | None = Field(None, description="Ray address to join; unset starts Ray locally "
                                     "(or joins the cluster when run under `ray job submit`).")
     num_cpus: int | None = Field(None, description="CPUs for a local Ray instance (default: all).")
+    secrets: list[str] = Field(default_factory=list, description="Environment variables (names, e.g. "
+                               "OPENAI_API_KEY) forwarded to every stage's workers; values are never recorded "
+                               "(docs/secrets.md). A stage can name its own in `resources.secrets`.")
 
 
 def load_job_module(job: str) -> ModuleType:
@@ -86,16 +94,73 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def resolve_config(job: str, config_file: str | None = None, overrides: dict[str, Any] | None = None) -> BaseModel:
+def resolve_config(job: str, config_file: str | None = None, overrides: dict[str, Any] | None = None,
+                   *, bind_lake: bool = True) -> BaseModel:
+    """The validated config; `bind_lake=False` (`piqaforge submit` checking a config) touches no lake."""
+    from jobs.submit import receive_forwarded_secrets
+
     module = load_job_module(job)
     default = CONFIG_DIR / f"{module.__name__.split('.')[-1]}.yaml"
     data: dict[str, Any] = read_yaml(default) if default.exists() else {}
     if config_file:
         data = deep_merge(data, read_yaml(Path(config_file)))
-    for key, value in (overrides or {}).items():
+        warn_literal_secrets(read_yaml(Path(config_file)), f"config file {config_file}")
+    # Under `piqaforge submit`, secrets (and --set items holding one) arrive outside Ray's job record.
+    forwarded_sets = receive_forwarded_secrets()
+    overrides = {**(overrides or {}), **dict(parse_set(item) for item in forwarded_sets)}
+    warn_literal_secrets({k: v for k, v in overrides.items() if not isinstance(v, dict)}, "--set", dotted=True)
+    for key, value in overrides.items():
         set_dotted(data, key, value)
     try:
-        return module.Config.model_validate(data)
+        config = module.Config.model_validate(data)
     except ValidationError as err:
         lines = [f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()]
         raise ConfigError(f"invalid configuration for job {job!r}:\n" + "\n".join(lines)) from err
+    return apply_secrets(config, bind_lake=bind_lake)
+
+
+def warn_literal_secrets(data: dict[str, Any], origin: str, dotted: bool = False) -> None:
+    """A warning per literal secret, naming the field; the values are redacted wherever we record them."""
+    found = literal_secrets(data) if not dotted else []
+    for key, value in data.items() if dotted else ():  # `--set a.b.c=v`: nest it so env_vars and key names show
+        nested: dict[str, Any] = {}
+        set_dotted(nested, key, value)
+        found += literal_secrets(nested)
+    for field, why in found:
+        log.warning("%s: %s holds a literal secret (%s). It is recorded as <redacted>, but put the value in "
+                    "an environment variable and name it in `secrets: [NAME]` (job level) or the stage's "
+                    "`resources.secrets` instead (docs/secrets.md)", origin, field, why)
+
+
+def secret_names(config: BaseModel) -> list[str]:
+    """Every variable the job forwards: job-level `secrets` and every stage's `resources.secrets`."""
+    return sorted({n for r in _resources(config) for n in r.secrets} | set(getattr(config, "secrets", [])))
+
+
+def apply_secrets(config: BaseModel, bind_lake: bool = True) -> BaseModel:
+    """Job-level secrets go to every stage; all must be set here; their values are scrubbed from our output."""
+    from transforms.core.secrets import bind_fingerprint_key, register_environment
+
+    job_level = list(getattr(config, "secrets", []))
+    for resources in _resources(config):
+        resources.secrets = sorted(set(resources.secrets) | set(job_level))
+    names = secret_names(config)
+    if missing := [n for n in names if not os.environ.get(n)]:
+        raise ConfigError(f"secret(s) {missing} are named in the config but not set in the environment of this "
+                          "process; set them here, they are forwarded to the workers (docs/secrets.md)")
+    register_environment(names)
+    if bind_lake and isinstance(lake := getattr(config, "lake", None), str):
+        bind_fingerprint_key(lake)
+    return config
+
+
+def _resources(obj: Any) -> list[Resources]:
+    if isinstance(obj, Resources):
+        return [obj]
+    if isinstance(obj, BaseModel):
+        return [r for name in type(obj).model_fields for r in _resources(getattr(obj, name))]
+    if isinstance(obj, list | tuple):
+        return [r for item in obj for r in _resources(item)]
+    if isinstance(obj, dict):
+        return [r for item in obj.values() for r in _resources(item)]
+    return []

@@ -15,12 +15,17 @@ Equivalent plain Ray command (docs/cluster.md):
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
+import secrets as _random
 import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any, Protocol, TextIO
+
+from transforms.core.secrets import literal_secrets, register_secret_values, scrub_text
 
 REPO = Path(__file__).resolve().parents[1]
 # Never uploaded: environments, caches, and the lake's data zones (lake/samples stays: jobs' defaults use it).
@@ -28,6 +33,12 @@ EXCLUDES = [".venv", ".venv-*", ".cache", ".git", "**/__pycache__", ".pytest_cac
             ".ruff_cache", "*.egg-info", "lake/raw", "lake/staged", "lake/curated", "lake/release",
             "lake/rejected", "lake/runs", "lake/bench", "benchmarks/results", "build", "*.pyc"]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+# Secrets travel outside Ray's job record (docs/secrets.md): the job's runtime_env carries only the
+# name of a one-off GCS package and a one-time pad; the package holds the secrets XOR the pad, and
+# the driver deletes it as soon as it has read it.
+SECRETS_URI_VAR = "PIQAFORGE_SECRETS_URI"
+SECRETS_PAD_VAR = "PIQAFORGE_SECRETS_PAD"
+_received_sets: list[str] | None = None
 
 
 class JobsClient(Protocol):
@@ -76,9 +87,96 @@ async def _tail(client: JobsClient, job_id: str, out: TextIO) -> None:
         out.flush()
 
 
+def split_secret_sets(run_args: list[str]) -> tuple[list[str], list[str]]:
+    """(run_args without the `--set` items that hold a literal secret, those items)."""
+    from jobs.config import parse_set, set_dotted
+
+    kept: list[str] = []
+    moved: list[str] = []
+    it = iter(run_args)
+    for token in it:
+        item = next(it, "") if token == "--set" else token[len("--set="):] if token.startswith("--set=") else None
+        if item is None:
+            kept.append(token)
+            continue
+        key, value = parse_set(item)
+        nested: dict[str, Any] = {}
+        set_dotted(nested, key, value)
+        if literal_secrets(nested):
+            moved.append(item)
+        else:
+            kept += ["--set", item]
+    return kept, moved
+
+
+def forwarded_secret_names(job: str, run_args: list[str]) -> list[str]:
+    """The variables the job names in `secrets:` (job level and per stage), from its resolved config."""
+    from jobs.cli import build_parser, run_overrides
+    from jobs.config import resolve_config, secret_names
+
+    args, extra = build_parser().parse_known_args(["run", job, *run_args])
+    return secret_names(resolve_config(job, args.config, run_overrides(args, extra), bind_lake=False))
+
+
+def seal(payload: dict[str, Any]) -> tuple[str, bytes]:
+    """A one-time pad (base64) and the payload XOR the pad: neither alone reveals anything."""
+    data = json.dumps(payload).encode()
+    pad = _random.token_bytes(len(data))
+    return base64.b64encode(pad).decode(), bytes(a ^ b for a, b in zip(data, pad, strict=True))
+
+
+def unseal(pad: str, blob: bytes) -> dict[str, Any]:
+    key = base64.b64decode(pad)
+    if len(key) != len(blob):
+        raise ValueError("the forwarded secrets do not match their pad (a different submission?)")
+    result: dict[str, Any] = json.loads(bytes(a ^ b for a, b in zip(blob, key, strict=True)))
+    return result
+
+
+def upload_secrets(client: Any, payload: dict[str, Any]) -> dict[str, str]:
+    """Store the sealed secrets as a one-off GCS package; returns the env_vars that point the driver to it.
+
+    The GET pins the name for Ray's URI expiry (10 min): an unreferenced package is deleted by the GCS
+    after that even if the driver never starts."""
+    pad, blob = seal(payload)
+    name = f"_piqaforge_secrets_{_random.token_hex(16)}.zip"
+    client._do_request("GET", f"/api/packages/gcs/{name}")
+    response = client._do_request("PUT", f"/api/packages/gcs/{name}", data=blob)
+    if response.status_code != 200:
+        raise RuntimeError(f"could not hand the secrets to the cluster (HTTP {response.status_code})")
+    return {SECRETS_URI_VAR: f"gcs://{name}", SECRETS_PAD_VAR: pad}
+
+
+def receive_forwarded_secrets() -> list[str]:
+    """In a driver started by `piqaforge submit`: put the forwarded secrets into this process's environment,
+    delete the package, and return the `--set` items that were sent with them (nothing elsewhere)."""
+    global _received_sets
+    if _received_sets is not None:
+        return _received_sets
+    uri, pad = os.environ.pop(SECRETS_URI_VAR, None), os.environ.pop(SECRETS_PAD_VAR, None)
+    if not uri or not pad:
+        return []
+    from ray._raylet import GcsClient
+
+    gcs = GcsClient(address=os.environ["RAY_ADDRESS"])
+    blob = gcs.internal_kv_get(uri.encode(), namespace=None)
+    if blob is None:
+        raise RuntimeError(f"the secrets sent with this job are gone ({uri}): Ray drops them 10 min after "
+                           "submission if the job has not started; submit again")
+    gcs.internal_kv_del(uri.encode(), False, namespace=None)
+    payload = unseal(pad, blob)
+    for name, value in payload.get("env", {}).items():
+        os.environ.setdefault(name, value)
+    register_secret_values(payload.get("env", {}).values())
+    _received_sets = list(payload.get("set", []))
+    return _received_sets
+
+
 def submit(job: str, run_args: list[str], *, address: str, client: JobsClient | None = None,
            follow: bool = True, out: TextIO = sys.stdout, **request_options: Any) -> tuple[str, str]:
     """Submit, print the job id, stream the logs until the job ends; returns (job id, final status)."""
+    run_args, secret_sets = split_secret_sets(run_args)
+    names = forwarded_secret_names(job, run_args + [a for s in secret_sets for a in ("--set", s)])
     if client is None:
         from transforms.core.deps import require
 
@@ -90,10 +188,16 @@ def submit(job: str, run_args: list[str], *, address: str, client: JobsClient | 
     # EXCLUDES is the complete list: Ray's .gitignore reading drops `!lake/samples/` (a negated
     # directory), which would leave the jobs' default inputs behind.
     os.environ.setdefault("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "1")
+    if names or secret_sets:
+        env = {n: os.environ[n] for n in names}
+        pointer = upload_secrets(client, {"env": env, "set": secret_sets})
+        request_options["env_vars"] = {**request_options.get("env_vars", {}), **pointer}
+        print(f"piqaforge: forwarding secret(s) {names} and {len(secret_sets)} --set item(s) holding one "
+              "outside Ray's job record (docs/secrets.md)", file=out, flush=True)
     request = build_request(job, run_args, **request_options)
     job_id = client.submit_job(**request)
     print(f"piqaforge: submitted {job_id} to {address}", file=out, flush=True)
-    print(f"piqaforge: entrypoint {request['entrypoint']}", file=out, flush=True)
+    print(f"piqaforge: entrypoint {scrub_text(request['entrypoint'])}", file=out, flush=True)
     if not follow:
         return job_id, str(_status(client, job_id))
     asyncio.run(_tail(client, job_id, out))

@@ -9,7 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+
+from transforms.core.secrets import fingerprint_view, redact, scrub_strings
 
 
 class StageRecord(BaseModel):
@@ -28,6 +30,11 @@ class StageRecord(BaseModel):
     resumed: bool = Field(False, description="True when a finished checkpoint was reused.")
     partitions: int = Field(0, description="Resumable partitions the stage's input was cut into.")
     partitions_reused: int = Field(0, description="Partitions finished by an earlier attempt and skipped.")
+
+    @model_serializer(mode="wrap")
+    def _without_secrets(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Checkpoints and manifests are this serialisation: no secret reaches them (docs/secrets.md).
+        return _recorded(handler(self))
 
     @property
     def dropped_total(self) -> int:
@@ -55,6 +62,10 @@ class RunManifest(BaseModel):
     extras: dict[str, Any] = Field(default_factory=dict, description="Job-specific summaries (costs, samples).")
     error: str | None = None
 
+    @model_serializer(mode="wrap")
+    def _without_secrets(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _recorded(handler(self))
+
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".json.tmp")
@@ -68,7 +79,8 @@ class RunManifest(BaseModel):
     def funnel(self) -> list[tuple[str, int]]:
         if not self.stages:
             return []
-        rows = [("input", self.stages[0].rows_in)]
+        first = self.stages[0]
+        rows = [("input", first.rows_in + first.rows_created)]
         rows += [(s.name, s.rows_kept) for s in self.stages]
         return rows
 
@@ -97,6 +109,12 @@ def fingerprint_file(path: Path, chunk: int = 1 << 20) -> dict[str, Any]:
     return {"path": str(path), "bytes": path.stat().st_size, "sha256": h.hexdigest()}
 
 
+def _recorded(data: dict[str, Any]) -> dict[str, Any]:
+    """Configs and extras redacted by key and value; every other string scrubbed (transforms/core/secrets.py)."""
+    return {k: redact(v) if k in ("config", "extras") else scrub_strings(v) for k, v in data.items()}
+
+
 def fingerprint_config(*parts: Any) -> str:
-    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    # Secrets never enter a fingerprint; other env_vars values enter keyed-hashed (docs/secrets.md).
+    blob = json.dumps(fingerprint_view(list(parts)), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -75,7 +75,8 @@ def reasons_svg(reasons: dict[str, int], width: int = 520) -> str:
 def render_report(manifest: RunManifest) -> str:
     from transforms.core.runner import conservation_errors
 
-    m = manifest
+    # the manifest as recorded (its serialisation redacts secrets), never the in-memory one
+    m = RunManifest.model_validate(manifest.model_dump(mode="json"))
     status_cls = "ok" if m.status == "succeeded" else "bad"
     errors = conservation_errors(m)
     rows = []

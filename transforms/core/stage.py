@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from transforms.core import columns as C
 
@@ -48,8 +48,52 @@ class Resources(BaseModel):
                             "cuml): its runtime_env, plus a custom resource that places the stage on the "
                             "cluster worker type built for it; `runtime_env` above is merged on top.")
     custom_resources: dict[str, float] | None = Field(None, description="Extra Ray custom resources per copy.")
+    secrets: list[str] = Field(default_factory=list, description="Names of environment variables (e.g. "
+                               "OPENAI_API_KEY) forwarded from the process that starts the job to this stage's "
+                               "workers; the values are never recorded (docs/secrets.md).")
+
+    # Values of `secrets` (and of credential-named literal runtime_env env_vars) taken when the stage is
+    # pickled to be shipped to a worker, and put into the worker's environment when it is unpickled there:
+    # they travel with the stage object, never in a config field or a Ray runtime_env, which Ray logs.
+    _forwarded: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("secrets")
+    @classmethod
+    def _names_not_values(cls, names: list[str]) -> list[str]:
+        from transforms.core.secrets import valid_variable_name
+
+        if bad := [i for i, n in enumerate(names) if not valid_variable_name(n)]:  # never echo the value
+            raise ValueError(f"secrets lists environment variable names (letters, digits, _); item(s) {bad} "
+                             "are not names: put the value in the environment and list its name")
+        return names
+
+    def __getstate__(self) -> dict[Any, Any]:
+        state = super().__getstate__()
+        forwarded = {n: os.environ[n] for n in self.secrets if n in os.environ}
+        forwarded.update(self._credential_env_vars())
+        if forwarded:
+            state = {**state, "__pydantic_private__": {**(state.get("__pydantic_private__") or {}),
+                                                       "_forwarded": forwarded}}
+        return state
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        for name, value in (self.__pydantic_private__ or {}).get("_forwarded", {}).items():
+            os.environ.setdefault(name, value)
+
+    def _credential_env_vars(self) -> dict[str, str]:
+        from transforms.core.secrets import credential_name
+
+        env = (self.runtime_env or {}).get("env_vars") or {}
+        return {str(k): str(v) for k, v in env.items() if credential_name(str(k)) and v not in (None, "")}
+
+    def missing_secrets(self) -> list[str]:
+        return [n for n in self.secrets if not os.environ.get(n)]
 
     def ray_remote_args(self) -> dict[str, Any]:
+        if missing := self.missing_secrets():
+            raise StageError(f"secret(s) {missing} named in resources.secrets are not set in the environment of "
+                             "the process that starts the job (docs/secrets.md)")
         args: dict[str, Any] = {"num_cpus": self.cpus}
         if self.gpus:
             args["num_gpus"] = self.gpus
@@ -64,6 +108,12 @@ class Resources(BaseModel):
             resources = {**preset.custom_resources, **resources}
             # the preset's accelerator only matters where the stage asks for a GPU
             accelerator = preset.accelerator_type if self.gpus else None
+        if runtime_env and (credentials := self._credential_env_vars()):
+            # forwarded with the pickled stage instead (see _forwarded): Ray would log them in plain text
+            runtime_env = {**runtime_env, "env_vars": {k: v for k, v in runtime_env["env_vars"].items()
+                                                       if k not in credentials}}
+            if not runtime_env["env_vars"]:
+                del runtime_env["env_vars"]
         if runtime_env:
             args["runtime_env"] = runtime_env
         if resources:
