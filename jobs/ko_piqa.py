@@ -89,11 +89,11 @@ def _attach_llm_reports(manifest: RunManifest, run_dir: Path, path: Path) -> Non
 
 
 def _stop_if_nothing_read(record: StageRecord) -> None:
-    if record.name == CrawlSource.name and record.rows_in == 0:
+    if record.name == CrawlSource.name and record.rows_created == 0:
         raise EmptyInputError("the input holds no records (files with a header or footer only?)")
     if record.name == CrawlSource.name and record.rows_kept == 0:
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(record.rows_dropped.items()))
-        raise EmptyInputError(f"no usable rows in the input: all {record.rows_in} records were rejected "
+        raise EmptyInputError(f"no usable rows in the input: all {record.rows_created} records were rejected "
                               f"({reasons}); they are in {record.outputs.get('rejected')}")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from transforms.core.partitions import COUNTS_SCHEMA
+from transforms.core.writing import COUNTS_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"

@@ -40,7 +40,9 @@ def test_rows_are_conserved_at_every_stage_and_against_the_file(front_run):
     assert [s.name for s in manifest.stages] == FRONT
     assert conservation_errors(manifest) == []
     for prev, rec in zip([None, *manifest.stages], manifest.stages, strict=False):
-        assert rec.rows_in == rec.rows_kept + rec.dropped_total
+        # filters create and consume nothing; the read stage creates every record it saw
+        assert rec.rows_in + rec.rows_created == rec.rows_kept + rec.dropped_total
+        assert rec.rows_consumed == 0 and rec.rows_created == (4600 if prev is None else 0)
         if prev is not None:
             assert rec.rows_in == prev.rows_kept
     # an independent count: lines in the file = curated rows + every rejected row read back
@@ -126,7 +128,7 @@ def test_report_flags_a_failed_run_and_broken_conservation():
                     seconds=1),
     ]
     html = render_report(manifest)
-    assert "length_filter: in 8 != kept 5 + dropped 2" in html and 'class="bad">NO' in html
+    assert "length_filter: in 8 + created 0 != kept 5 + dropped 2 + consumed 0" in html and 'class="bad">NO' in html
     assert "&lt;text&gt;" in html and "<text>'" not in html  # the error is escaped
     assert "r&lt;1&gt;" in html
     assert "malformed_json" in html and "−2" in html  # the funnel shows what each stage lost

@@ -29,9 +29,12 @@ from netutil import free_ports
 
 from transforms.core import columns as C
 from transforms.core.lake import count_rows, read_table
+from transforms.core.ledger import PartitionLedger
 from transforms.core.manifest import RunManifest
-from transforms.core.partitions import PART, ROW, BlockWriter, PartitionLedger, _file_name
+from transforms.core.planning import PART, ROW
 from transforms.core.runner import conservation_errors
+from transforms.core.writing import BlockWriter
+from transforms.core.writing import file_name as _file_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"

@@ -125,7 +125,7 @@ def test_submit_to_a_real_ray_head(ray_head, tmp_path):
     out = result.stdout
     assert "submitted sub-1-" in out and "ko-piqa: done" in out and "SUCCEEDED" in out
     manifest = RunManifest.load(lake / "runs" / "sub-1" / "manifest.json")
-    assert manifest.status == "succeeded" and manifest.stages[0].rows_in == 60
+    assert manifest.status == "succeeded" and manifest.stages[0].rows_created == 60
     assert not conservation_errors(manifest)
     # the driver ran from the uploaded working_dir, not from this checkout
     assert "/runtime_resources/" in out or "working_dir" in out or manifest.code_version

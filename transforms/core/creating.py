@@ -42,7 +42,7 @@ def child_ids(parent_ids: pa.Array | pa.ChunkedArray, ordinals: np.ndarray, stag
     """Deterministic ids: the same parent, stage and ordinal always give the same child id, so a
     resumed or repeated run makes the very same rows (ids are 16 hex digits of xxh3-64)."""
     parents = parent_ids.to_pylist()
-    return pa.array([xxhash.xxh3_64_hexdigest(f"{p}\x1f{stage}\x1f{int(k)}") for p, k in
+    return pa.array([xxhash.xxh3_64_hexdigest(f"{p}\x1f{stage}\x1f{int(k)}".encode()) for p, k in
                      zip(parents, ordinals, strict=True)], pa.string())
 
 

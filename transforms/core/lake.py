@@ -3,6 +3,8 @@
     <lake>/raw/<dataset>/<run_id>/            the input mapped to the common schema
     <lake>/staged/<dataset>/<run_id>/NN_<stage>/   kept rows after each stage (the resume checkpoints)
     <lake>/rejected/<dataset>/<run_id>/NN_<stage>/ dropped rows, with drop_reason and drop_stage
+    <lake>/lineage/<dataset>/<run_id>/NN_<stage>/  parents a creating stage consumed, with their children
+    <lake>/review/<batch>/                    review batches out to people, and their judgments back
     <lake>/curated/<dataset>/<run_id>/        the job's final kept rows
     <lake>/release/<dataset>/<version>/       gated releases
     <lake>/runs/<run_id>/manifest.json        what ran, on what, with which counts
@@ -19,7 +21,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-ZONES = ("raw", "staged", "curated", "release", "rejected", "runs")
+ZONES = ("raw", "staged", "curated", "release", "rejected", "lineage", "review", "runs")
 
 
 class Lake:

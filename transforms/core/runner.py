@@ -1,14 +1,20 @@
-"""Run a source and a chain of stages on Ray Data, one materialised checkpoint per stage.
+"""Run a chain of stages on Ray Data, one materialised checkpoint per stage.
 
-Each stage's output is written once, split by `_status` into `staged/.../NN_<stage>/` (kept)
-and `rejected/.../NN_<stage>/` (dropped, with reasons). The kept files are the next stage's
-input and the checkpoint a resumed run starts from, and counting rows from the files on disk
-makes "rows in = kept + dropped" a fact about what was written, not about what we meant to do.
+The first stage is a source (rows from nothing); every later stage filters, rewrites, expands or
+aggregates. Each stage's output is written once, split into `staged/.../NN_<stage>/` (kept),
+`rejected/.../NN_<stage>/` (dropped, with reasons) and, for stages that create rows,
+`lineage/.../NN_<stage>/` (each consumed parent and its children). The kept files are the next
+stage's input and the checkpoint a resumed run starts from, and every stage record counts its
+rows from those files, so the conservation law
 
-Resilience (transforms/core/partitions.py): a row-wise stage's input is cut into partitions with
-done markers, so a killed run resumed with `resume=True` skips finished stages *and* the finished
-partitions of the stage it died in; writes are idempotent, so Ray task retries after a lost node
-cannot duplicate rows.
+    rows_in + rows_created = rows_kept + sum(rows_dropped) + rows_consumed
+
+is a fact about what was written, not about what we meant to do (docs/stages.md).
+
+The way of a batch, top-down: this module picks the step and its checkpoint → planning.py cuts
+the input into partitions → execution.py runs the stage on Ray → writing.py writes the files →
+ledger.py marks partitions done, so a killed run resumed with `resume=True` skips finished stages
+*and* the finished partitions of the stage it died in.
 """
 
 from __future__ import annotations
@@ -16,183 +22,137 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 import shutil
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from transforms.core import columns as C
-from transforms.core.lake import Lake, count_rows, parquet_files, value_counts
+from transforms.core.creating import AggregateStage, ExpandStage, SourceStage, is_creating
+from transforms.core.execution import (  # noqa: F401 (re-exported: jobs and tests import them from here)
+    _StageActor,
+    check_schedulable,
+    fixed_cpus,
+    init_ray,
+    map_stage,
+    read_source,
+    run_global,
+)
+from transforms.core.lake import Lake, count_rows, iter_batches, parquet_files, value_counts
+from transforms.core.ledger import PartitionLedger
 from transforms.core.manifest import RunManifest, StageRecord, code_version, fingerprint_config
-from transforms.core.partitions import (
+from transforms.core.planning import (
     MAX_ROW_GROUP_ROWS,
     PARTS_DIR,
-    PartitionLedger,
     partition_rows_setting,
     plan_digest,
     plan_partitions,
     read_partitions,
-    with_tracking,
-    write_tracked,
 )
-from transforms.core.stage import GlobalStage, Stage, StageError, mark_dropped
+from transforms.core.stage import GlobalStage, Stage
+from transforms.core.writing import write_dataset
 
 log = logging.getLogger("piqaforge")
 
 CHECKPOINT = "_CHECKPOINT.json"
-# True when init_ray started Ray itself: its CPUs are fixed, no autoscaler will add any.
-_FIXED_CPUS = False
+# Kept for jobs written against the old runner: a source is now a SourceStage.
+Source = SourceStage
 
 
-class Source(Protocol):
-    """Where a job's rows come from; the runner records it as stage 0 ("read")."""
-
-    name: str
-
-    def read(self) -> Any:
-        """A Ray Dataset in the common schema; unreadable records carry a drop_reason."""
-
-    def fingerprints(self) -> list[dict[str, Any]]: ...
-
-    def describe(self) -> dict[str, Any]: ...
+def stage_kind(stage: Stage) -> str:
+    if isinstance(stage, SourceStage):
+        return "source"
+    if isinstance(stage, AggregateStage):
+        return "aggregate"
+    if isinstance(stage, ExpandStage):
+        return "expand"
+    return "global" if isinstance(stage, GlobalStage) else "filter"
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Start or join Ray. Under `ray job submit` RAY_ADDRESS is set and we join the cluster."""
-    import ray
+class StepDirs:
+    """Where one step writes: kept, rejected and (stages that create rows) lineage."""
 
-    if ray.is_initialized():
-        return
-    global _FIXED_CPUS
-    address = address or os.environ.get("RAY_ADDRESS")
-    _FIXED_CPUS = not address
-    if address:
-        ray.init(address=address, log_to_driver=True)
-    else:
-        # One machine stands in for every worker type: it advertises each environment's custom
-        # resource, and PIQAFORGE_<ENV>_PYTHON points a stage at another venv (envs.py).
-        from transforms.core.envs import PRESETS
-
-        env_resources = {k: 1000.0 for p in PRESETS.values() for k in p.custom_resources}
-        # address="local": never join some other Ray instance recorded in /tmp/ray by `ray start`
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                 resources=env_resources,
-                 object_store_memory=int(os.environ.get("PIQAFORGE_OBJECT_STORE_BYTES", 2 * 2**30)))
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = os.environ.get("PIQAFORGE_PROGRESS", "1") != "0"
+    def __init__(self, lake: Lake, dataset: str, run_id: str, index: int, stage: Stage):
+        self.kept = (lake.zone("raw", dataset, run_id) if index == 0
+                     else lake.stage_dir("staged", dataset, run_id, index, stage.name))
+        self.rejected = lake.stage_dir("rejected", dataset, run_id, index, stage.name)
+        creates = is_creating(stage) and not isinstance(stage, SourceStage)
+        self.lineage = lake.stage_dir("lineage", dataset, run_id, index, stage.name) if creates else None
 
 
-def apply_stage(stage: Stage, ds: Any) -> Any:
-    """Turn a stage into Ray Data work: a task per batch, an actor pool when it loads a model."""
-    if isinstance(stage, GlobalStage):
-        return stage.run_dataset(ds)
-    args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": stage.resources.batch_size}
-    args.update(stage.resources.ray_remote_args())
-    if stage.stateful:
-        return ds.map_batches(_StageActor, fn_constructor_kwargs={"stage": stage},
-                              concurrency=stage.resources.concurrency or 1, **args)
-    return ds.map_batches(stage, **args)
-
-
-class _StageActor:
-    def __init__(self, stage: Stage, tracked: bool = False):
-        stage.exit_actor_if_finished()
-        self.stage = stage
-        self.stage.ensure_setup()
-        self.call = with_tracking(stage) if tracked else stage
-
-    def __call__(self, batch: Any) -> Any:
-        return self.call(batch)
-
-
-def _apply_tracked(stage: Stage, ds: Any) -> Any:
-    """Like `apply_stage` for a row-wise stage, carrying the partition columns through it."""
-    args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": stage.resources.batch_size}
-    args.update(stage.resources.ray_remote_args())
-    if stage.stateful:
-        return ds.map_batches(_StageActor, fn_constructor_kwargs={"stage": stage, "tracked": True},
-                              concurrency=stage.resources.concurrency or 1, **args)
-    return ds.map_batches(with_tracking(stage), **args)
-
-
-def check_schedulable(stage: Stage, cluster_cpus: float, fixed: bool) -> None:
-    """Fail at once, not hang forever, when a stage can never be scheduled on this Ray.
-
-    Ray Data does not notice either case below: the tasks wait for CPUs that never free up. On a
-    Ray the runner started itself the CPUs are fixed, so this raises; on a cluster the autoscaler
-    may still add nodes, so it only warns.
-    """
-    r = stage.resources
-    problem = None
-    if r.cpus > cluster_cpus:
-        problem = f"each of its tasks or actors asks for {r.cpus:g} CPUs and this Ray has {cluster_cpus:g}"
-    elif stage.stateful or r.concurrency:
-        actors = r.concurrency or 1
-        if cluster_cpus - r.cpus * actors < 1:
-            problem = (f"its {actors} actor(s) reserve {r.cpus * actors:g} of this Ray's {cluster_cpus:g} CPUs, "
-                       "which leaves less than one for the tasks that read the actors' input")
-    if problem is None:
-        return
-    msg = (f"stage {stage.name!r} cannot run: {problem}. Give Ray more CPUs (`--set num_cpus=N`; Ray's CPUs "
-           "are logical, so N may exceed the cores) or lower the stage's resources.cpus / resources.concurrency")
-    if fixed:
-        raise StageError(msg)
-    log.warning("%s (going on: the cluster's autoscaler may add nodes)", msg)
-
-
-def _run_step(source: Source, stage: Stage | None, prev_kept: Path, rows_in: int, kept_dir: Path,
-              rejected_dir: Path, fingerprint: str, resume: bool, partition_rows: int) -> tuple[int, int]:
-    """Write one step's kept/rejected output; returns (partitions, partitions reused)."""
+def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs, fingerprint: str,
+              resume: bool, partition_rows: int) -> tuple[int, int]:
+    """Write one step's output; returns (partitions, partitions reused)."""
     row_group_rows = min(MAX_ROW_GROUP_ROWS, partition_rows)
-    if stage is None:  # the source: one partition, not resumable mid-way (reading is the cheap part)
-        ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, "source", resume)
-        if 0 not in ledger.done:
-            write_tracked(_ensure_status(source.read(), source.name), ledger, None, row_group_rows)
-            return 1, 0
-        return 1, 1
+
+    def ledger(plan: str, expected: dict[int, int] | None = None, fresh: bool = False) -> PartitionLedger:
+        return PartitionLedger(dirs.kept, dirs.rejected, fingerprint, plan, resume and not fresh, expected,
+                               lineage_dir=dirs.lineage)
+
+    if isinstance(stage, SourceStage):  # one partition, not resumable mid-way (reading is the cheap part)
+        led = ledger("source")
+        if 0 in led.done:
+            return 1, 1
+        write_dataset(read_source(stage), led, None, row_group_rows, stage.name)
+        return 1, 0
     if rows_in == 0:
-        PartitionLedger(kept_dir, rejected_dir, fingerprint, "empty", resume=False)
+        ledger("empty", fresh=True)
         return 0, 0
     import ray
 
-    check_schedulable(stage, ray.cluster_resources().get("CPU", 0.0), _FIXED_CPUS)
-    stage.set_finished_marker(kept_dir / CHECKPOINT)  # written only once the whole step is over
+    assert prev_kept is not None
+    check_schedulable(stage, ray.cluster_resources().get("CPU", 0.0), fixed_cpus())
+    stage.set_finished_marker(dirs.kept / CHECKPOINT)  # written only once the whole step is over
     files = parquet_files(prev_kept)
     if isinstance(stage, GlobalStage):
-        ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, "global", resume)
-        if 0 in ledger.done:
+        led = ledger("global")
+        if 0 in led.done:
             return 1, 1
         source_ds = read_partitions(plan_partitions(files, partition_rows), tracked=False)
-        ds = _ensure_status(stage.run_dataset(source_ds), stage.name)
-        write_tracked(ds, ledger, {0: rows_in}, row_group_rows)
+        write_dataset(run_global(stage, source_ds), led, {0: rows_in}, row_group_rows, stage.name)
         return 1, 0
     parts = plan_partitions(files, partition_rows)
-    ledger = PartitionLedger(kept_dir, rejected_dir, fingerprint, plan_digest(parts), resume,
-                             expected={p.index: p.rows for p in parts})
-    pending = [p for p in parts if p.index not in ledger.done]
+    led = ledger(plan_digest(parts), {p.index: p.rows for p in parts})
+    pending = [p for p in parts if p.index not in led.done]
     if len(pending) < len(parts):
         log.info("stage %s: %d of %d partitions already done", stage.name, len(parts) - len(pending), len(parts))
     if pending:
-        write_tracked(_apply_tracked(stage, read_partitions(pending)), ledger,
-                      {p.index: p.rows for p in pending}, row_group_rows)
+        write_dataset(map_stage(stage, read_partitions(pending)), led, {p.index: p.rows for p in pending},
+                      row_group_rows, stage.name)
     return len(parts), len(parts) - len(pending)
 
 
-def _ensure_status(ds: Any, stage_name: str) -> Any:
-    # Sources and global stages may hand back rows without the bookkeeping columns.
-    return ds.map_batches(lambda b: mark_dropped(b, stage_name), batch_format="pyarrow")
+def lineage_counts(lineage_dir: Path | None, kind: str) -> tuple[int, int]:
+    """(rows created, rows consumed) of a stage, counted from its lineage files."""
+    if lineage_dir is None or not parquet_files(lineage_dir):
+        return 0, 0
+    consumed, created = 0, 0
+    children: set[str] = set()
+    for batch in iter_batches(lineage_dir, columns=["n_children", "child_ids"]):
+        consumed += batch.num_rows
+        if kind == "aggregate":  # many parents share one child
+            children.update(c for ids in batch.column(1).to_pylist() for c in ids)
+        else:
+            created += sum(batch.column(0).to_pylist())
+    return (len(children) if kind == "aggregate" else created), consumed
 
 
-def _record(index: int, name: str, rows_in: int, kept_dir: Path, rejected_dir: Path, seconds: float,
-            config: dict[str, Any], fingerprint: str) -> StageRecord:
-    kept = count_rows(kept_dir)
-    dropped = value_counts(rejected_dir, C.DROP_REASON) if parquet_files(rejected_dir) else {}
-    return StageRecord(index=index, name=name, rows_in=rows_in, rows_kept=kept, rows_dropped=dropped,
-                       seconds=round(seconds, 3), outputs={"kept": str(kept_dir), "rejected": str(rejected_dir)},
-                       config=config, fingerprint=fingerprint)
+def _record(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds: float, fingerprint: str,
+            config: dict[str, Any]) -> StageRecord:
+    kind = stage_kind(stage)
+    kept = count_rows(dirs.kept)
+    dropped = value_counts(dirs.rejected, C.DROP_REASON) if parquet_files(dirs.rejected) else {}
+    created, consumed = lineage_counts(dirs.lineage, kind)
+    if kind == "source":  # every record the source saw was born here
+        rows_in, created = 0, kept + sum(dropped.values())
+    outputs = {"kept": str(dirs.kept), "rejected": str(dirs.rejected)}
+    if dirs.lineage is not None:
+        outputs["lineage"] = str(dirs.lineage)
+    return StageRecord(index=index, name=stage.name, kind=kind, rows_in=rows_in, rows_kept=kept,
+                       rows_dropped=dropped, rows_created=created, rows_consumed=consumed,
+                       seconds=round(seconds, 3), outputs=outputs, config=config, fingerprint=fingerprint)
 
 
 def _load_checkpoint(kept_dir: Path, fingerprint: str) -> StageRecord | None:
@@ -211,69 +171,70 @@ def run_pipeline(
     *,
     job: str,
     dataset: str,
-    source: Source,
+    source: SourceStage,
     stages: Sequence[Stage],
     lake: Lake,
     config: dict[str, Any],
     run_id: str | None = None,
     resume: bool = False,
     after_stage: Callable[[StageRecord], None] | None = None,
+    before_stage: Callable[[int, Stage], None] | None = None,
     partition_rows: int | None = None,
+    parents: Sequence[str] = (),
 ) -> RunManifest:
     """Run `source` → `stages` into `lake`; returns the manifest (also written to disk).
 
     With `resume=True` a stage whose checkpoint matches its fingerprint (its config chained to
     every upstream config and the input files' hashes) is reused, and a stage that was cut short
     redoes only its unfinished partitions of ~`partition_rows` rows ($PIQAFORGE_PARTITION_ROWS).
+    `parents` names the runs whose outputs this run reads (a review reads a crawl's sample ...).
     """
+    if not isinstance(source, SourceStage):
+        raise TypeError(f"a job's first stage must be a SourceStage, got {type(source).__name__}")
     lake.create()
     run_id = run_id or Lake.new_run_id(job)
     partition_rows = partition_rows_setting(partition_rows)
-    manifest = RunManifest(run_id=run_id, job=job, dataset=dataset, config=config, code_version=code_version())
+    manifest = RunManifest(run_id=run_id, job=job, dataset=dataset, config=config, code_version=code_version(),
+                           parents=list(parents))
     manifest_path = lake.manifest_path(run_id)
     if resume and manifest_path.exists():
         _carry_attempts(manifest, manifest_path)
     try:
         manifest.inputs = source.fingerprints()
         fingerprint = fingerprint_config(source.describe(), manifest.inputs)
-        kept_dir = lake.zone("raw", dataset, run_id)
-        rejected_dir = lake.stage_dir("rejected", dataset, run_id, 0, source.name)
-        steps: list[tuple[str, Stage | None]] = [(source.name, None)] + [(s.name, s) for s in stages]
-        rows_in = 0
-        prev_kept: Path = kept_dir
-        for index, (name, stage) in enumerate(steps):
-            if stage is not None:
+        rows_in, prev_kept = 0, None
+        for index, stage in enumerate([source, *stages]):
+            if index:
                 fingerprint = fingerprint_config(fingerprint, stage.describe())
-                kept_dir = lake.stage_dir("staged", dataset, run_id, index, name)
-                rejected_dir = lake.stage_dir("rejected", dataset, run_id, index, name)
-            record = _load_checkpoint(kept_dir, fingerprint) if resume else None
+            dirs = StepDirs(lake, dataset, run_id, index, stage)
+            if before_stage is not None:
+                before_stage(index, stage)
+            record = _load_checkpoint(dirs.kept, fingerprint) if resume else None
             if record is not None:
                 record.resumed = True
-                log.info("stage %s: reusing checkpoint %s", name, kept_dir)
+                log.info("stage %s: reusing checkpoint %s", stage.name, dirs.kept)
             else:
                 started = time.perf_counter()
-                (kept_dir / CHECKPOINT).unlink(missing_ok=True)
-                n_parts, n_reused = _run_step(source, stage, prev_kept, rows_in, kept_dir, rejected_dir,
-                                              fingerprint, resume, partition_rows)
-                cfg = stage.describe() if stage is not None else source.describe()
-                record = _record(index, name, rows_in, kept_dir, rejected_dir, time.perf_counter() - started,
-                                 cfg, fingerprint)
+                (dirs.kept / CHECKPOINT).unlink(missing_ok=True)
+                n_parts, n_reused = _run_step(stage, prev_kept, rows_in, dirs, fingerprint, resume, partition_rows)
+                record = _record(index, stage, rows_in, dirs, time.perf_counter() - started, fingerprint,
+                                 stage.describe())
                 record.partitions, record.partitions_reused = n_parts, n_reused
-                if stage is None:  # the source's input is every record it saw, kept or not
-                    record.rows_in = record.rows_kept + record.dropped_total
-                _save_checkpoint(kept_dir, record)
+                _save_checkpoint(dirs.kept, record)
             manifest.stages.append(record)
             manifest.write(manifest_path)
             if after_stage is not None:
                 after_stage(record)
-            rows_in = record.rows_kept
-            prev_kept = kept_dir
+            rows_in, prev_kept = record.rows_kept, dirs.kept
+        assert prev_kept is not None
         curated = lake.zone("curated", dataset, run_id)
         if curated.exists():
             shutil.rmtree(curated)
         shutil.copytree(prev_kept, curated, ignore=shutil.ignore_patterns(CHECKPOINT, PARTS_DIR, ".tmp-*"))
         manifest.outputs.update({"curated": str(curated), "rejected": str(lake.zone("rejected", dataset, run_id)),
                                  "manifest": str(manifest_path)})
+        if any(s.outputs.get("lineage") for s in manifest.stages):
+            manifest.outputs["lineage"] = str(lake.zone("lineage", dataset, run_id))
         manifest.status = "succeeded"
     except BaseException as err:
         manifest.status = "failed"
@@ -302,11 +263,12 @@ def _carry_attempts(manifest: RunManifest, path: Path) -> None:
 
 
 def conservation_errors(manifest: RunManifest) -> list[str]:
-    """Every stage: rows in = kept + dropped; and each stage's input is the previous stage's kept."""
+    """Every stage obeys the law, and each stage's input is the previous stage's kept rows."""
     errors = []
     for prev, rec in zip([None, *manifest.stages], manifest.stages, strict=False):
         if not rec.conserved():
-            errors.append(f"{rec.name}: in {rec.rows_in} != kept {rec.rows_kept} + dropped {rec.dropped_total}")
+            errors.append(f"{rec.name}: in {rec.rows_in} + created {rec.rows_created} != kept {rec.rows_kept} + "
+                          f"dropped {rec.dropped_total} + consumed {rec.rows_consumed}")
         if prev is not None and rec.rows_in != prev.rows_kept:
             errors.append(f"{rec.name}: in {rec.rows_in} != previous kept {prev.rows_kept}")
     return errors

@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from transforms.core.creating import SourceStage
 from transforms.io.common import (
     CRAWL_WITH_REASON,
     ColumnMapping,
@@ -120,17 +121,30 @@ def read_local(spec: CrawlInput) -> pa.Table:
     return pa.concat_tables(tables) if tables else CRAWL_WITH_REASON.empty_table()
 
 
-class CrawlSource:
-    """The read stage of a crawl job."""
+class CrawlSource(SourceStage):
+    """The read stage of a crawl job: every record is born here, kept or dropped with a reason."""
 
-    name = "read"
+    name: ClassVar[str] = "read"
+    spec: CrawlInput = Field(..., description="The crawl to read.")
 
-    def __init__(self, spec: CrawlInput):
-        self.spec = spec
-        self.files = list_files(spec.paths)
+    _files: list[Path] = PrivateAttr(default_factory=list)
+    _tasks: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+
+    def __init__(self, spec: CrawlInput | None = None, **data: Any):
+        super().__init__(**({"spec": spec} if spec is not None else {}), **data)
+        # (not in model_post_init: pydantic would wrap the clear errors below in a ValidationError)
+        self._files = list_files(self.spec.paths)
         # Planning checks the mapping against every file, so a wrong mapping or an empty input
         # fails here, in a second, before Ray starts or anything is written.
-        self.tasks = plan_tasks(spec, self.files)
+        self._tasks = plan_tasks(self.spec, self._files)
+
+    @property
+    def files(self) -> list[Path]:
+        return self._files
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        return self._tasks
 
     def describe(self) -> dict[str, Any]:
         return self.spec.model_dump()
