@@ -122,13 +122,16 @@ def parse_table_reply(reply: str | None) -> pa.Table:
     Reasons: `no_table` (no header naming question/option1/option2/correct: one row for the reply),
     `partial_row` (fewer cells than the header: a row cut off), `too_many_fields` (an unquoted
     delimiter inside a field), `empty_field:<name>` (a required cell is empty), `csv_error`.
-    Blank lines, Markdown rules, repeated headers and prose lines (no delimiter) are not rows.
+    Blank lines, Markdown rules, repeated headers and prose lines (no delimiter; with an id column, a
+    line whose first cell is not an id) are not rows; in a table without a code fence, a blank line
+    after the first row ends the table. Without an id column, a prose line with a comma right under
+    the table cannot be told from a cut-off row and comes out as `partial_row`.
     """
     rows: list[dict[str, Any]] = []
     found = _find_header(_unfence(reply or ""))
     if found is None:
         return pa.Table.from_pylist([{"reply_line": None, "drop_reason": "no_table"}], ROW_SCHEMA)
-    lines, start, markdown, delimiter, mapping, width = found
+    lines, start, markdown, delimiter, mapping, width, fenced = found
     id_first = mapping.get(0) == "id"
     body = lines[start + 1:]
     if markdown:
@@ -136,6 +139,8 @@ def parse_table_reply(reply: str | None) -> pa.Table:
     else:
         records = _records(body, delimiter)
     for line_no, cells in records:
+        if not cells and rows and not (markdown or fenced):
+            break  # a blank line ends a table written without a fence: what follows is prose
         if not cells or all(not c.strip() for c in cells) or (markdown and _MD_RULE.match("|".join(cells))):
             continue
         if header_map(cells):
@@ -161,15 +166,16 @@ def parse_table_reply(reply: str | None) -> pa.Table:
 
 
 def _find_header(blocks: list[list[tuple[int, str]]]) -> tuple[Any, ...] | None:
-    """(lines, header index, markdown?, delimiter, column map, width) of the first block with a header."""
-    for lines in blocks:
+    """(lines, header index, markdown?, delimiter, column map, width, fenced?) of the first block with a
+    header; the last block is the whole reply (a table written without a fence)."""
+    for k, lines in enumerate(blocks):
         for i, (_, line) in enumerate(lines):
             markdown = line.strip().startswith("|")
             delimiter = _delimiter(line)
             cells = _markdown_cells(line) if markdown else next(csv.reader([line], delimiter=delimiter), [])
             mapping = header_map(cells)
             if mapping:
-                return lines, i, markdown, delimiter, mapping, len(cells)
+                return lines, i, markdown, delimiter, mapping, len(cells), k < len(blocks) - 1
     return None
 
 
