@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from jobutil import FRONT_HALF_ONLY
+from test_submit import ray_head  # noqa: F401,F811  (the real Jobs API head fixture)
 
 from jobs import JOBS
 from jobs.config import ConfigError, load_job_module, resolve_config, secret_names
@@ -188,10 +188,41 @@ def test_no_canary_anywhere_after_a_local_run(ray_local, tmp_path, canaries, end
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_no_canary_anywhere_after_piqaforge_submit(tmp_path, canaries, endpoint):
-    from test_submit import ray_head  # noqa: F401  (a pytest fixture, requested below)
+def test_no_canary_anywhere_after_piqaforge_submit(ray_head, tmp_path, canaries, endpoint):  # noqa: F811
+    """The head (tests/test_submit.py's fixture) starts without the key: only `piqaforge submit` brings it."""
+    from ray.job_submission import JobSubmissionClient
 
-    pytest.skip("placeholder")  # replaced below
+    port, handler = endpoint
+    small, config, sets = job_files(tmp_path, canaries, port)
+    lake = tmp_path / "lake"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env[KEY_VAR] = canaries["forwarded"]  # the submitting shell's environment, nobody else's
+    result = subprocess.run([str(ROOT / ".venv" / "bin" / "piqaforge"), "submit", "ko-piqa", "--address", ray_head,
+                             "--lake", str(lake), "--input", str(small), "--config", str(config),
+                             "--run-id", "sub-secret", *sets], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "ko-piqa: done" in result.stdout and "forwarding secret(s) ['PIQAFORGE_TEST_API_KEY']" in result.stdout
+    check_run(lake, "sub-secret", handler)
+    # what Ray recorded about the job, as the CLI and SDK get it (the dashboard hides env_vars from browsers only)
+    client = JobSubmissionClient(ray_head)
+    job = next(j for j in client.list_jobs() if (j.submission_id or "").startswith("sub-secret-"))
+    recorded = json.dumps(job.model_dump() if hasattr(job, "model_dump") else job.dict(), default=str)
+    pointer = job.runtime_env["env_vars"]["PIQAFORGE_SECRETS_URI"]
+    assert pointer.startswith("gcs://_piqaforge_secrets_")
+    package = pointer[len("gcs://"):]
+    assert client._do_request("GET", f"/api/packages/gcs/{package}").status_code == 404  # the driver deleted it
+    # Ray's own logs on the head, as the dashboard serves them (runtime_env_agent.log, raylet, job driver...)
+    ray_logs = {}
+    for node in client._do_request("GET", "/api/v0/nodes").json()["data"]["result"]["result"]:
+        node_id = node["node_id"]
+        listing = client._do_request("GET", f"/api/v0/logs?node_id={node_id}&glob=*").json()["data"]["result"]
+        for name in (n for files in listing.values() for n in files):
+            response = client._do_request("GET", f"/api/v0/logs/file?node_id={node_id}&filename={name}&lines=-1")
+            ray_logs[f"Ray log {name}"] = response.content.decode("utf-8", "replace")
+    assert any("runtime_env_agent" in name for name in ray_logs)
+    assert hits(canaries, lake=lake, texts={"submit stdout": result.stdout, "submit stderr": result.stderr,
+                                            "Ray's job record": recorded, **ray_logs}) == []
 
 
 # -- pieces -----------------------------------------------------------------------------------------------
@@ -221,18 +252,15 @@ def test_no_field_of_any_job_looks_like_a_credential():
             module = load_job_module(job)
         except ConfigError:
             continue  # registered, not written yet
-        names = set()
-
-        def collect(node):
+        names: set[str] = set()
+        todo: list = [module.Config.model_json_schema()]
+        while todo:
+            node = todo.pop()
             if isinstance(node, dict):
                 names.update(node.get("properties", {}))
-                for value in node.values():
-                    collect(value)
+                todo += node.values()
             elif isinstance(node, list):
-                for value in node:
-                    collect(value)
-
-        collect(module.Config.model_json_schema())
+                todo += node
         assert not [n for n in names if S.credential_name(n)], job
 
 
@@ -324,7 +352,3 @@ def test_literal_warning_names_the_field(tmp_path, caplog):
         resolve_config("ko-piqa", str(path), {"lake": str(tmp_path)})
     assert "normalize.resources.runtime_env.env_vars.HF_TOKEN holds a literal secret" in caplog.text
     assert "secrets: [NAME]" in caplog.text and "hf_zzzzzzzz" not in caplog.text
-
-
-def _unused():  # keeps FRONT_HALF_ONLY imported for the slow test below
-    return FRONT_HALF_ONLY, subprocess
