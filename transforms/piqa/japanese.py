@@ -242,3 +242,38 @@ class ParaphraseDuplicateFilter(GlobalStage):
         dup = dedup.duplicate_of(probe)
         reasons = pa.array([None if d is None else "paraphrase_duplicate" for d in dup], pa.string())
         return set_duplicate_of(set_drop_reason(table, reasons), pa.array(dup, pa.string()))
+
+
+class TranslationSetSelector(GlobalStage):
+    """J-PIQA part 1: English PIQA items whose solutions differ by at most `max_word_edits` words
+    (word-level Levenshtein, transforms/piqa/textcheck.py), then a seeded draw of `n` of them.
+
+    Drop reasons: `not_minimal_pair` and `not_sampled`. The draw keys each row on (seed, id), so it
+    does not depend on row order. Writes `sol_edit_distance` (exact up to the limit + 1; limit + 2 means more).
+    """
+
+    name: ClassVar[str] = "translation_set"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, "sol1", "sol2")
+    writes: ClassVar[tuple[str, ...]] = ("sol_edit_distance",)
+
+    n: int | None = Field(200, ge=1, description="Items to draw (the paper: 200); null keeps every candidate.")
+    seed: int = Field(0, description="Draw seed.")
+    max_word_edits: int = Field(2, ge=0, description="Most words the two solutions may differ by.")
+
+    def process_table(self, table: pa.Table) -> pa.Table:
+        from transforms.llm.prefilter import sample_keys
+        from transforms.piqa.textcheck import pair_distance
+
+        cap = self.max_word_edits + 1
+        dist = [pair_distance(a, b, "en", unit="word", cap=cap)[0]
+                for a, b in zip(table.column("sol1").to_pylist(), table.column("sol2").to_pylist(), strict=True)]
+        candidates = [i for i, d in enumerate(dist) if d <= self.max_word_edits]
+        chosen = set(candidates)
+        if self.n is not None and len(candidates) > self.n:
+            ids = [str(table.column(C.ID)[i].as_py()) for i in candidates]
+            keys = sample_keys(ids, self.seed)
+            chosen = {candidates[k] for k in keys.argsort(kind="stable")[:self.n].tolist()}
+        reasons = [None if i in chosen else ("not_sampled" if d <= self.max_word_edits else "not_minimal_pair")
+                   for i, d in enumerate(dist)]
+        out = table.append_column("sol_edit_distance", pa.array(dist, pa.int32()))
+        return set_drop_reason(out, pa.array(reasons, pa.string()))

@@ -226,3 +226,52 @@ class ParseTableReply(ExpandStage):
             items = rows_to_items(rows, lang=self.lang)
             parts.append(items.append_column("_parent", pa.array([i] * items.num_rows, pa.int64())))
         return pa.concat_tables(parts) if parts else pa.table({"_parent": pa.array([], pa.int64())})
+
+
+# -- the paper's release columns ------------------------------------------------------------------------
+RELEASE_COLUMNS = ("prompt", "solution0", "solution1", "label", "prompt_gloss", "solution0_gloss", "solution1_gloss",
+                   "source", "orig_line_no", "is_translation")
+TRANSLATION, LEXICAL_VARIATION, ORIGINAL = "piqa_translation", "piqa_lexical_variation", "piqa_original"
+# How our rows name their part (the `source` column, or `part_column`) → the paper's `source` value.
+PART_ALIASES = {TRANSLATION: TRANSLATION, "translation": TRANSLATION, LEXICAL_VARIATION: LEXICAL_VARIATION,
+                "lexical_variation": LEXICAL_VARIATION, "lexical_variant": LEXICAL_VARIATION, ORIGINAL: ORIGINAL,
+                "original": ORIGINAL, "direct_generation": ORIGINAL, "generated": ORIGINAL}
+
+
+def release_columns(items: pa.Table, *, part_column: str = "source") -> pa.Table:
+    """Our item schema → the J-PIQA appendix's columns, in its order.
+
+    `source` is piqa_translation (translated from PIQA), piqa_lexical_variation (a translated item
+    with Japanese lexical variants) or piqa_original (written in Japanese). `orig_line_no` is the
+    PIQA line the item descends from (translations and their lexical variants), −1 for originals;
+    `is_translation` is true for piqa_translation only. Raises ValueError naming the rows whose
+    part is unknown or whose PIQA line is missing.
+    """
+    missing = [c for c in ("goal", "sol1", "sol2", "label", part_column) if c not in items.column_names]
+    if missing:
+        raise ValueError(f"release_columns needs column(s) {missing}; the table has {items.column_names}")
+    n = items.num_rows
+    ids = items.column("id").to_pylist() if "id" in items.column_names else list(range(n))
+    parts = []
+    for rid, raw in zip(ids, items.column(part_column).to_pylist(), strict=True):
+        part = PART_ALIASES.get(str(raw).strip().lower()) if raw is not None else None
+        if part is None:
+            raise ValueError(f"row {rid!r}: {part_column}={raw!r} is not one of {sorted(set(PART_ALIASES))}")
+        parts.append(part)
+    lines = items.column("orig_line_no").to_pylist() if "orig_line_no" in items.column_names else [None] * n
+    orig = []
+    for rid, part, line in zip(ids, parts, lines, strict=True):
+        if part != ORIGINAL and line is None:
+            raise ValueError(f"row {rid!r} is a {part} but has no orig_line_no (the PIQA line it came from)")
+        orig.append(-1 if part == ORIGINAL else int(line))
+
+    def gloss(name: str) -> pa.ChunkedArray | pa.Array:
+        return items.column(name) if name in items.column_names else pa.nulls(n, pa.string())
+
+    return pa.table({
+        "prompt": items.column("goal"), "solution0": items.column("sol1"), "solution1": items.column("sol2"),
+        "label": items.column("label").cast(pa.int64()), "prompt_gloss": gloss("goal_gloss"),
+        "solution0_gloss": gloss("sol1_gloss"), "solution1_gloss": gloss("sol2_gloss"),
+        "source": pa.array(parts, pa.string()), "orig_line_no": pa.array(orig, pa.int64()),
+        "is_translation": pa.array([p == TRANSLATION for p in parts], pa.bool_()),
+    })
