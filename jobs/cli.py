@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                          ("--resume", {"metavar": "RUN_ID"})):
         submit.add_argument(flag, help="as for `run`", **kwargs)  # type: ignore[arg-type]
     sub.add_parser("jobs", help="list the jobs")
+    from jobs.review import add_review_parser  # argparse only: nothing heavy is imported
+
+    add_review_parser(sub)
     return parser
 
 
@@ -119,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args, extra)
         if args.command == "submit":
             return _submit(args, extra)
+        if args.command == "review":
+            from jobs.review import run_review
+
+            if extra:
+                parser.error(f"unrecognised arguments: {' '.join(extra)}")
+            return run_review(args)
         if extra:
             parser.error(f"unrecognised arguments: {' '.join(extra)}")
     except (ConfigError, UserError) as err:

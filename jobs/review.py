@@ -1,0 +1,179 @@
+"""`piqaforge review ...`: human review of a run's items (docs/review.md).
+
+    piqaforge review agreement FILE [--item COL --annotator COL --label COL] [--json]
+    piqaforge review export RUN_ID --to labelstudio|csv [--annotators N] [--batch NAME] [--lake DIR]
+    piqaforge review push BATCH --url URL [--api-key KEY]       # create the project, import tasks
+    piqaforge review pull BATCH --url URL [--api-key KEY]       # annotations back, then `import`
+    piqaforge review import BATCH --from FILES...               # Label Studio JSON or filled CSV
+    piqaforge review auto BATCH [--engine ...]                  # LLM annotators fill the batch
+    piqaforge review requeue BATCH [--to csv] [--batch NAME]    # export the disagreement queue again
+
+This module only parses arguments and prints; the work is in transforms/review/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+
+def add_review_parser(sub: Any) -> None:
+    review = sub.add_parser("review", help="human review: export, Label Studio, import, consensus, agreement")
+    actions = review.add_subparsers(dest="review_command", required=True)
+
+    agree = actions.add_parser("agreement", help="agreement statistics of a long-format judgments file")
+    agree.add_argument("file", help="JSONL, JSON, CSV, TSV or Parquet: one row per item x annotator")
+    agree.add_argument("--item", default="item_id", help="item column; several comma-separated columns form "
+                       "one key (default: item_id)")
+    agree.add_argument("--annotator", default="annotator", help="annotator column (default: annotator)")
+    agree.add_argument("--label", default="label", help="label column (default: label)")
+    agree.add_argument("--json", action="store_true", help="print one JSON object")
+    agree.add_argument("--boot", type=int, default=1000, help="bootstrap replicates (default 1000; 0: none)")
+    agree.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    agree.add_argument("--confidence", type=float, default=0.95, help="interval coverage (default 0.95)")
+    agree.add_argument("--min-pair-items", type=int, default=10, help="Cohen's kappa for pairs sharing >= N items")
+    agree.add_argument("--max-pairs", type=int, default=100, help="report at most N pairs (most shared items)")
+    agree.add_argument("--raters-per-item", type=int, help="Fleiss: use items with exactly N raters "
+                       "(default: the most common count)")
+    agree.add_argument("--duplicates", choices=["error", "first"], default="error",
+                       help="a second label by the same annotator for the same item: error, or keep the first")
+
+    lake = {"default": os.environ.get("PIQAFORGE_LAKE", "lake"), "help": "lake root (default: lake)"}
+    export = actions.add_parser("export", help="write a review batch for a run's curated items")
+    export.add_argument("run_id", help="the run whose curated table is reviewed")
+    export.add_argument("--to", choices=["labelstudio", "csv"], default="labelstudio")
+    export.add_argument("--annotators", default="2", help="how many annotators (N), or their names, comma-separated")
+    export.add_argument("--batch", help="batch name (default: review-<run id>)")
+    export.add_argument("--rule", choices=["unanimous", "k_of_n", "majority"], default="unanimous",
+                        help="consensus rule recorded with the batch (default: unanimous)")
+    export.add_argument("--k", type=int, help="k for --rule k_of_n")
+    export.add_argument("--limit", type=int, help="export only the first N items")
+    export.add_argument("--lake", **lake)  # type: ignore[arg-type]
+
+    requeue = actions.add_parser("requeue", help="export a batch's disagreement queue as a new batch")
+    requeue.add_argument("batch")
+    requeue.add_argument("--to", choices=["labelstudio", "csv"], default="labelstudio")
+    requeue.add_argument("--annotators", help="default: the batch's annotators")
+    requeue.add_argument("--name", help="new batch name (default: <batch>-requeue)")
+    requeue.add_argument("--lake", **lake)  # type: ignore[arg-type]
+
+    imp = actions.add_parser("import", help="import judgments (Label Studio JSON exports or filled CSVs)")
+    imp.add_argument("batch")
+    imp.add_argument("--from", dest="files", nargs="+", required=True, help="Label Studio JSON or filled CSV files")
+    imp.add_argument("--rule", choices=["unanimous", "k_of_n", "majority"], help="override the batch's rule")
+    imp.add_argument("--k", type=int, help="k for --rule k_of_n")
+    imp.add_argument("--lake", **lake)  # type: ignore[arg-type]
+
+    for name, text in (("push", "create the Label Studio project and import the batch's tasks"),
+                       ("pull", "pull the annotations of the batch's Label Studio project and import them")):
+        p = actions.add_parser(name, help=text)
+        p.add_argument("batch")
+        p.add_argument("--url", default=os.environ.get("LABEL_STUDIO_URL", "http://127.0.0.1:8080"),
+                       help="Label Studio address (default: $LABEL_STUDIO_URL or http://127.0.0.1:8080)")
+        p.add_argument("--api-key", default=os.environ.get("LABEL_STUDIO_API_KEY"),
+                       help="API token (default: $LABEL_STUDIO_API_KEY)")
+        p.add_argument("--lake", **lake)  # type: ignore[arg-type]
+        if name == "pull":
+            p.add_argument("--no-import", action="store_true", help="only save the export JSON")
+
+    auto = actions.add_parser("auto", help="LLM annotators fill the batch (a dry run without people)")
+    auto.add_argument("batch")
+    auto.add_argument("--engine", action="append", metavar="BACKEND:MODEL",
+                      help="one annotator per engine (default: transformers:gemma3-270m)")
+    auto.add_argument("--prompt", action="append", help="prompt ids (default: review/en)")
+    auto.add_argument("--annotators", type=int, default=2, help="how many LLM annotators")
+    auto.add_argument("--lake", **lake)  # type: ignore[arg-type]
+
+
+def run_review(args: argparse.Namespace) -> int:
+    handler = {"agreement": _agreement, "export": _export, "requeue": _requeue, "import": _import,
+               "push": _push, "pull": _pull, "auto": _auto}[args.review_command]
+    return handler(args)
+
+
+def _agreement(args: argparse.Namespace) -> int:
+    from transforms.review.agreement import AgreementConfig, agreement_report
+    from transforms.review.judgments import rating_matrix, read_judgments
+
+    item = [c.strip() for c in args.item.split(",")] if "," in args.item else args.item
+    long = read_judgments(args.file, item, args.annotator, args.label)
+    matrix = rating_matrix(long, on_duplicate=args.duplicates)
+    cfg = AgreementConfig(n_boot=args.boot, seed=args.seed, confidence=args.confidence,
+                          min_pair_items=args.min_pair_items, max_pairs=args.max_pairs,
+                          raters_per_item=args.raters_per_item)
+    report = agreement_report(matrix, cfg)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False, allow_nan=False))
+    else:
+        print(format_report(report))
+    return 0
+
+
+def _fmt(est: dict[str, Any]) -> str:
+    if est.get("value") is None:
+        return f"undefined ({est.get('undefined')})"
+    text = f"{est['value']:.3f}"
+    if est.get("ci"):
+        text += f"  [{est['ci'][0]:.3f}, {est['ci'][1]:.3f}]"
+    elif est.get("undefined"):
+        text += f"  ({est['undefined']})"
+    return text
+
+
+def format_report(r: dict[str, Any]) -> str:
+    conf = int(round(r["bootstrap"]["confidence"] * 100))
+    fk = r["fleiss_kappa"]
+    lines = [f"{r['items']} items, {r['annotators']} annotators, {r['ratings']} ratings, "
+             f"categories: {', '.join(r['categories'])}  (intervals: {conf}% bootstrap over items, "
+             f"{r['bootstrap']['replicates']} replicates, seed {r['bootstrap']['seed']})",
+             f"  percent agreement   {_fmt(r['percent_agreement'])}  on {r['percent_agreement']['n_items']} items",
+             f"  Fleiss' kappa       {_fmt(fk)}  on {fk['n_items']} items x {fk['raters_per_item']} raters",
+             f"  Krippendorff alpha  {_fmt(r['krippendorff_alpha'])}  (nominal, {r['krippendorff_alpha']['n_items']} "
+             "items)"]
+    if fk["items_excluded"]:
+        lines.append(f"  Fleiss left out {fk['items_excluded']} item(s) {fk['excluded_because']}, e.g. "
+                     f"{', '.join(map(str, fk['excluded_items'][:5]))}")
+    if r["items_with_one_rating"]:
+        lines.append(f"  {r['items_with_one_rating']} item(s) have a single rating (no agreement to measure)")
+    for key, value in r["notes"].items():
+        if key != "rows" and value:
+            lines.append(f"  note: {key.replace('_', ' ')}: {value}")
+    lines.append("  per category (Fleiss' kappa_j):")
+    for cat, info in r["per_category"].items():
+        lines.append(f"    {cat:<14} share {info['share']:.3f}  {_fmt(info['fleiss_kappa'])}")
+    if r["cohen_kappa"]:
+        mean = r["cohen_kappa_mean"]
+        lines.append(f"  Cohen's kappa per pair ({len(r['cohen_kappa'])} pairs"
+                     + (f", mean {mean:.3f}" if mean is not None else "") + "):")
+        for p in r["cohen_kappa"]:
+            lines.append(f"    {p['pair'][0]} / {p['pair'][1]}  n={p['n_items']:<5} {_fmt(p)}  "
+                         f"agree {p['percent_agreement']:.3f}")
+    if r["cohen_pairs_not_reported"]:
+        lines.append(f"  {r['cohen_pairs_not_reported']} more pair(s) share too few items or exceed --max-pairs")
+    return "\n".join(lines)
+
+
+def _export(args: argparse.Namespace) -> int:
+    raise NotImplementedError
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    raise NotImplementedError
+
+
+def _import(args: argparse.Namespace) -> int:
+    raise NotImplementedError
+
+
+def _push(args: argparse.Namespace) -> int:
+    raise NotImplementedError
+
+
+def _pull(args: argparse.Namespace) -> int:
+    raise NotImplementedError
+
+
+def _auto(args: argparse.Namespace) -> int:
+    raise NotImplementedError
