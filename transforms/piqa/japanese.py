@@ -65,11 +65,14 @@ def _tagger() -> Any:
 
 def morphemes(text: str | None) -> list[Morpheme]:
     """UniDic short units of `text` (NFKC-normalised first, so full-width digits and Latin agree)."""
-    if not text:
-        return []
+    return list(_morphemes(text)) if text else []
+
+
+@functools.lru_cache(maxsize=65536)
+def _morphemes(text: str) -> tuple[Morpheme, ...]:
+    # each option is segmented several times per check (distance, sentence end, particles): once here
     norm = unicodedata.normalize("NFKC", text).strip()
-    # NFKC turns the ideographic full stop into itself but the half-width one (｡) into 。: fine.
-    return [Morpheme(m.surface, m.feature.pos1, m.feature.pos2) for m in _tagger()(norm) if m.surface.strip()]
+    return tuple(Morpheme(m.surface, m.feature.pos1, m.feature.pos2) for m in _tagger()(norm) if m.surface.strip())
 
 
 def _joins_previous(m: Morpheme, prev: Morpheme, head: str) -> bool:
