@@ -146,7 +146,7 @@ def assemble_expansion(batch: pa.Table, children: pa.Table | None, parent_idx: n
             children = children.append_column(C.ID, child_ids(my_parents, ordinal_within(parent_idx), stage))
         children = put_column(children, C.PARENT_ID, my_parents)
         if inherit:
-            skip = {*children.schema.names, C.DROP_REASON, C.DROP_STAGE, C.STATUS, C.DUPLICATE_OF}
+            skip = {*children.schema.names, C.DROP_REASON, C.DROP_STAGE, C.STATUS, C.DUPLICATE_OF, "_born"}
             for name in batch.schema.names:
                 if name not in skip:
                     children = children.append_column(name, batch.column(name).take(take))
