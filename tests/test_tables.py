@@ -4,8 +4,10 @@ Japanese headers, full-width commas, cut-off rows, no table at all; and the expa
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from transforms.core.creating import CHILD, CONSUMED, INPUT, ROLE
+from transforms.core.stage import StageError
 from transforms.piqa.tables import ParseTableReply, correct_to_label, parse_table_reply, rows_to_items
 
 HEADER = "id,category,question,option1,option2,correct,reasoning,question_en,option1_en,option2_en"
@@ -97,7 +99,7 @@ def test_rows_to_items_maps_correct_to_label_and_english_to_glosses():
 
 
 def test_parse_stage_makes_children_and_drops_a_reply_without_a_table():
-    batch = pa.table({"id": ["req-0", "req-1"], "reply": [FENCED_WITH_PROSE, "できません。"]})
+    batch = pa.table({"id": ["req-0", "req-1"], "llm_text": [FENCED_WITH_PROSE, "できません。"]})
     out = ParseTableReply()(batch)
     roles = out.column(ROLE).to_pylist()
     assert roles.count(CHILD) == 4 and roles.count(INPUT) == 1 and roles.count(CONSUMED) == 1
@@ -109,3 +111,7 @@ def test_parse_stage_makes_children_and_drops_a_reply_without_a_table():
     assert dropped.column("drop_reason").to_pylist() == ["no_table"]
     again = ParseTableReply()(batch)  # deterministic child ids
     assert again.column("id").to_pylist() == out.column("id").to_pylist()
+    renamed = batch.rename_columns(["id", "reply"])
+    assert ParseTableReply(reply_column="reply")(renamed).num_rows == out.num_rows
+    with pytest.raises(StageError, match="reply column 'llm_text'"):
+        ParseTableReply()(renamed)

@@ -208,7 +208,8 @@ class ParseTableReply(ExpandStage):
     writes: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "correct", "category")
     empty_reason: ClassVar[str] = "no_table"
 
-    reply_column: str = Field("reply", description="Column holding the model's raw reply text.")
+    reply_column: str = Field("llm_text", description="Column holding the model's raw reply text (LLMGenerate's "
+                              "text output writes `llm_text`).")
     lang: str = Field("ja", description="Language of the generated items.")
 
     def check_columns(self, schema: pa.Schema) -> None:
