@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLES
 from transforms.io.documents import DocumentSource, chunk_text, front_matter, sections, split_long
+
+SAMPLES = Path(__file__).resolve().parents[1] / "lake" / "samples"
 
 LESSON = """---
 title: Тепло вокруг нас

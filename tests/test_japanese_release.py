@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from tests.conftest import SAMPLES
 from transforms.llm.prompts import load_prompt
 from transforms.piqa.formats import read_piqa
 from transforms.piqa.japanese import TranslationSetSelector
 from transforms.piqa.tables import RELEASE_COLUMNS, release_columns
+
+SAMPLES = Path(__file__).resolve().parents[1] / "lake" / "samples"
 
 
 @pytest.fixture(scope="module")

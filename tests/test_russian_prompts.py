@@ -3,9 +3,12 @@ parser takes 0/1 and nothing else (refusals are counted, not guessed)."""
 
 from __future__ import annotations
 
-from tests.conftest import SAMPLES
+from pathlib import Path
+
 from transforms.io.documents import DocumentSource
 from transforms.llm.prompts import load_prompt
+
+SAMPLES = Path(__file__).resolve().parents[1] / "lake" / "samples"
 
 
 def test_grounded_prompt_renders_a_bundled_chunk():
