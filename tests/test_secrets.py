@@ -151,6 +151,30 @@ def check_run(lake: Path, run_id: str, handler: type[_Endpoint]) -> RunManifest:
 
 # -- the local run ----------------------------------------------------------------------------------------
 @pytest.mark.ray
+def test_no_canary_after_a_short_local_chain(ray_local, tmp_path, canaries, endpoint, monkeypatch, capfd, caplog):
+    """Default tier: the same canaries through resolve_config and the runner, on read → normalize → ensemble."""
+    from jobs import ko_piqa
+
+    port, handler = endpoint
+    monkeypatch.setenv(KEY_VAR, canaries["forwarded"])
+    assert ray_local.get(ray_local.remote(lambda: os.environ.get(KEY_VAR)).remote()) is None
+    small, config_file, sets = job_files(tmp_path, canaries, port)
+    lake = tmp_path / "lake"
+    overrides = dict(item.split("=", 1) for item in sets[1::2])
+    caplog.set_level(logging.INFO)
+    config = resolve_config("ko-piqa", str(config_file), {**overrides, "prefilter": None, "lake": str(lake),
+                                                          "input.paths": [str(small)]})
+    run_dir = lake / "runs" / "short-1"
+    chain = [config.normalize, config.ensemble.model_copy(update={"cache_dir": str(run_dir / "cache" / "ensemble")})]
+    ko_piqa.run_stages(config, chain, run_id="short-1")
+    out, err = capfd.readouterr()
+    check_run(lake, "short-1", handler)
+    assert "langid.resources.runtime_env.env_vars.HF_TOKEN holds a literal secret" in caplog.text
+    assert hits(canaries, lake=lake, texts={"stdout": out, "stderr": err, "log records": caplog.text}) == []
+
+
+@pytest.mark.ray
+@pytest.mark.slow
 def test_no_canary_anywhere_after_a_local_run(ray_local, tmp_path, canaries, endpoint, monkeypatch, capfd,
                                               caplog):
     from jobs.cli import main
@@ -352,3 +376,15 @@ def test_literal_warning_names_the_field(tmp_path, caplog):
         resolve_config("ko-piqa", str(path), {"lake": str(tmp_path)})
     assert "normalize.resources.runtime_env.env_vars.HF_TOKEN holds a literal secret" in caplog.text
     assert "secrets: [NAME]" in caplog.text and "hf_zzzzzzzz" not in caplog.text
+
+
+def test_the_scan_finds_a_canary_in_parquet_values_and_plain_files(tmp_path):
+    import pyarrow as pa
+
+    canary = {"x": "cnry-x-0123456789abcdef"}
+    pq.write_table(pa.table({"text": [f"row {i} {canary['x'] if i == 500 else ''}" for i in range(1000)]}),
+                   tmp_path / "a.parquet", compression="zstd")
+    assert canary["x"].encode() not in (tmp_path / "a.parquet").read_bytes()  # compressed: bytes alone miss it
+    assert hits(canary, lake=tmp_path, texts={}) == [f"x in {tmp_path / 'a.parquet'}"]
+    (tmp_path / "m.json").write_text(json.dumps({"url": f"https://u:{canary['x']}@h"}))
+    assert len(hits(canary, lake=tmp_path, texts={"console": "nothing"})) == 2
