@@ -101,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
                          ("--resume", {"metavar": "RUN_ID"})):
         submit.add_argument(flag, help="as for `run`", **kwargs)  # type: ignore[arg-type]
     sub.add_parser("jobs", help="list the jobs")
+    from jobs.judge_eval import add_parser as add_judge_eval_parser  # argparse only
+
+    add_judge_eval_parser(sub)
+    lineage = sub.add_parser("lineage", help="print a row's parent chain back to its source row or request")
+    lineage.add_argument("run_id", help="the run holding the row")
+    lineage.add_argument("row_id", help="the row's id")
+    lineage.add_argument("--lake", default="lake", help="lake root directory (default: lake)")
+    lineage.add_argument("--json", action="store_true", help="print the hops as JSON")
     from jobs.review import add_review_parser  # argparse only: nothing heavy is imported
 
     add_review_parser(sub)
@@ -120,8 +128,23 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "run":
             return _run(args, extra)
+        if args.command == "lineage":
+            from transforms.core.lake import Lake
+            from transforms.core.lineage import print_trace, trace
+
+            try:
+                print(print_trace(trace(Lake(args.lake), args.run_id, args.row_id), as_json=args.json))
+            except KeyError as err:
+                raise UserError(str(err.args[0])) from err
+            return 0
         if args.command == "submit":
             return _submit(args, extra)
+        if args.command == "judge-eval":
+            from jobs.judge_eval import run as run_judge_eval
+
+            if extra:
+                parser.error(f"unrecognised arguments: {' '.join(extra)}")
+            return run_judge_eval(args)
         if args.command == "review":
             from jobs.review import run_review
 

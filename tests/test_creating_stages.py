@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -231,3 +232,31 @@ def test_random_chains_obey_the_law_and_their_lineage_is_exact(ray_local, tmp_pa
         if rejected.num_rows:
             assert set(rejected.column(C.DROP_STAGE).to_pylist()) == {rec.name}
             assert sum(rec.rows_dropped.values()) == rejected.num_rows
+
+
+@pytest.mark.ray
+def test_lineage_walks_a_row_back_through_creating_stages_and_runs(ray_local, tmp_path):
+    from transforms.core.lineage import print_trace, trace
+    from transforms.io.sources import RunSource
+
+    lake = Lake(tmp_path / "lake")
+    rows = pa.table({C.ID: ["q1", "q2", "q3"], C.TEXT: ["물 끓이다", "", "컵 닫다"], "key": ["a", "b", "a"]})
+    first = run_pipeline(job="crawl", dataset="d", source=RowsSource(records=rows.to_pylist()),
+                         stages=[SplitWords(), DropMarked()], lake=lake, config={}, run_id="crawl-1")
+    second = run_pipeline(job="next", dataset="d2", source=RunSource(lake=str(lake.root), run_id="crawl-1"),
+                          stages=[GroupByKey()], lake=lake, config={}, run_id="next-1", parents=["crawl-1"])
+    assert second.parents == ["crawl-1"] and conservation_errors(first) == conservation_errors(second) == []
+    out = read_table(Path(first.outputs["curated"]))
+    leaf = out.filter(pc.equal(out.column(C.TEXT), "끓이다#0")).column(C.ID)[0].as_py()
+    hops = trace(lake, "crawl-1", leaf)
+    assert [h.stage for h in hops] == ["twins", "split_words", "rows"]
+    assert hops[0].parents == [hops[1].row_id] and hops[1].parents == ["q1"] and hops[2].row_id == "q1"
+    assert hops[1].status == "consumed by twins" and hops[2].status == "consumed by split_words"
+    # across runs: a group of the second run → its member rows → the first run's chain
+    group = read_table(Path(second.outputs["curated"])).column(C.ID)[0].as_py()
+    hops = trace(lake, "next-1", group)
+    assert hops[0].kind == "aggregate" and len(hops[0].parents) >= 1
+    assert [h.run_id for h in hops][-1] == "crawl-1" and hops[-1].stage == "rows"
+    assert "split_words" in print_trace(hops)
+    with pytest.raises(KeyError, match="no stage output"):
+        trace(lake, "crawl-1", "nope")

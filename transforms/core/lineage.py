@@ -1,0 +1,157 @@
+"""Where a row came from: its parent chain back to the source row or the request that made it.
+
+`piqaforge lineage RUN_ID ROW_ID` walks it. A row keeps its id through filters; a creating stage
+gives its children new ids, records the stage in `_born` and the parent in `parent_id` (for an
+aggregate, its lineage table lists every member). A source row of a run that read another run
+(`RunSource`, recorded in the manifest's `parents`) continues in that run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from transforms.core import columns as C
+from transforms.core.lake import Lake, parquet_files
+from transforms.core.manifest import RunManifest, StageRecord
+from transforms.core.writing import BORN
+
+PROVENANCE = (C.PROMPT, C.MODEL, C.GEN_PARAMS)
+
+
+@dataclass
+class Hop:
+    run_id: str
+    stage: str
+    kind: str
+    row_id: str
+    status: str  # where the row ended in this run: kept by the last stage, or dropped (reason)
+    text: str | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    parents: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        bits = [f"{self.run_id} · {self.stage} ({self.kind})", f"id {self.row_id}", self.status]
+        prov = self.provenance
+        if prov.get(C.PROMPT):
+            bits.append(f"prompt {prov[C.PROMPT]}")
+        if prov.get(C.MODEL):
+            bits.append(f"model {prov[C.MODEL]}")
+        if prov.get(C.GEN_PARAMS):
+            bits.append(f"params {prov[C.GEN_PARAMS]}")
+        if self.parents:
+            more = f" (+{len(self.parents) - 5} more)" if len(self.parents) > 5 else ""
+            bits.append("parents " + ", ".join(self.parents[:5]) + more)
+        return " | ".join(bits)
+
+
+def find_rows(path: Path, column: str, value: str) -> pa.Table:
+    """Rows of the Parquet files under `path` whose `column` equals `value` (pushed down per file)."""
+    tables = []
+    for f in parquet_files(path):
+        schema = pq.read_schema(f)
+        if column not in schema.names:
+            continue
+        t = pads.dataset(str(f), format="parquet").to_table(filter=pc.field(column) == value)
+        if t.num_rows:
+            tables.append(t)
+    return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+
+
+def _latest(manifest: RunManifest, row_id: str, before: int | None = None) -> tuple[StageRecord, dict, str] | None:
+    """The last stage output (kept or rejected) holding `row_id`, searching back from `before`."""
+    stages = [s for s in manifest.stages if before is None or s.index < before]
+    for rec in reversed(stages):
+        for zone in ("kept", "rejected"):
+            where = rec.outputs.get(zone)
+            if not where:
+                continue
+            rows = find_rows(Path(where), C.ID, row_id)
+            if rows.num_rows:
+                row = rows.slice(0, 1).to_pylist()[0]
+                last = rec.index == manifest.stages[-1].index
+                status = (f"dropped by {rec.name}: {row.get(C.DROP_REASON)}" if zone == "rejected"
+                          else ("kept (in the run's output)" if last else f"kept by {rec.name}"))
+                return rec, row, status
+    return None
+
+
+def _aggregate_parents(rec: StageRecord, row_id: str) -> list[str]:
+    lineage = rec.outputs.get("lineage")
+    if not lineage:
+        return []
+    parents = []
+    for f in parquet_files(Path(lineage)):
+        t = pq.read_table(f, columns=[C.PARENT_ID, "child_ids"])
+        for pid, kids in zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True):
+            if row_id in (kids or []):
+                parents.append(pid)
+    return parents
+
+
+def trace(lake: Lake, run_id: str, row_id: str, max_hops: int = 64) -> list[Hop]:
+    """The row's chain, newest first: one hop per stage that made a row of it, across runs."""
+    hops: list[Hop] = []
+    run, current, before, consumed_by = run_id, row_id, None, None
+    manifest = _load(lake, run)
+    for _ in range(max_hops):
+        found = _latest(manifest, current, before)
+        if found is None:
+            if not hops:
+                raise KeyError(f"row {current!r} is in no stage output of run {run!r}")
+            break
+        rec, row, status = found
+        if consumed_by:
+            status = f"consumed by {consumed_by}"
+        born = row.get(BORN)
+        by_name = {s.name: s for s in manifest.stages if before is None or s.index < before}
+        maker = by_name.get(born) if born else manifest.stages[0]
+        maker = maker or manifest.stages[0]
+        prov = {k: row.get(k) for k in PROVENANCE if row.get(k) is not None}
+        if maker.kind == "aggregate":
+            parents = _aggregate_parents(maker, current)
+        elif maker.index == 0:
+            parents = []
+        else:
+            parents = [row[C.PARENT_ID]] if row.get(C.PARENT_ID) else []
+        hops.append(Hop(run, maker.name, maker.kind, current, status,
+                        text=str(row.get(C.TEXT) or row.get("goal") or "")[:120] or None, provenance=prov,
+                        parents=parents))
+        if parents:
+            current, before, consumed_by = parents[0], maker.index, maker.name
+            continue
+        # a source row: a run that read another run's output continues there
+        if maker.index == 0 and manifest.parents:
+            parent_run = manifest.parents[0]
+            try:
+                manifest, run, before, consumed_by = _load(lake, parent_run), parent_run, None, None
+            except FileNotFoundError:
+                break
+            continue
+        break
+    return hops
+
+
+def _load(lake: Lake, run_id: str) -> RunManifest:
+    path = lake.manifest_path(run_id)
+    if not path.exists():
+        raise FileNotFoundError(f"no run {run_id!r} in lake {lake.root} (no {path})")
+    return RunManifest.load(path)
+
+
+def print_trace(hops: list[Hop], as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps([h.__dict__ for h in hops], ensure_ascii=False, indent=2, default=str)
+    lines = []
+    for depth, h in enumerate(hops):
+        lines.append(("  " * depth) + ("└─ " if depth else "") + h.line())
+        if h.text:
+            lines.append(("  " * depth) + ("   " if depth else "") + f"  “{h.text}”")
+    return "\n".join(lines)
