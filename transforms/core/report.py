@@ -44,7 +44,8 @@ def funnel_svg(funnel: list[tuple[str, int]], width: int = 900) -> str:
         parts.append(f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{BAR_COLOURS[0]}" '
                      f'opacity="{1 - 0.5 * i / max(1, len(funnel) - 1):.2f}"/>')
         lost = funnel[i - 1][1] - rows if i else 0
-        delta = f' <tspan fill="#c8553d">−{_fmt(lost)}</tspan>' if lost else ""
+        delta = (f' <tspan fill="#c8553d">−{_fmt(lost)}</tspan>' if lost > 0 else
+                 f' <tspan fill="#1b7a1b">+{_fmt(-lost)}</tspan>' if lost < 0 else "")
         parts.append(f'<text x="{label_w + w + 6:.1f}" y="{y + bar_h * 0.68}" font-size="12">'
                      f'{_fmt(rows)} ({100 * rows / first:.1f}%){delta}</text>')
     parts.append("</svg>")
@@ -72,7 +73,36 @@ def reasons_svg(reasons: dict[str, int], width: int = 520) -> str:
     return "".join(parts)
 
 
-def render_report(manifest: RunManifest) -> str:
+def chain_html(manifest: RunManifest, runs_dir: Path | None) -> str:
+    """The runs this one descends from (crawl → review → release → evaluation), oldest first."""
+    if not manifest.parents or runs_dir is None:
+        return ""
+    chain: list[str] = []
+    seen, todo = {manifest.run_id}, list(manifest.parents)
+    while todo and len(chain) < 20:
+        run_id = todo.pop(0)
+        if run_id in seen:
+            continue
+        seen.add(run_id)
+        path = runs_dir / run_id / "manifest.json"
+        if not path.exists():
+            chain.append(f"<li><code>{escape(run_id)}</code> (not in this lake)</li>")
+            continue
+        parent = RunManifest.load(path)
+        funnel = parent.funnel()
+        rows = f"{_fmt(funnel[0][1])} → {_fmt(funnel[-1][1])} rows" if funnel else "no stages"
+        report = runs_dir / run_id / "report.html"
+        link = f' · <a href="../{escape(run_id)}/report.html">report</a>' if report.exists() else ""
+        chain.append(f"<li><code>{escape(run_id)}</code> {escape(parent.job)} · {escape(parent.status)} · "
+                     f"{rows}{link}</li>")
+        todo.extend(parent.parents)
+    here = manifest.funnel()
+    rows = f"{_fmt(here[0][1])} → {_fmt(here[-1][1])} rows" if here else ""
+    items = "".join(reversed(chain)) + f"<li><b>this run</b> <code>{escape(manifest.run_id)}</code> {rows}</li>"
+    return f"<h2>Chain of runs</h2><ol>{items}</ol>"
+
+
+def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
     from transforms.core.runner import conservation_errors
 
     # the manifest as recorded (its serialisation redacts secrets), never the in-memory one
@@ -82,24 +112,27 @@ def render_report(manifest: RunManifest) -> str:
     rows = []
     for s in m.stages:
         conserved = '<span class="ok">yes</span>' if s.conserved() else '<span class="bad">NO</span>'
-        rows.append(f"<tr><td>{s.index}</td><td class='l'>{escape(s.name)}</td><td>{_fmt(s.rows_in)}</td>"
-                    f"<td>{_fmt(s.rows_kept)}</td><td>{_fmt(s.dropped_total)}</td><td>{s.seconds:.1f}</td>"
+        rows.append(f"<tr><td>{s.index}</td><td class='l'>{escape(s.name)}</td><td class='l'>{escape(s.kind)}</td>"
+                    f"<td>{_fmt(s.rows_in)}</td><td>{_fmt(s.rows_created)}</td>"
+                    f"<td>{_fmt(s.rows_kept)}</td><td>{_fmt(s.dropped_total)}</td><td>{_fmt(s.rows_consumed)}</td>"
+                    f"<td>{s.seconds:.1f}</td>"
                     f"<td>{conserved}</td><td>{'yes' if s.resumed else ''}</td></tr>")
     drops = []
     for s in m.stages:
         if not s.rows_dropped:
             continue
         lines = "".join(f"<tr><td class='l'>{escape(r)}</td><td>{_fmt(n)}</td>"
-                        f"<td>{100 * n / max(1, s.rows_in):.1f}%</td></tr>"
+                        f"<td>{100 * n / max(1, s.rows_in + s.rows_created):.1f}%</td></tr>"
                         for r, n in sorted(s.rows_dropped.items(), key=lambda kv: (-kv[1], kv[0])))
         where = escape(s.outputs.get("rejected", ""))
-        drops.append(f"<h3>{s.index:02d} {escape(s.name)}: {_fmt(s.dropped_total)} dropped of {_fmt(s.rows_in)}</h3>"
-                     f"<table><tr><th class='l'>reason</th><th>rows</th><th>of stage input</th></tr>{lines}</table>"
+        drops.append(f"<h3>{s.index:02d} {escape(s.name)}: {_fmt(s.dropped_total)} dropped of {_fmt(s.rows_in + s.rows_created)}</h3>"
+                     f"<table><tr><th class='l'>reason</th><th>rows</th><th>of rows in + created</th></tr>{lines}</table>"
                      f"{reasons_svg(s.rows_dropped)}<p class='meta'>rejected rows: <code>{where}</code></p>")
     inputs = "".join(f"<li><code>{escape(str(i.get('path', '')))}</code> {_fmt(int(i.get('bytes', 0)))} bytes, "
                      f"sha256 {escape(str(i.get('sha256', ''))[:16])}…</li>" for i in m.inputs)
     outputs = "".join(f"<li>{escape(k)}: <code>{escape(v)}</code></li>" for k, v in m.outputs.items())
-    conservation = ('<p class="ok">Every stage: rows in = kept + dropped, and each stage reads what the '
+    conservation = ('<p class="ok">Every stage: rows in + created = kept + dropped + consumed (a consumed '
+                    'row lives on in its children, listed in <code>lineage/</code>), and each stage reads what the '
                     'previous one kept.</p>' if not errors else
                     "<ul>" + "".join(f'<li class="bad">{escape(e)}</li>' for e in errors) + "</ul>")
     error = f"<h2>Error</h2><pre>{escape(m.error)}</pre>" if m.error else ""
@@ -112,10 +145,12 @@ def render_report(manifest: RunManifest) -> str:
  · started {escape(m.started_at)} · finished {escape(m.finished_at or '')} · code {escape(str(git))[:12]}
  {'(dirty)' if m.code_version.get('dirty') else ''}</p>
 {error}
+{chain_html(m, runs_dir)}
 <h2>Funnel: rows after each stage</h2>
 {funnel_svg(m.funnel())}
 <h2>Stages</h2>
-<table><tr><th>#</th><th class='l'>stage</th><th>rows in</th><th>kept</th><th>dropped</th><th>seconds</th>
+<table><tr><th>#</th><th class='l'>stage</th><th class='l'>kind</th><th>rows in</th><th>created</th><th>kept</th>
+<th>dropped</th><th>consumed</th><th>seconds</th>
 <th>conserved</th><th>resumed</th></tr>{''.join(rows)}</table>
 {conservation}
 <h2>Drop reasons per stage</h2>
@@ -128,5 +163,6 @@ def render_report(manifest: RunManifest) -> str:
 
 def write_report(manifest: RunManifest, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(manifest), encoding="utf-8")
+    runs_dir = path.parent.parent if path.parent.parent.name == "runs" else None
+    path.write_text(render_report(manifest, runs_dir), encoding="utf-8")
     return path
