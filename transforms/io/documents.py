@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
-import xxhash
 from pydantic import Field
 
 from transforms.core.creating import SourceStage
@@ -160,7 +159,9 @@ class DocumentSource(SourceStage):
         return found
 
     def fingerprints(self) -> list[dict[str, Any]]:
-        return [{"path": str(f), "xxh3_64": xxhash.xxh3_64_hexdigest(f.read_bytes())} for f in self.files()]
+        from transforms.core.manifest import fingerprint_file
+
+        return [fingerprint_file(f) for f in self.files()]
 
     def documents(self) -> list[dict[str, Any]]:
         """Every document record seen, with `_error` set on the unreadable ones."""
