@@ -82,7 +82,7 @@ def add_review_parser(sub: Any) -> None:
     auto.add_argument("batch")
     auto.add_argument("--engine", action="append", metavar="BACKEND:MODEL",
                       help="one annotator per engine (default: transformers:gemma3-270m)")
-    auto.add_argument("--prompt", action="append", help="prompt ids (default: review/en)")
+    auto.add_argument("--prompt", action="append", help="prompt ids (default: review/en and review/en_strict)")
     auto.add_argument("--annotators", type=int, default=2, help="how many LLM annotators")
     auto.add_argument("--lake", **lake)  # type: ignore[arg-type]
 
@@ -155,25 +155,115 @@ def format_report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _lake(args: argparse.Namespace) -> Any:
+    from transforms.core.lake import Lake
+
+    return Lake(args.lake)
+
+
+def _rule(args: argparse.Namespace) -> Any:
+    from transforms.review.consensus import ConsensusRule
+
+    return ConsensusRule(rule=args.rule, k=args.k) if args.rule else None
+
+
+def _print_batch(record: Any, lake: Any) -> None:
+    from transforms.review.batch import batch_dir
+
+    folder = batch_dir(lake, record.batch)
+    print(f"review batch {record.batch}: {record.n_items} items x {len(record.annotators)} annotators "
+          f"({', '.join(record.annotators)}), rule {record.rule.rule}" + (f" k={record.rule.k}" if record.rule.k else ""))
+    for name in record.files.values():
+        print(f"  {folder / name}")
+    print(f"  {folder / 'batch.json'}  (fingerprint {record.fingerprint[:16]})")
+
+
 def _export(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from transforms.review.batch import export_run
+
+    lake = _lake(args)
+    record = export_run(lake, args.run_id, to=args.to, annotators=args.annotators, batch=args.batch,
+                        rule=_rule(args), limit=args.limit)
+    _print_batch(record, lake)
+    print(f"  run {args.run_id}: status awaiting_review")
+    return 0
 
 
 def _requeue(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from transforms.review.batch import requeue
+
+    lake = _lake(args)
+    _print_batch(requeue(lake, args.batch, to=args.to, annotators=args.annotators, name=args.name), lake)
+    return 0
+
+
+def _print_import(result: Any, manifest: Any) -> None:
+    st = result.stats
+    print(f"imported {st['judgments']} judgment(s) into batch {st['batch']}: {st['judgments_valid']} valid"
+          + "".join(f", {n} {r}" for r, n in st["judgments_rejected"].items()))
+    print(f"  items {st['items']}: kept {st['kept']}" + "".join(f", {r} {n}" for r, n in st["dropped"].items()))
+    print(f"  edits applied {st['edits_applied']}, labels changed {st['labels_changed']}, "
+          f"disagreement queue {st['queue']}")
+    if "agreement" in st:
+        print("\n".join("  " + line for line in format_report(st["agreement"]).splitlines()))
+    print(f"  run {manifest.run_id} (parent {', '.join(manifest.parents) or '-'}): {manifest.outputs['curated']}")
 
 
 def _import(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from transforms.review.importing import import_files
+
+    result, manifest = import_files(_lake(args), args.batch, args.files, rule=_rule(args))
+    _print_import(result, manifest)
+    return 0
 
 
 def _push(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from transforms.review.batch import batch_dir, load_batch
+    from transforms.review.labelstudio import client, push, tasks_for
+
+    lake = _lake(args)
+    record, items = load_batch(lake, args.batch)
+    project = push(client(args.url, args.api_key), f"piqaforge {record.batch}", tasks_for(items, record.batch))
+    record.labelstudio = {"url": args.url, "project_id": project}
+    record.write(batch_dir(lake, record.batch))
+    print(f"Label Studio project {project} at {args.url}/projects/{project}: {items.num_rows} tasks")
+    return 0
 
 
 def _pull(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from transforms.review.batch import ReviewError, batch_dir, load_batch
+    from transforms.review.importing import import_files
+    from transforms.review.labelstudio import client, pull
+
+    lake = _lake(args)
+    record, _ = load_batch(lake, args.batch)
+    if not record.labelstudio.get("project_id"):
+        raise ReviewError(f"batch {args.batch!r} was never pushed to Label Studio (run `review push` first)")
+    tasks, users = pull(client(args.url, args.api_key), int(record.labelstudio["project_id"]))
+    # a JSON export as Label Studio writes it, with annotators resolved to their e-mail addresses
+    for task in tasks:
+        for ann in task["annotations"]:
+            ann["completed_by"] = {"id": ann.get("completed_by"), "email": users.get(int(ann["completed_by"]))} \
+                if isinstance(ann.get("completed_by"), int) else ann.get("completed_by")
+    out = batch_dir(lake, record.batch) / f"labelstudio-export-{len(record.imports) + 1}.json"
+    out.write_text(json.dumps(tasks, ensure_ascii=False, indent=1, default=str), encoding="utf-8")
+    n = sum(len(t["annotations"]) for t in tasks)
+    print(f"pulled {n} annotation(s) on {len(tasks)} task(s) into {out}")
+    if not args.no_import:
+        _print_import(*import_files(lake, args.batch, [out]))
+    return 0
 
 
 def _auto(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    from transforms.llm.base import EngineConfig
+    from transforms.review.auto import AutoReviewConfig, auto_review
+
+    engines = []
+    for spec in args.engine or ["transformers:gemma3-270m"]:
+        backend, _, model = spec.partition(":")
+        engines.append(EngineConfig(backend=backend, model=model))  # type: ignore[arg-type]
+    cfg = AutoReviewConfig(engines=engines, annotators=args.annotators,
+                           **({"prompts": args.prompt} if args.prompt else {}))
+    result, manifest = auto_review(_lake(args), args.batch, cfg)
+    _print_import(result, manifest)
+    return 0

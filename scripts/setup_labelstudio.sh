@@ -24,6 +24,7 @@ FIND=()
 [[ -d /opt/wheels ]] && FIND=(--find-links /opt/wheels)
 "${PIP[@]}" --upgrade pip wheel
 "${PIP[@]}" "${FIND[@]}" "label-studio==$LS_VERSION"
-"$VENV/bin/label-studio" --version >/dev/null
+# not `label-studio --version`: it creates a database in ~/.local/share and asks pypi.org for news
+"$VENV/bin/python" -c "import label_studio, label_studio_sdk; print('label-studio', label_studio.__version__)"
 echo "$WANT" > "$STAMP"
 echo "setup_labelstudio: done ($VENV/bin/label-studio)"

@@ -1,0 +1,218 @@
+"""Review batches: `<lake>/review/<batch>/` holds what was sent to annotators and what came back.
+
+    batch.json            the batch record (BatchRecord): items, fingerprint, parent run, rule, annotators
+    items.parquet         the exported rows, as they were (edits are applied to these on import)
+    tasks.json + labeling_config.xml   Label Studio tasks and the labeling interface   (--to labelstudio)
+    review.csv            one row per item x annotator slot, to fill in a spreadsheet  (--to csv)
+
+Exporting marks the parent run's manifest `awaiting_review`.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, Field
+
+from transforms.core.lake import Lake, read_table
+from transforms.core.manifest import RunManifest
+from transforms.review.consensus import ConsensusRule
+
+# The verdicts an annotator can give a PIQA item (stored value → what the annotator reads).
+VERDICTS: dict[str, str] = {
+    "sol1": "Solution 1 is correct",
+    "sol2": "Solution 2 is correct",
+    "both_wrong": "Both solutions are wrong",
+    "not_physical": "Not a physical commonsense question",
+    "unsafe": "Unsafe or harmful",
+    "needs_edit": "Needs an edit (write it in the boxes)",
+}
+EDIT_FIELDS = ("goal", "sol1", "sol2")
+SHOWN = ("goal", "sol1", "sol2")
+CSV_COLUMNS = ["judgment_id", "item_id", "annotator", "goal", "sol1", "sol2", "verdict",
+               "goal_edit", "sol1_edit", "sol2_edit", "comment"]
+
+
+class ReviewError(ValueError):
+    """A batch cannot be exported or imported as asked."""
+
+
+class BatchRecord(BaseModel):
+    batch: str = Field(..., description="Batch name: the folder under <lake>/review/.")
+    created_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+    parent_run: str | None = Field(None, description="Run whose curated items were exported.")
+    parent_batch: str | None = Field(None, description="Batch whose disagreement queue this batch re-exports.")
+    dataset: str = ""
+    recipe: str = ""
+    format: Literal["labelstudio", "csv"] = "labelstudio"
+    annotators: list[str] = Field(default_factory=list, description="Annotator names (or slots ann_1..ann_N).")
+    named_annotators: bool = Field(False, description="True when `annotators` are real names: judgments by "
+                                   "anyone else are rejected. Slots accept any name, up to N per item.")
+    rule: ConsensusRule = Field(default_factory=ConsensusRule)
+    automatic: bool = Field(False, description="Filled by LLM annotators (review=auto), not people.")
+    n_items: int = 0
+    item_ids: list[str] = Field(default_factory=list)
+    fingerprint: str = Field("", description="sha256 of the exported rows (id, goal, sol1, sol2, label).")
+    verdicts: list[str] = Field(default_factory=lambda: list(VERDICTS))
+    files: dict[str, str] = Field(default_factory=dict)
+    labelstudio: dict[str, Any] = Field(default_factory=dict, description="url and project id after push.")
+    imports: list[dict[str, Any]] = Field(default_factory=list, description="One entry per import.")
+
+    def write(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / "batch.json.tmp"
+        tmp.write_text(self.model_dump_json(indent=2), encoding="utf-8")
+        tmp.replace(folder / "batch.json")
+
+
+def batch_dir(lake: Lake, batch: str) -> Path:
+    return lake.root / "review" / batch
+
+
+def load_batch(lake: Lake, batch: str) -> tuple[BatchRecord, pa.Table]:
+    folder = batch_dir(lake, batch)
+    if not (folder / "batch.json").exists():
+        known = sorted(p.name for p in (lake.root / "review").glob("*") if (p / "batch.json").exists())
+        raise ReviewError(f"no review batch {batch!r} under {lake.root / 'review'}; batches: {known}")
+    record = BatchRecord.model_validate_json((folder / "batch.json").read_text(encoding="utf-8"))
+    items = pq.read_table(folder / "items.parquet")
+    if fingerprint(items) != record.fingerprint:
+        raise ReviewError(f"{folder / 'items.parquet'} no longer matches the batch's fingerprint: the exported "
+                          "rows were changed after export")
+    return record, items
+
+
+def fingerprint(items: pa.Table) -> str:
+    """sha256 over the exported rows in order, as canonical JSON lines of the reviewed fields."""
+    cols = [c for c in ("id", *SHOWN, "label") if c in items.schema.names]
+    h = hashlib.sha256()
+    for row in items.select(cols).to_pylist():
+        h.update(json.dumps(row, sort_keys=True, ensure_ascii=False).encode() + b"\n")
+    return h.hexdigest()
+
+
+def annotator_names(spec: str | int | list[str]) -> tuple[list[str], bool]:
+    """`2` → slots ann_1, ann_2; `"ana,bo"` → those names."""
+    if isinstance(spec, list):
+        return spec, True
+    text = str(spec).strip()
+    if text.isdigit():
+        n = int(text)
+        if n < 1:
+            raise ReviewError("--annotators must be at least 1")
+        return [f"ann_{i + 1}" for i in range(n)], False
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if len(set(names)) != len(names):
+        raise ReviewError(f"annotator names repeat: {names}")
+    return names, True
+
+
+def curated_items(lake: Lake, run_id: str) -> tuple[RunManifest, pa.Table]:
+    path = lake.manifest_path(run_id)
+    if not path.exists():
+        raise ReviewError(f"run {run_id!r} has no manifest at {path}")
+    manifest = RunManifest.load(path)
+    curated = Path(manifest.outputs.get("curated") or lake.zone("curated", manifest.dataset, run_id))
+    table = read_table(curated)
+    if table.num_rows == 0:
+        raise ReviewError(f"run {run_id!r} has no curated rows at {curated}")
+    return manifest, table
+
+
+def check_items(items: pa.Table) -> None:
+    missing = [c for c in ("id", *SHOWN) if c not in items.schema.names]
+    if missing:
+        raise ReviewError(f"items to review need columns {missing} (a PIQA item: id, goal, sol1, sol2); "
+                          f"the table has {items.schema.names}")
+    ids = items.column("id").to_pylist()
+    if len(set(ids)) != len(ids) or None in ids:
+        raise ReviewError("items to review need unique, non-null ids")
+
+
+def write_batch(lake: Lake, items: pa.Table, record: BatchRecord) -> Path:
+    """Write items.parquet, the tasks or the CSV, and batch.json; returns the batch folder."""
+    from transforms.review.labelstudio import label_config_xml, tasks_for
+
+    check_items(items)
+    folder = batch_dir(lake, record.batch)
+    if (folder / "batch.json").exists():
+        raise ReviewError(f"review batch {record.batch!r} already exists at {folder}; name another with --batch")
+    folder.mkdir(parents=True, exist_ok=True)
+    items = items.drop_columns([c for c in ("drop_reason", "drop_stage", "_status") if c in items.schema.names])
+    pq.write_table(items, folder / "items.parquet")
+    record.n_items = items.num_rows
+    record.item_ids = [str(v) for v in items.column("id").to_pylist()]
+    record.fingerprint = fingerprint(items)
+    record.files = {"items": "items.parquet"}
+    if record.format == "labelstudio":
+        (folder / "labeling_config.xml").write_text(label_config_xml(), encoding="utf-8")
+        tasks = tasks_for(items, record.batch)
+        (folder / "tasks.json").write_text(json.dumps(tasks, ensure_ascii=False, indent=1), encoding="utf-8")
+        record.files.update({"tasks": "tasks.json", "labeling_config": "labeling_config.xml"})
+    else:
+        write_review_csv(items, record, folder / "review.csv")
+        record.files["csv"] = "review.csv"
+    record.write(folder)
+    return folder
+
+
+def judgment_id(batch: str, item_id: str, annotator: str) -> str:
+    return f"{batch}/{item_id}/{annotator}"
+
+
+def write_review_csv(items: pa.Table, record: BatchRecord, path: Path) -> None:
+    rows = items.select(["id", *SHOWN]).to_pylist()
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, CSV_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            for ann in record.annotators:
+                writer.writerow({"judgment_id": judgment_id(record.batch, str(row["id"]), ann),
+                                 "item_id": row["id"], "annotator": ann, **{k: row[k] for k in SHOWN}})
+
+
+def export_run(lake: Lake, run_id: str, *, to: Literal["labelstudio", "csv"] = "labelstudio",
+               annotators: str | int | list[str] = 2, batch: str | None = None,
+               rule: ConsensusRule | None = None, limit: int | None = None) -> BatchRecord:
+    """Export a run's curated items as a review batch and mark the run `awaiting_review`."""
+    manifest, items = curated_items(lake, run_id)
+    if limit is not None:
+        items = items.slice(0, limit)
+    names, named = annotator_names(annotators)
+    rule = rule or ConsensusRule(rule="unanimous")
+    rule.check(len(names))
+    record = BatchRecord(batch=batch or f"review-{run_id}", parent_run=run_id, dataset=manifest.dataset,
+                         recipe=str(manifest.config.get("recipe") or manifest.dataset), format=to,
+                         annotators=names, named_annotators=named, rule=rule)
+    write_batch(lake, items, record)
+    manifest.status = "awaiting_review"
+    manifest.extras.setdefault("review_batches", []).append(record.batch)
+    manifest.write(lake.manifest_path(run_id))
+    return record
+
+
+def requeue(lake: Lake, batch: str, *, to: Literal["labelstudio", "csv"] = "labelstudio",
+            annotators: str | int | list[str] | None = None, name: str | None = None) -> BatchRecord:
+    """Export a batch's disagreement queue (written by the last import) as a new batch."""
+    record, items = load_batch(lake, batch)
+    queue_path = batch_dir(lake, batch) / "queue.parquet"
+    if not queue_path.exists():
+        raise ReviewError(f"batch {batch!r} has no disagreement queue yet: import its judgments first")
+    queue_ids = set(pq.read_table(queue_path, columns=["id"]).column("id").to_pylist())
+    if not queue_ids:
+        raise ReviewError(f"batch {batch!r}'s disagreement queue is empty")
+    mask = pa.array([v in queue_ids for v in items.column("id").to_pylist()])
+    names, named = annotator_names(annotators) if annotators is not None else (record.annotators,
+                                                                                 record.named_annotators)
+    new = BatchRecord(batch=name or f"{batch}-requeue", parent_run=record.parent_run, parent_batch=batch,
+                      dataset=record.dataset, recipe=record.recipe, format=to, annotators=names,
+                      named_annotators=named, rule=record.rule)
+    write_batch(lake, items.filter(mask), new)
+    return new
