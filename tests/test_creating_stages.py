@@ -159,8 +159,10 @@ def test_request_rows_are_the_product_of_the_axes_with_stable_ids():
     src = ProductSource(axes={"locale": ["Delhi", "Kerala"], "slice": [0, 1, 2]}, constants={"k": 5})
     rows = src.rows()
     assert rows.num_rows == 6 and set(rows.column("k").to_pylist()) == {5}
-    assert rows.column(C.ID).to_pylist() == ProductSource(axes={"locale": ["Delhi", "Kerala"],
-                                                                "slice": [0, 1, 2]}).rows().column(C.ID).to_pylist()
+    assert rows.column(C.ID).to_pylist() == ProductSource(axes={"locale": ["Delhi", "Kerala"], "slice": [0, 1, 2]},
+                                                          constants={"k": 5}).rows().column(C.ID).to_pylist()
+    other_round = ProductSource(axes={"locale": ["Delhi", "Kerala"], "slice": [0, 1, 2]}, constants={"k": 6})
+    assert not set(other_round.rows().column(C.ID).to_pylist()) & set(rows.column(C.ID).to_pylist())
     with pytest.raises(ValueError, match="at least one value"):
         ProductSource(axes={"locale": []}).rows()
     with pytest.raises(ValueError, match="has no `id`"):

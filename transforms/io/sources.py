@@ -58,9 +58,10 @@ class ProductSource(SourceStage):
         names = list(self.axes)
         records = []
         for combo in itertools.product(*(self.axes[n] for n in names)):
-            row = dict(zip(names, combo, strict=True))
+            row = {**dict(zip(names, combo, strict=True)), **self.constants}
+            # constants are part of the id: round 2's requests are not round 1's
             key = json.dumps(row, sort_keys=True, ensure_ascii=False, default=str)
-            records.append({C.ID: xxhash.xxh3_64_hexdigest(key.encode()), **row, **self.constants})
+            records.append({C.ID: xxhash.xxh3_64_hexdigest(key.encode()), **row})
         return pa.Table.from_pylist(records)
 
 
