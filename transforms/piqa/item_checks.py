@@ -1,0 +1,153 @@
+"""Checks on written items that inform reviewers and the card without dropping anything.
+
+* Prompt length: the writing guideline asks for goals of more than 25 words where possible.
+  `PromptLengthCheck` writes `goal_words` and a `short_prompt` flag; `length_report` gives the share
+  of goals over the bar and the word-count summary the card prints.
+* Varied openings: a writer who starts most items the same way ("அந்த ...", "How do I ...")
+  produces a pattern a model can learn. `OpeningVariety` (global: it needs each writer's items
+  together) writes `opening` (the first `opening_words` words), `opening_repeats` (how many of
+  the writer's items share it) and a `repeated_opening` flag; `opening_report` summarises per writer.
+* `card_statistics` gathers the Tamil card's figures: items, words per prompt, contrast types,
+  safety flags per category and the agreement figures from review (a slot until review fills it).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pydantic import Field
+
+from transforms.core.stage import GlobalStage, Stage, StageError, put_column
+from transforms.piqa import textcheck as tc
+from transforms.piqa.contrast import contrast_distribution
+
+GOAL_WORDS, SHORT_PROMPT = "goal_words", "short_prompt"
+OPENING, OPENING_REPEATS, REPEATED_OPENING = "opening", "opening_repeats", "repeated_opening"
+
+
+def _langs(batch: pa.Table, default: str | None) -> list[str | None]:
+    return batch.column("lang").to_pylist() if "lang" in batch.column_names else [default] * batch.num_rows
+
+
+class PromptLengthCheck(Stage):
+    """`goal_words` per item and `short_prompt` = not more than `min_words` words. Drops nothing."""
+
+    name: ClassVar[str] = "prompt_length"
+    reads: ClassVar[tuple[str, ...]] = ("goal",)
+    writes: ClassVar[tuple[str, ...]] = (GOAL_WORDS, SHORT_PROMPT)
+
+    min_words: int = Field(25, ge=1, description="A goal should have more than this many words.")
+    default_lang: str | None = Field(None, description="Language when the table has no `lang` column.")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        counts = [tc.n_words(g, lang) for g, lang in zip(batch.column("goal").to_pylist(),
+                                                          _langs(batch, self.default_lang), strict=True)]
+        out = put_column(batch, GOAL_WORDS, pa.array(counts, pa.int32()))
+        return put_column(out, SHORT_PROMPT, pa.array([c <= self.min_words for c in counts], pa.bool_()))
+
+
+def summary(values: Sequence[int]) -> dict[str, Any]:
+    if not values:
+        return {"mean": None, "median": None, "min": None, "max": None}
+    return {"mean": round(statistics.fmean(values), 2), "median": statistics.median(values),
+            "min": min(values), "max": max(values)}
+
+
+def length_report(goals: Sequence[str | None], langs: Sequence[str | None] | str | None = None,
+                  min_words: int = 25) -> dict[str, Any]:
+    """Words per prompt (mean/median/range) and the share of prompts with more than `min_words` words."""
+    lang_list = [langs] * len(goals) if langs is None or isinstance(langs, str) else list(langs)
+    counts = [tc.n_words(g, lang) for g, lang in zip(goals, lang_list, strict=True)]
+    over = sum(c > min_words for c in counts)
+    return {"items": len(counts), "words": summary(counts), "min_words": min_words, "over": over,
+            "share_over": round(over / len(counts), 4) if counts else None, "flagged_short": len(counts) - over}
+
+
+def first_words(text: str | None, n: int, lang: str | None = None) -> str:
+    tokens = tc.words(text) if lang not in tc.NO_SPACE_LANGS else list((text or "").replace(" ", ""))
+    return " ".join(tokens[:n])
+
+
+class OpeningVariety(GlobalStage):
+    """Per writer: how often each opening (first words of the goal) recurs. Drops nothing.
+
+    An item is flagged when its opening is shared by more than `max_share` of its writer's items
+    and by at least `min_repeats` of them (a writer with three items is not judged on shares).
+    """
+
+    name: ClassVar[str] = "opening_variety"
+    reads: ClassVar[tuple[str, ...]] = ("goal",)
+    writes: ClassVar[tuple[str, ...]] = (OPENING, OPENING_REPEATS, REPEATED_OPENING)
+
+    writer_column: str = Field("writer_id", description="Column naming each item's writer.")
+    opening_words: int = Field(1, ge=1, description="Words that make an opening.")
+    max_share: float = Field(0.2, gt=0, le=1, description="Largest share of a writer's items one opening may start.")
+    min_repeats: int = Field(3, ge=2, description="Fewest items with one opening before it can be flagged.")
+    default_lang: str | None = Field(None, description="Language when the table has no `lang` column.")
+
+    def check_columns(self, schema: pa.Schema) -> None:
+        super().check_columns(schema)
+        if self.writer_column not in schema.names:
+            raise StageError(f"stage '{self.name}' needs the writer column {self.writer_column!r}; "
+                             f"the batch has {schema.names}")
+
+    def process_table(self, table: pa.Table) -> pa.Table:
+        writers = [str(w) for w in table.column(self.writer_column).to_pylist()]
+        openings = [first_words(g, self.opening_words, lang)
+                    for g, lang in zip(table.column("goal").to_pylist(), _langs(table, self.default_lang), strict=True)]
+        per_writer = Counter(writers)
+        pairs = Counter(zip(writers, openings, strict=True))
+        repeats = [pairs[(w, o)] for w, o in zip(writers, openings, strict=True)]
+        flags = [r >= self.min_repeats and r / per_writer[w] > self.max_share for w, r in zip(writers, repeats,
+                                                                                              strict=True)]
+        out = put_column(table, OPENING, pa.array(openings, pa.string()))
+        out = put_column(out, OPENING_REPEATS, pa.array(repeats, pa.int32()))
+        return put_column(out, REPEATED_OPENING, pa.array(flags, pa.bool_()))
+
+
+def opening_report(writers: Sequence[str], goals: Sequence[str | None], n_words: int = 1,
+                   top: int = 3) -> dict[str, dict[str, Any]]:
+    """Per writer: items, distinct openings, and the most frequent openings with their shares."""
+    report: dict[str, dict[str, Any]] = {}
+    for writer in sorted(set(writers)):
+        mine = [first_words(g, n_words) for w, g in zip(writers, goals, strict=True) if w == writer]
+        counts = Counter(mine)
+        report[writer] = {"items": len(mine), "distinct_openings": len(counts),
+                          "top": [{"opening": o, "items": c, "share": round(c / len(mine), 4)}
+                                  for o, c in counts.most_common(top)]}
+    return report
+
+
+def card_statistics(table: pa.Table, *, agreement: dict[str, Any] | None = None, min_words: int = 25,
+                    writer_column: str = "writer_id") -> dict[str, Any]:
+    """The Tamil card's figures from a table of items (after intake, checks, screening and dedup).
+
+    Uses the columns the stages write when present (`contrast_type`, `safety_flags`), so the card
+    shows what the pipeline measured; `agreement` is the review's figures (percent agreement,
+    Fleiss' kappa with its interval), recorded as given, or null until review has run.
+    """
+    cols = table.column_names
+    goals = table.column("goal").to_pylist()
+    langs = table.column("lang").to_pylist() if "lang" in cols else None
+    stats: dict[str, Any] = {"items": table.num_rows, "prompt_length": length_report(goals, langs, min_words)}
+    if "label" in cols:
+        labels = table.column("label").to_pylist()
+        stats["labels"] = {"0": labels.count(0), "1": labels.count(1)}
+    if "contrast_type" in cols:
+        stats["contrast_types"] = contrast_distribution(table.column("contrast_type").to_pylist())
+        dist = [d for d in table.column("contrast_distance").to_pylist() if d is not None] \
+            if "contrast_distance" in cols else []
+        stats["contrast_distance"] = summary(dist)
+    if "safety_flags" in cols:
+        from transforms.piqa.safety import flag_counts
+
+        stats["safety_flags"] = flag_counts(table.column("safety_flags").to_pylist())
+    if writer_column in cols:
+        stats["writers"] = dict(sorted(Counter(table.column(writer_column).to_pylist()).items()))
+        stats["openings"] = opening_report([str(w) for w in table.column(writer_column).to_pylist()], goals)
+    stats["agreement"] = agreement
+    return stats
