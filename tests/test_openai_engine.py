@@ -383,3 +383,88 @@ def test_live_stub_loglikelihood_and_concurrency():
         toks = stub_tokens(cont)
         assert n == len(toks)
         assert ll == pytest.approx(sum(stub_logprob(t) for t in toks))
+
+
+# -- structured output and native n ------------------------------------------------------------------
+def capture(replies):
+    """A handler that records request bodies and answers with `replies(body)` (a list of texts)."""
+    seen = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        body = json.loads(req.content)
+        seen.append(body)
+        texts = replies(body)
+        return httpx.Response(200, json={"choices": [{"index": i, "message": {"role": "assistant", "content": t}}
+                                                     for i, t in reversed(list(enumerate(texts)))]})
+    return handler, seen
+
+
+SCHEMA = {"type": "object", "properties": {"goal": {"type": "string"}}, "required": ["goal"],
+          "additionalProperties": False}
+
+
+def test_json_schema_goes_as_response_format():
+    handler, seen = capture(lambda b: ['{"goal": "x"}'])
+    out = make_engine(handler).chat([[{"role": "user", "content": "q"}]], GenerationParams(json_schema=SCHEMA))
+    assert out == ['{"goal": "x"}']
+    assert seen[0]["response_format"] == {"type": "json_schema",
+                                          "json_schema": {"name": "reply", "schema": SCHEMA, "strict": True}}
+    assert "structured_outputs" not in seen[0] and "n" not in seen[0]
+
+
+def test_choice_goes_as_an_enum_object_and_comes_back_unwrapped():
+    handler, seen = capture(lambda b: ['{"choice": "아니오"}'])
+    out = make_engine(handler).chat([[{"role": "user", "content": "q"}]], GenerationParams(choices=["예", "아니오"]))
+    assert out == ["아니오"]
+    schema = seen[0]["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["choice"]["enum"] == ["예", "아니오"] and schema["required"] == ["choice"]
+    # a server that ignored the format: the text goes to the stage as is (it validates)
+    handler, _ = capture(lambda b: ["예, 맞아요"])
+    assert make_engine(handler).chat([[{"role": "user", "content": "q"}]],
+                                     GenerationParams(choices=["예", "아니오"])) == ["예, 맞아요"]
+
+
+def test_vllm_server_structured_outputs_extra_body():
+    handler, seen = capture(lambda b: ["예"])
+    eng = make_engine(handler, structured_outputs="vllm")
+    eng.chat([[{"role": "user", "content": "q"}]], GenerationParams(choices=["예", "아니오"]))
+    eng.chat([[{"role": "user", "content": "q"}]], GenerationParams(json_schema=SCHEMA))
+    assert seen[0]["structured_outputs"] == {"choice": ["예", "아니오"]}
+    assert seen[1]["structured_outputs"] == {"json": SCHEMA}
+    assert all("response_format" not in b for b in seen)
+    off, seen_off = capture(lambda b: ["x"])
+    make_engine(off, structured_outputs="off").chat([[{"role": "user", "content": "q"}]],
+                                                   GenerationParams(json_schema=SCHEMA))
+    assert "response_format" not in seen_off[0] and "structured_outputs" not in seen_off[0]
+
+
+def test_native_n_one_request_per_conversation_replies_in_index_order():
+    handler, seen = capture(lambda b: [f"{b['messages'][0]['content']}-{k}" for k in range(b.get("n", 1))])
+    eng = make_engine(handler)
+    out = eng.generate([[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]],
+                       GenerationParams(n=3, temperature=0.9, seed=11))
+    assert out == [["a-0", "a-1", "a-2"], ["b-0", "b-1", "b-2"]]
+    assert len(seen) == 2 and all(b["n"] == 3 and b["seed"] == 11 for b in seen)
+
+
+def test_llm_stage_over_the_openai_engine():
+    """The LLM stage base on the HTTP engine: the schema of the json output reaches the request."""
+    import pyarrow as pa
+
+    from transforms.core import columns as C
+    from transforms.llm.output import JsonOutput
+    from transforms.llm.stage import LLMTransform
+
+    def replies(body):
+        text = body["messages"][-1]["content"]
+        return ['{"physical": true}' if "bread" in text else '{"physical": "maybe"}']
+
+    handler, seen = capture(replies)
+    config = EngineConfig(backend="openai", model="served-model", options={"base_url": "http://llm.test/v1"})
+    stage = LLMTransform(engine=config, prompt="classify_piqa/en", output=JsonOutput(fields={"physical": "bool"}))
+    stage.use_engine(make_engine(handler))
+    out = stage(pa.table({C.ID: ["a", "b"], C.TEXT: ["keep bread fresh", "a poem"]}))
+    assert out.column("physical").to_pylist() == [True, None]
+    assert out.column(C.DROP_REASON).to_pylist() == [None, "invalid_output"]
+    sent = seen[0]["response_format"]["json_schema"]["schema"]
+    assert sent["properties"]["physical"]["type"] == "boolean" and sent["additionalProperties"] is False
