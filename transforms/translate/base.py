@@ -72,6 +72,10 @@ class TranslationEngine(ABC):
     def translate_segments(self, segments: list[str], src: str, tgt: str) -> list[str]:
         """One backend call: translations of `segments` (sentences), aligned with them."""
 
+    def length(self, segment: str) -> int:
+        """The size batches are sorted by (backends that tokenise count tokens)."""
+        return len(segment)
+
     def provenance(self) -> dict[str, str | None]:
         """Values of the provenance columns `_model`, `_prompt`, `_gen_params` for translated rows."""
         return {"model": f"{self.config.backend}:{self.model_identity}", "prompt": None, "gen_params": None}
@@ -135,7 +139,7 @@ class TranslationEngine(ABC):
 
     def _run_backend(self, todo: dict[str, str], results: dict[str, str | None], src: str, tgt: str) -> set[str]:
         failed: set[str] = set()
-        order = sorted(todo, key=lambda k: len(todo[k]))
+        order = sorted(todo, key=lambda k: self.length(todo[k]))
         step = self.config.batch_size
         for start in range(0, len(order), step):
             batch = order[start:start + step]

@@ -111,6 +111,10 @@ class CTranslate2Translator(TranslationEngine):
             return SentencePieceTokenizer(str(spm_file))
         return HFTokenizer(str(path))
 
+    def length(self, segment: str) -> int:
+        assert self.tokenizer is not None
+        return len(self.tokenizer.encode(segment, None))
+
     def encode(self, segments: list[str], src: str, tgt: str) -> tuple[list[list[str]], list[list[str]] | None]:
         """Source tokens (length-guarded) and target prefixes, exactly as handed to translate_batch."""
         assert self.tokenizer is not None

@@ -19,7 +19,7 @@ from pydantic import Field, PrivateAttr, model_validator
 
 from transforms.core import columns as C
 from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
-from transforms.translate.base import TranslationEngine, build_translator
+from transforms.translate.base import SOURCE_EMPTY, TranslationEngine, build_translator
 from transforms.translate.config import TranslatorConfig
 from transforms.translate.languages import LANGUAGES, check_language
 
@@ -95,6 +95,10 @@ class TranslateStage(Stage):
         targets, reasons, issues = self._targets(batch)
         translated: dict[str, list[str | None]] = {c: [None] * n for c in self.columns}
         texts = {c: batch.column(c).to_pylist() for c in self.columns}
+        for i in range(n):  # a row with an empty source column is dropped before any of it is translated
+            empty = next((c for c in self.columns if not (texts[c][i] or "").strip()), None)
+            if empty is not None and reasons[i] is None:
+                reasons[i], issues[i] = SOURCE_EMPTY, f"{empty}: {SOURCE_EMPTY}"
         for tgt in sorted({t for t, r in zip(targets, reasons, strict=True) if t and r is None}):
             rows = [i for i in range(n) if targets[i] == tgt and reasons[i] is None]
             flat = [texts[c][i] for c in self.columns for i in rows]
