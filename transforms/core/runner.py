@@ -192,6 +192,9 @@ def run_pipeline(
     if not isinstance(source, SourceStage):
         raise TypeError(f"a job's first stage must be a SourceStage, got {type(source).__name__}")
     lake.create()
+    from transforms.core.secrets import bind_fingerprint_key
+
+    bind_fingerprint_key(lake.root)  # env_vars enter fingerprints keyed by this lake's key (docs/secrets.md)
     run_id = run_id or Lake.new_run_id(job)
     partition_rows = partition_rows_setting(partition_rows)
     manifest = RunManifest(run_id=run_id, job=job, dataset=dataset, config=config, code_version=code_version(),
