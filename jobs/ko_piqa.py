@@ -20,9 +20,10 @@ from transforms.core.runner import init_ray, run_pipeline
 from transforms.dedup.exact import ExactDedup
 from transforms.dedup.minhash import MinHashDedup
 from transforms.io.crawl import CrawlInput, CrawlSource, EmptyInputError
+from transforms.judge.run_eval import JudgesReport
 from transforms.llm.cultural import CulturalTagger
 from transforms.llm.ensemble import EnsembleClassify, summarise_run
-from transforms.llm.prefilter import DistilledPrefilter
+from transforms.llm.prefilter import Prefilter, SupervisedPrefilter
 from transforms.llm.sampling import SampleGeneralAndCultural
 from transforms.text.langid import LanguageFilter
 from transforms.text.normalize import NormalizeText
@@ -40,12 +41,15 @@ class Config(JobConfig):
     minhash_dedup: MinHashDedup = Field(default_factory=MinHashDedup,
                                         description="Near-duplicates by MinHash LSH (docs/minhash.md).")
     # Back half (docs/ensemble.md): prefilter → LLM ensemble → cultural tag → annotation sample.
-    prefilter: DistilledPrefilter | None = Field(
-        default_factory=DistilledPrefilter, description="Distilled from the ensemble; null sends every row to it.")
+    prefilter: Prefilter | None = Field(
+        default_factory=SupervisedPrefilter, description="mode supervised (default: a linear judge trained on seed "
+        "labels) or distilled (learns the ensemble on a sample); null sends every row to the ensemble.")
     ensemble: EnsembleClassify | None = Field(None, description="The LLM classifier ensemble (null: skip the "
                                               "back half).")
     cultural: CulturalTagger = Field(default_factory=CulturalTagger)
     sample: SampleGeneralAndCultural = Field(default_factory=SampleGeneralAndCultural)
+    judges: JudgesReport = Field(default_factory=JudgesReport, description="Labels the run report measures "
+                                 "the kept rows against (docs/judges.md).")
 
 
 def stages(config: Config, run_dir: Path | None = None) -> list[Any]:
@@ -67,13 +71,27 @@ def llm_stages(config: Config, run_dir: Path | None) -> list[Any]:
     cache = str(run_dir / "cache" / "ensemble") if run_dir else None
     ensemble = config.ensemble.model_copy(update={"cache_dir": cache})
     chain: list[Any] = []
-    if config.prefilter is not None:
+    if isinstance(config.prefilter, SupervisedPrefilter):
+        labels = _resolve(config.prefilter.judge.labels)
+        chain.append(config.prefilter.model_copy(update={
+            "judge": config.prefilter.judge.model_copy(update={"labels": labels}),
+            "output_dir": str(run_dir / "prefilter") if run_dir else None,
+            "embed_cache_dir": str(Path(config.lake).resolve() / "cache" / "embeddings")}))
+    elif config.prefilter is not None:
         chain.append(config.prefilter.model_copy(update={
             "teacher": ensemble, "output_dir": str(run_dir / "prefilter") if run_dir else None,
             "cache_dir": str(run_dir / "cache" / "prefilter") if run_dir else None}))
     chain += [ensemble, config.cultural.model_copy(update={"cache_dir": cache}),
               config.sample.model_copy(update={"output_dir": str(run_dir) if run_dir else None})]
     return chain
+
+
+def _resolve(path: str) -> str:
+    """A relative labels path is read from the working directory, else from the repository."""
+    p = Path(path)
+    if p.is_absolute() or p.exists():
+        return str(p.resolve())
+    return str(Path(__file__).resolve().parents[1] / p)
 
 
 def _attach_llm_reports(manifest: RunManifest, run_dir: Path, path: Path) -> None:
@@ -86,6 +104,29 @@ def _attach_llm_reports(manifest: RunManifest, run_dir: Path, path: Path) -> Non
             manifest.extras["ensemble"] = summarise_run(Path(record.outputs["kept"]),
                                                         Path(record.outputs["rejected"]))
     manifest.write(path)
+
+
+def _attach_judges(config: Config, manifest: RunManifest, run_dir: Path, path: Path) -> None:
+    """Kept rows against the labels (+ the latest judge-eval) -> extras["judges"] and judges.html."""
+    from transforms.judge.report import render_judges
+    from transforms.judge.run_eval import evaluate_run
+
+    labels = [p for p in (_resolve(x) for x in config.judges.labels) if Path(p).exists()]
+    if not labels or not any(s.name == "prefilter" for s in manifest.stages):
+        return
+    extras: dict[str, Any] = {"run": evaluate_run(manifest, labels)}
+    if config.judges.judge_eval and Path(config.judges.judge_eval).exists():
+        extras["judge_eval"] = json.loads(Path(config.judges.judge_eval).read_text(encoding="utf-8"))
+    manifest.extras["judges"] = extras
+    manifest.write(path)
+    run = extras["run"]
+    for group, m in run["groups"].items():
+        print(f"ko-piqa: kept vs labels, {group}: precision {m['precision']:.2f}, recall {m['recall']:.2f} "
+              f"({m['tp']} of {m['positives']} physical questions kept, {m['fp']} others)", file=sys.stderr)
+    print(f"ko-piqa: {run['kept_rows']} rows kept, {run['kept_from_negative_sources']} from 3i4k/chatbot",
+          file=sys.stderr)
+    (run_dir / "judges.html").write_text("<!doctype html><html><head><meta charset='utf-8'><title>judges</title>"
+                                         "</head><body>" + render_judges(extras) + "</body></html>", encoding="utf-8")
 
 
 def _stop_if_nothing_read(record: StageRecord) -> None:
@@ -121,5 +162,6 @@ def run_stages(config: Config, chain: list[Any], *, run_id: str | None = None,
             print(f"ko-piqa: report of the failed run: {report}", file=sys.stderr)
         raise
     _attach_llm_reports(manifest, lake.run_dir(run_id), lake.manifest_path(run_id))
+    _attach_judges(config, manifest, lake.run_dir(run_id), lake.manifest_path(run_id))
     write_report(manifest, report)
     return {"run_id": manifest.run_id, **manifest.outputs, "report": str(report)}

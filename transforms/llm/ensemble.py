@@ -17,7 +17,8 @@ The stage is an `LLMStage` (transforms/llm/stage.py): engines, engine retries an
 come from the base. Each classifier's answers are cached under `cache_dir/<classifier key>/`, keyed
 by the sha256 of the rendered prompt, the model and the mode (not by row id), so a rerun with the
 same run id asks no model twice, and the prefilter's teacher run is reused by the ensemble stage.
-A member is anything with `ask(stage, ids, texts) -> list[Answer]`; `Classifier` is the LLM one.
+A member is anything with `ask(stage, ids, texts) -> list[Answer]`; `Classifier` is the LLM one,
+`LinearClassifier` (transforms/judge/member.py, `kind: linear`) a supervised one on embeddings.
 """
 
 from __future__ import annotations
@@ -29,15 +30,16 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from transforms.core import columns as C
 from transforms.core.lake import read_table
 from transforms.core.stage import put_column, set_drop_reason
+from transforms.judge.member import LinearClassifier
 from transforms.llm.answers import match_choice
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.llm.cache import answer_key
@@ -184,12 +186,22 @@ def vote_outcome(yes: int, no: int, n: int, needed: int) -> bool | None:
     return None
 
 
+def _member_kind(value: Any) -> str:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return "linear" if kind == "linear" else "llm"
+
+
+Member = Annotated[Annotated[Classifier, Tag("llm")] | Annotated[LinearClassifier, Tag("linear")],
+                   Discriminator(_member_kind)]
+
+
 class EnsembleClassify(LLMStage):
     name: ClassVar[str] = "ensemble"
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("ens_pass", "ens_calls", "ens_raw_output", "ens_provenance")
 
-    classifiers: list[Classifier] = Field(..., min_length=1)
+    classifiers: list[Member] = Field(..., min_length=1, description="LLM members and supervised ones "
+                                      "(`kind: linear`); asked cheapest first.")
     vote: Vote = Field(default_factory=Vote)
     order: Literal["cost", "config"] = Field("cost", description="cost: cheapest `params_b` first.")
     text_column: str = Field(C.TEXT, description="Column holding the text to classify.")
@@ -209,7 +221,7 @@ class EnsembleClassify(LLMStage):
         self.attach_engine(classifier, engine)
         return self
 
-    def ordered(self) -> list[Classifier]:
+    def ordered(self) -> list[Classifier | LinearClassifier]:
         if self.order == "config":
             return list(self.classifiers)
         return sorted(self.classifiers, key=lambda c: c.cost_order)  # stable: ties keep config order
@@ -217,7 +229,8 @@ class EnsembleClassify(LLMStage):
     def setup(self) -> None:
         # Classifiers on the same model share one loaded engine (the demo runs one small model twice).
         for clf in self.classifiers:
-            self.engine_for(clf.short_name, clf.engine)
+            if isinstance(clf, Classifier):
+                self.engine_for(clf.short_name, clf.engine)
             clf.load_prompt()  # fail before the first batch, not in the middle of a run
 
     # -- the vote ----------------------------------------------------------------------------------
@@ -259,7 +272,7 @@ class EnsembleClassify(LLMStage):
             answers = self.classify(clf, [ids[i] for i in open_rows], [texts[i] for i in open_rows])
             for i, ans in zip(open_rows, answers, strict=True):
                 calls[i] += ans.calls
-                asked[i].append({"name": clf.short_name, "model": clf.engine.model, "prompt": prompt.id,
+                asked[i].append({"name": clf.short_name, "model": _model_of(clf), "prompt": prompt.id,
                                  "version": prompt.version})
                 gen[i].append(clf.gen_params(self.retry_temperature))
                 if ans.option is None:
@@ -287,10 +300,14 @@ class EnsembleClassify(LLMStage):
             out = put_column(out, f.name, pa.array(values[f.name], type=f.type))
         return set_drop_reason(out, pa.array(reasons, type=pa.string()))
 
-    def classify(self, clf: Classifier, ids: Sequence[str], texts: Sequence[str]) -> list[Answer]:
+    def classify(self, clf: Classifier | LinearClassifier, ids: Sequence[str], texts: Sequence[str]) -> list[Answer]:
         """One classifier's answers about some rows (cached ones are not asked again)."""
         self.ensure_setup()
         return clf.ask(self, ids, texts, self.retry_temperature)
+
+
+def _model_of(clf: Classifier | LinearClassifier) -> str:
+    return clf.model_label if isinstance(clf, LinearClassifier) else clf.engine.model
 
 
 def _positive_share(logprobs: Sequence[float]) -> float | None:

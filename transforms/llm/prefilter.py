@@ -1,4 +1,6 @@
-"""A cheap prefilter distilled from the LLM ensemble, so the ensemble only sees likely positives.
+"""The prefilter modes. Default `supervised` (transforms/judge/gate.py): a linear judge trained on
+seed labels. `distilled` (this module): a cheap prefilter distilled from the LLM ensemble, so the
+ensemble only sees likely positives. `Prefilter` is the config type; `mode` picks the class.
 
 1. Draw a fixed-seed random sample of the rows (`sample_size`) and run the ensemble on it.
 2. Embed the sample (multilingual USE by default) and fit a logistic regression to the ensemble's
@@ -24,17 +26,18 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Discriminator, Field, PrivateAttr, Tag
 
 from transforms.core import columns as C
 from transforms.core import rowcache
 from transforms.core.stage import GlobalStage, put_column, set_drop_reason
 from transforms.embed.base import Embedder, EmbedderConfig
+from transforms.judge.gate import SupervisedPrefilter
 from transforms.llm.ensemble import EnsembleClassify
 
 log = logging.getLogger("piqaforge.prefilter")
@@ -157,6 +160,7 @@ class DistilledPrefilter(GlobalStage):
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("prefilter_score", "prefilter_sampled", "prefilter_known_positive")
 
+    mode: Literal["distilled"] = Field("distilled", description="Learn the ensemble's verdict on a sample.")
     teacher: EnsembleClassify | None = Field(
         None, description="The ensemble whose verdict the prefilter learns (the job passes its ensemble stage).")
     sample_size: int = Field(200, ge=2, description="Rows the ensemble labels for distillation.")
@@ -227,7 +231,7 @@ class DistilledPrefilter(GlobalStage):
         ids = table.column(C.ID).cast(pa.string()).combine_chunks()
         if fitted.coef:
             scores = np.full(len(ids), np.nan)
-            todo = np.arange(len(ids))
+            todo: np.ndarray = np.arange(len(ids))
             if cached is not None and cached.num_rows:
                 hit = pc.index_in(ids, value_set=cached.column("id"))
                 found = pc.is_valid(hit).to_numpy(zero_copy_only=False)
@@ -367,3 +371,14 @@ class _ScoreActor:
 
 def _cut(texts: list[Any], n: int) -> list[str]:
     return ["" if t is None else str(t)[:n] for t in texts]
+
+
+def _prefilter_mode(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("mode", "supervised"))
+    return str(getattr(value, "mode", "supervised"))
+
+
+Prefilter = Annotated[Annotated[SupervisedPrefilter, Tag("supervised")] | Annotated[DistilledPrefilter, Tag("distilled")],
+                      Discriminator(_prefilter_mode)]
+__all__ = ["DegenerateSampleError", "DistilledPrefilter", "Prefilter", "SupervisedPrefilter"]

@@ -1,0 +1,76 @@
+"""`piqaforge judge-eval --labels FILE [--config FILE] [--set k=v] [--out DIR]`: measure every judge.
+
+Runs the ko-piqa config's prefilter, every ensemble member, their unanimous vote and the whole
+cascade on the labelled rows; writes judges.json and judges.html (tables + precision-recall plot)
+under --out and prints one line per judge. The LLM answers go to a cache under --out, so a rerun
+(or a rerun with another threshold) asks no model twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("judge-eval", help="measure the ko-piqa judges on labelled rows (docs/judges.md)")
+    p.add_argument("--labels", action="append", required=True,
+                   help="labelled JSONL (repeatable: seeds and the held-out set are measured together)")
+    p.add_argument("--config", help="ko-piqa YAML merged over the defaults")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value")
+    p.add_argument("--out", default="lake/judges", help="output folder (default lake/judges)")
+    p.add_argument("--injection-rows", type=int, default=80, help="questions attacked with each injection (0: skip)")
+    p.add_argument("--no-llm", action="store_true", help="measure the prefilter only")
+
+
+def run(args: argparse.Namespace) -> int:
+    from jobs.config import parse_set, resolve_config
+    from jobs.ko_piqa import _resolve
+    from transforms.embed.cache import CachedEmbedder
+    from transforms.judge.evaluate import evaluate
+    from transforms.judge.gate import SupervisedPrefilter
+    from transforms.judge.report import render_judge_eval
+    from transforms.judge.seeds import load_labels
+
+    overrides = dict(parse_set(item) for item in args.set or [])
+    config = resolve_config("ko-piqa", args.config, overrides)
+    if not isinstance(config.prefilter, SupervisedPrefilter):
+        raise ValueError("judge-eval measures the supervised prefilter: set prefilter.mode=supervised")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = str(Path(config.lake).resolve() / "cache" / "embeddings")
+    training = _resolve(config.prefilter.judge.labels)
+    gate = config.prefilter.model_copy(update={"judge": config.prefilter.judge.model_copy(update={"labels": training}),
+                                               "embed_cache_dir": cache})
+    fitted = gate.fit()
+    rows = [r for path in args.labels for r in load_labels(_resolve(path), allow_held_out=True)]
+    ensemble = None
+    if config.ensemble is not None and not args.no_llm:
+        ensemble = config.ensemble.model_copy(update={"cache_dir": str(out / "cache" / "ensemble")})
+        for clf in ensemble.classifiers:
+            if getattr(clf, "kind", None) == "linear":
+                clf.use_fitted(fitted)
+        ensemble.ensure_setup()
+    result: dict[str, Any] = evaluate(rows, fitted=fitted, training_labels=training,
+                                      embedder=CachedEmbedder(fitted.embedder, cache), ensemble=ensemble,
+                                      injection_rows=args.injection_rows)
+    result["labels"] = [str(p) for p in args.labels]
+    result["prefilter_cv"] = {k: v for k, v in fitted.cv.items() if k != "curve"}
+    (out / "judges.json").write_text(json.dumps(result, indent=1, default=float), encoding="utf-8")
+    html = ("<!doctype html><html><head><meta charset='utf-8'><title>judge-eval</title><style>body{font-family:"
+            "sans-serif;max-width:1000px;margin:2rem auto} td,th{border:1px solid #ddd;padding:.2rem .5rem;text-align:"
+            "right} td.l,th.l{text-align:left} table{border-collapse:collapse}</style></head><body>"
+            + render_judge_eval(result) + "</body></html>")
+    (out / "judges.html").write_text(html, encoding="utf-8")
+    print(f"{'judge':<12}{'precision':>10}{'recall':>8}{'AUC':>7}{'pass':>7}{'LLM calls':>10}")
+    for name, j in result["judges"].items():
+        auc = j.get("auc")
+        print(f"{name:<12}{j['precision']:>10.3f}{j['recall']:>8.3f}{(auc if auc is not None else float('nan')):>7.3f}"
+              f"{j['pass_rate']:>7.3f}{j['cost'].get('llm_calls', 0):>10}")
+    for name, v in result.get("injection", {}).get("judges", {}).items():
+        print(f"injection {name:<12} no->yes {v['no_to_yes']:>3}  yes->no {v['yes_to_no']:>3}  of {v['verdicts']}")
+    print(f"judge-eval: wrote {out / 'judges.json'} and {out / 'judges.html'}", file=sys.stderr)
+    return 0

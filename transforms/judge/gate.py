@@ -1,0 +1,166 @@
+"""The supervised prefilter: a linear judge trained on seed labels gates rows before any LLM sees them.
+
+1. Fit (transforms/judge/linear.py): embed the seed labels, choose the threshold for `target_recall`
+   on out-of-fold scores, refit on every seed.
+2. Score every row (a Ray actor pool; embeddings go through the disk cache, so a resumed run or the
+   seed rows that also sit in the crawl cost nothing).
+3. Print the pass rate that threshold implies, before the LLM stage starts. If more rows would pass
+   than `llm_budget_rows`, stop and say what the recall costs (`on_over_budget: error`) or raise the
+   threshold to the budget and report the lower cross-validated recall (`cap`).
+
+Why this and not distillation from the ensemble (DistilledPrefilter, still available with
+`prefilter.mode=distilled`): the local teacher (Gemma 3 270M) cannot tell physical questions apart,
+and a prefilter distilled from it learnt its yes-bias (docs/judges.md has the figures).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field, PrivateAttr
+
+from transforms.core import columns as C
+from transforms.core.stage import GlobalStage, put_column, set_drop_reason
+from transforms.judge.linear import FittedLinear, LinearJudge, prepare, train
+
+log = logging.getLogger("piqaforge.prefilter")
+DROP = "prefilter_rejected"
+
+
+class OverBudgetError(ValueError):
+    """The recall asked for would send more rows to the LLMs than the budget allows."""
+
+
+class SupervisedPrefilter(GlobalStage):
+    name: ClassVar[str] = "prefilter"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
+    writes: ClassVar[tuple[str, ...]] = ("prefilter_score",)
+
+    mode: Literal["supervised"] = Field("supervised", description="Linear judge trained on seed labels.")
+    judge: LinearJudge = Field(default_factory=LinearJudge, description="Labels, embedder and recall target.")
+    llm_budget_rows: int | None = Field(None, ge=1, description="Most rows the LLM stage may get; null: no limit.")
+    on_over_budget: Literal["error", "cap"] = Field(
+        "error", description="error: stop and say what the recall costs; cap: raise the threshold to the "
+        "budget and report the cross-validated recall that leaves.")
+    output_dir: str | None = Field(None, description="Where model.json and report.json go (runs/<run_id>/prefilter).")
+    embed_cache_dir: str | None = Field(None, description="Disk cache of embeddings (the job sets "
+                                        "<lake>/cache/embeddings); unset embeds every text every time.")
+
+    _report: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _fitted: FittedLinear | None = PrivateAttr(None)
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return self._report
+
+    def fit(self) -> FittedLinear:
+        return train(self.judge, self.embed_cache_dir)
+
+    def score(self, table: pa.Table, fitted: FittedLinear, embedder: Any = None) -> pa.Table:
+        from transforms.embed.cache import CachedEmbedder
+
+        embedder = embedder or CachedEmbedder(fitted.embedder, self.embed_cache_dir)
+        texts = [prepare(t, fitted.embed_chars) for t in table.column(C.TEXT).to_pylist()]
+        scores = fitted.scores(embedder.encode(texts)) if texts else np.zeros(0)
+        return put_column(table, "prefilter_score", pa.array(scores, pa.float64()))
+
+    def decide(self, fitted: FittedLinear, scores: np.ndarray) -> float:
+        """The threshold to apply: the recall one, unless it breaks the budget. Prints the pass rate."""
+        threshold = fitted.threshold
+        passing = int((scores >= threshold).sum())
+        cv = fitted.cv
+        report: dict[str, Any] = {
+            "mode": "supervised", "labels": self.judge.labels, "labels_sha": fitted.labels_sha,
+            "seed_rows": cv.get("seed_rows"), "seed_positives": cv.get("positives"),
+            "target_recall": self.judge.target_recall, "threshold": threshold,
+            "cv_recall": cv.get("recall"), "cv_precision": cv.get("precision"), "cv_auc": cv.get("auc"),
+            "cv_pass_rate_by_source": cv.get("pass_rate_by_source"), "folds": self.judge.folds,
+            "embedder": fitted.embedder.model_dump(), "embed_chars": fitted.embed_chars,
+            "rows": len(scores), "rows_at_target_recall": passing,
+            "pass_rate_at_target_recall": passing / len(scores) if len(scores) else None,
+            "llm_budget_rows": self.llm_budget_rows, "budget_capped": False}
+        if self.llm_budget_rows is not None and passing > self.llm_budget_rows:
+            cap = float(np.sort(scores)[::-1][self.llm_budget_rows - 1])
+            cap = np.nextafter(cap, np.inf) if (scores >= cap).sum() > self.llm_budget_rows else cap
+            recall = fitted.recall_at(cap)
+            msg = (f"the prefilter's threshold for recall {self.judge.target_recall:.2f} (cross-validated on "
+                   f"{cv.get('positives')} seed positives) passes {passing} of {len(scores)} rows, more than the "
+                   f"LLM budget of {self.llm_budget_rows}; within the budget the recall would be {recall:.2f}. "
+                   f"Raise prefilter.llm_budget_rows, lower prefilter.judge.target_recall, or set "
+                   f"prefilter.on_over_budget=cap to accept the lower recall.")
+            if self.on_over_budget == "error":
+                self._report = report | {"error": msg}
+                self.save(fitted)
+                raise OverBudgetError(msg)
+            log.warning("prefilter: %s", msg)
+            report.update(budget_capped=True, threshold_for_target_recall=threshold, threshold=float(cap),
+                          cv_recall_at_threshold=recall)
+            threshold = float(cap)
+        kept = int((scores >= threshold).sum())
+        report.update(rows_kept=kept, pass_rate=kept / len(scores) if len(scores) else None)
+        self._report, self._fitted = report, fitted
+        print(f"prefilter: threshold {threshold:.3f} (cross-validated recall {report.get('cv_recall_at_threshold', cv.get('recall')):.2f}, "
+              f"precision {cv.get('precision'):.2f}, AUC {cv.get('auc'):.3f} on {cv.get('seed_rows')} seed rows) "
+              f"passes {kept} of {len(scores)} rows ({100 * kept / max(len(scores), 1):.1f}%) to the LLM stage",
+              file=sys.stderr, flush=True)
+        self.save(fitted)
+        return threshold
+
+    def mark(self, table: pa.Table, threshold: float) -> pa.Table:
+        keep = pc.greater_equal(table.column("prefilter_score"), pa.scalar(threshold, pa.float64()))
+        return set_drop_reason(table, pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(DROP)))
+
+    def save(self, fitted: FittedLinear) -> None:
+        if not self.output_dir:
+            return
+        out = Path(self.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.json").write_text(fitted.model_dump_json(indent=1), encoding="utf-8")
+        (out / "report.json").write_text(json.dumps(self._report, indent=2, default=str), encoding="utf-8")
+
+    # -- in-process path (unit tests, judge-eval) ------------------------------------------------------
+    def process_table(self, table: pa.Table) -> pa.Table:
+        fitted = self._fitted or self.fit()
+        scored = self.score(table, fitted)
+        return self.mark(scored, self.decide(fitted, scored.column("prefilter_score").to_numpy()))
+
+    # -- Ray path: one fitting task → scoring actors → threshold → marking -----------------------------
+    def run_dataset(self, ds: Any) -> Any:
+        import ray
+
+        fitted = ray.get(ray.remote(**self.resources.ray_remote_args())(_fit_task).remote(self))
+        scored = ds.map_batches(_ScoreActor, fn_constructor_kwargs={"stage": self, "fitted": fitted},
+                                concurrency=self.resources.concurrency or 1, batch_format="pyarrow",
+                                batch_size=self.resources.batch_size, **self.resources.ray_remote_args())
+        scored = scored.materialize()
+        parts = list(scored.select_columns(["prefilter_score"]).iter_batches(batch_format="pyarrow",
+                                                                              batch_size=None))
+        scores = np.concatenate([b.column(0).to_numpy() for b in parts] or [np.zeros(0)])
+        threshold = self.decide(fitted, scores)
+        stage = self
+        return scored.map_batches(lambda b: stage.mark(b, threshold), batch_format="pyarrow")
+
+
+def _fit_task(stage: SupervisedPrefilter) -> FittedLinear:
+    return stage.fit()
+
+
+class _ScoreActor:
+    def __init__(self, stage: SupervisedPrefilter, fitted: FittedLinear):
+        from transforms.embed.cache import CachedEmbedder
+
+        stage.exit_actor_if_finished()
+        self.stage, self.fitted = stage, fitted
+        self.embedder = CachedEmbedder(fitted.embedder, stage.embed_cache_dir)  # loads the model once
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        return self.stage.score(batch, self.fitted, self.embedder)
