@@ -5,7 +5,8 @@
 Phases: read the release → per model: generation (original and swapped order) and log-likelihood
 → summary (accuracy per subset with Wilson intervals, omitted replies, swap consistency, random
 baselines) → the papers' table (Markdown, CSV) and a plot → artifact audit → lm-eval task export.
-Predictions are written in parts of `chunk_size` items; `--resume <run_id>` reuses finished parts.
+Predictions are a run of stages (read_table → mark_subsets → predict, transforms/eval/stages.py) with
+resumable partitions of `chunk_size` items; `--resume <run_id>` skips the partitions already scored.
 Everything lands in <lake>/runs/<run_id>/eval/ (or `out_dir`).
 """
 
@@ -23,13 +24,11 @@ from pydantic import Field, field_validator
 
 from jobs.config import ConfigError, JobConfig
 from transforms.core.lake import Lake
-from transforms.core.manifest import RunManifest, code_version, fingerprint_file
+from transforms.core.manifest import RunManifest, fingerprint_file
 from transforms.eval import items as I
 from transforms.eval.audit import audit_markdown, audit_release
-from transforms.eval.evaluator import ORIGINAL, SWAPPED, generate_predictions, loglik_predictions
 from transforms.eval.lm_eval_export import export_lm_eval_task
 from transforms.eval.report import markdown, paper_rows, plot, summarize, write_csv
-from transforms.eval.templates import load_loglik_contexts
 from transforms.llm.base import EngineConfig, GenerationParams, LLMEngine, build_engine
 
 log = logging.getLogger("piqaforge.evaluate")
@@ -77,53 +76,6 @@ class Config(JobConfig):
         return value
 
 
-def _parts_dir(out: Path, model: str, method: str, variant: str) -> Path:
-    return out / "predictions" / model / f"{method}-{variant}"
-
-
-def _chunked(out_dir: Path, items: pa.Table, chunk_size: int, resume: bool, score: Any) -> pa.Table:
-    """Score `items` in parts of chunk_size rows; a finished part is reused when resuming."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    parts = []
-    for k, lo in enumerate(range(0, items.num_rows, chunk_size)):
-        path = out_dir / f"part-{k:05d}.parquet"
-        if resume and path.exists():
-            parts.append(pq.read_table(path))
-            continue
-        table = score(items.slice(lo, chunk_size))
-        tmp = path.with_suffix(".tmp")
-        pq.write_table(table, tmp)
-        tmp.replace(path)
-        parts.append(table)
-        log.info("%s: %d/%d items", out_dir.relative_to(out_dir.parents[2]), min(lo + chunk_size, items.num_rows),
-                 items.num_rows)
-    return pa.concat_tables(parts, promote_options="default") if parts else pa.table({})
-
-
-def evaluate_model(engine: LLMEngine, name: str, items: pa.Table, config: Config, out: Path,
-                   resume: bool = False) -> list[pa.Table]:
-    tables = []
-    if "generate" in config.modes:
-        cues = load_loglik_contexts() if config.answer_cue else None
-        subset = I.sample_items(items, config.generate_limit, config.seed)
-        variants = [(ORIGINAL, subset)] + ([(SWAPPED, I.swap_solutions(subset))] if config.swap else [])
-        for variant, table in variants:
-            def score(part: pa.Table, variant: str = variant) -> pa.Table:
-                return generate_predictions(engine, part, model=name, params=config.generation,
-                                            prompts=config.prompts, variant=variant, batch_size=config.batch_size,
-                                            cues=cues)
-            tables.append(_chunked(_parts_dir(out, name, "generate", variant), table, config.chunk_size, resume, score))
-    if "loglik" in config.modes:
-        subset = I.sample_items(items, config.loglik_limit, config.seed)
-        contexts = load_loglik_contexts()
-
-        def score_ll(part: pa.Table) -> pa.Table:
-            return loglik_predictions(engine, part, model=name, contexts=contexts, norm=config.norm,
-                                      batch_size=config.batch_size)
-        tables.append(_chunked(_parts_dir(out, name, "loglik", ORIGINAL), subset, config.chunk_size, resume, score_ll))
-    return tables
-
-
 def load_release(config: Config) -> pa.Table:
     from transforms.piqa.formats import read_items
 
@@ -131,6 +83,31 @@ def load_release(config: Config) -> pa.Table:
     if not path.exists():
         raise FileNotFoundError(f"release not found: {path}")
     return I.prepare_items(read_items(path), default_lang=config.default_lang, default_source=path.stem)
+
+
+def predict_on_runner(config: Config, items: pa.Table, lake: Lake, run_id: str, resume: bool) -> pa.Table:
+    """Items → subsets → predictions as a run of stages; the predictions come back from its output."""
+    from transforms.core.lake import read_table
+    from transforms.core.runner import init_ray, run_pipeline
+    from transforms.eval.stages import MarkEvalSubsets, PredictItems, predictions_for_summary
+    from transforms.io.sources import TableSource
+    from transforms.piqa.release import find_manifest
+
+    engines = {m: config.engines[m] for m in config.models}
+    predict = PredictItems(engines=engines, modes=list(config.modes), swap=config.swap, generation=config.generation,
+                           prompts=config.prompts, answer_cue=config.answer_cue, norm=config.norm,
+                           batch_size=config.batch_size)
+    predict.attach_engines({m: build_engine(cfg) for m, cfg in engines.items()})  # built here, loaded in setup
+    marks = MarkEvalSubsets(generate_limit=config.generate_limit if "generate" in config.modes else 0,
+                            loglik_limit=config.loglik_limit if "loglik" in config.modes else 0, seed=config.seed)
+    upstream = find_manifest(config.release)
+    init_ray(config.ray_address, config.num_cpus)
+    manifest = run_pipeline(job="evaluate", dataset=config.dataset, source=TableSource(items, label=str(config.release)),
+                            stages=[marks, predict], lake=lake, config=config.model_dump(), run_id=run_id,
+                            resume=resume, partition_rows=config.chunk_size,
+                            parents=[upstream.run_id] if upstream else [])
+    curated = Path(manifest.outputs["curated"])
+    return predictions_for_summary(read_table(curated)) if curated.exists() else pa.table({})
 
 
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
@@ -142,32 +119,23 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     out = Path(config.out_dir) if config.out_dir else lake.run_dir(run_id) / "eval"
     out.mkdir(parents=True, exist_ok=True)
     name = config.name or Path(config.release).stem
-    manifest = RunManifest(run_id=run_id, job="evaluate", dataset=config.dataset, config=config.model_dump(),
-                           code_version=code_version())
     manifest_path = lake.manifest_path(run_id)
     timings: dict[str, float] = {}
     try:
         started = time.perf_counter()
         items = load_release(config)
         release_path = Path(config.release)
-        manifest.inputs = [fingerprint_file(release_path)] if release_path.is_file() else [{"path": str(release_path)}]
+        inputs = [fingerprint_file(release_path)] if release_path.is_file() else [{"path": str(release_path)}]
         timings["read"] = time.perf_counter() - started
         log.info("release %s: %d items", config.release, items.num_rows)
-        predictions: list[pa.Table] = []
         keep_for_audit = config.models[0] if config.audit and config.audit_solution_only else None
+        started = time.perf_counter()
+        preds = predict_on_runner(config, items, lake, run_id, resume)
+        timings["predict"] = time.perf_counter() - started
         audit_engine: LLMEngine | None = None
-        for model in config.models:
-            started = time.perf_counter()
-            engine = build_engine(config.engines[model])
-            engine.setup()
-            try:
-                predictions += evaluate_model(engine, model, items, config, out, resume)
-            finally:
-                if model == keep_for_audit:
-                    audit_engine = engine
-                else:
-                    engine.close()
-            timings[f"model:{model}"] = time.perf_counter() - started
+        if keep_for_audit:
+            audit_engine = build_engine(config.engines[keep_for_audit])
+            audit_engine.setup()
         started = time.perf_counter()
         audit: dict[str, Any] | None = None
         if config.audit:
@@ -178,8 +146,6 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
                     audit_engine.close()
         timings["audit"] = time.perf_counter() - started
         started = time.perf_counter()
-        scored = [p for p in predictions if p.num_rows]
-        preds = pa.concat_tables(scored, promote_options="default") if scored else pa.table({})
         if preds.num_rows:
             pq.write_table(preds, out / "predictions.parquet")
             summary = summarize(preds, items)
@@ -204,19 +170,18 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
             exported = export_lm_eval_task(items, out / "lm_eval", name)
             outputs["lm_eval"] = exported["yaml"]
         timings["report"] = time.perf_counter() - started
-        manifest.outputs = {**outputs, "manifest": str(manifest_path)}
+        manifest = RunManifest.load(manifest_path)
+        manifest.inputs = inputs
+        manifest.outputs.update({**outputs, "manifest": str(manifest_path)})
         manifest.extras.update({"timings_s": {k: round(v, 2) for k, v in timings.items()},
                                 "table": rows, "flagged": summary.get("audit", {}).get("flagged")})
-        manifest.status = "succeeded"
-    except BaseException as err:
-        manifest.status = "failed"
-        manifest.error = f"{type(err).__name__}: {err}"
-        raise
-    finally:
-        import datetime as dt
-
-        manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
         manifest.write(manifest_path)
+    except BaseException as err:
+        if manifest_path.exists():  # the runner wrote it; record what failed after the stages too
+            failed = RunManifest.load(manifest_path)
+            failed.status, failed.error = "failed", f"{type(err).__name__}: {err}"
+            failed.write(manifest_path)
+        raise
     flagged = bool(audit and audit["flagged"])
     return {"run_id": run_id, "out": str(out), **outputs, "flagged": flagged,
             "exit_code": 3 if flagged and config.fail_on_flag else 0}

@@ -9,18 +9,23 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from ray import cloudpickle as ray_cloudpickle
 
 import jobs.evaluate as evaluate_job
 from jobs.config import ConfigError, resolve_config
 from transforms.llm.base import ChatMessage, GenerationParams, LLMEngine
 from transforms.llm.prepare import is_prepared
 from transforms.piqa.formats import read_piqa, write_items
+
+# The engines below travel with the prediction stage to its Ray actor; workers cannot import tests/.
+ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 class FixedReplyEngine(LLMEngine):
@@ -138,9 +143,11 @@ def test_real_local_model_end_to_end(tmp_path, tiny_release):
     manifest = json.loads((tmp_path / "lake" / "runs" / "real" / "manifest.json").read_text())
     assert manifest["status"] == "succeeded" and manifest["extras"]["table"]
     assert Path(result["lm_eval"]).exists() and Path(result["plot"]).exists()
-    parts = sorted((out / "predictions").rglob("part-*.parquet"))
-    assert len(parts) == 6
-    stamps = [p.stat().st_mtime_ns for p in parts]
+    # the predictions are a run of stages: 8 items in, 2 sampled items consumed into 8 predictions
+    predict = next(s for s in manifest["stages"] if s["name"] == "predict")
+    assert predict["rows_in"] == 8 and predict["rows_consumed"] == 2 and predict["rows_created"] == 8
+    assert predict["rows_dropped"] == {"not_sampled": 6} and predict["partitions"] == 8
     again = evaluate_job.run(config, run_id="real", resume=True)
-    assert [p.stat().st_mtime_ns for p in parts] == stamps  # every part reused, none rescored
+    resumed = json.loads((tmp_path / "lake" / "runs" / "real" / "manifest.json").read_text())
+    assert all(s["resumed"] for s in resumed["stages"])  # every stage reused, nothing rescored
     assert pq.read_table(Path(again["out"]) / "predictions.parquet").num_rows == 8

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 import xxhash
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.creating import SourceStage
@@ -95,3 +95,29 @@ class RunSource(SourceStage):
 
     def fingerprints(self) -> list[dict[str, Any]]:
         return [fingerprint_file(f) for f in parquet_files(self.location())]
+
+
+class TableSource(SourceStage):
+    """An in-memory table the job already holds (e.g. a release read and checked by the evaluator).
+
+    It is recorded by its content hash and row count, never row by row, so a large table does not
+    end up in the manifest.
+    """
+
+    name: ClassVar[str] = "read_table"
+    label: str = Field("table", description="What the table is, for the manifest.")
+    _table: pa.Table = PrivateAttr()
+
+    def __init__(self, table: pa.Table | None = None, **data: Any):
+        super().__init__(**data)
+        self._table = table if table is not None else pa.table({C.ID: pa.array([], pa.string())})
+
+    def rows(self) -> pa.Table:
+        return self._table
+
+    def describe(self) -> dict[str, Any]:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self._table.schema) as w:
+            w.write_table(self._table)
+        digest = xxhash.xxh3_128_hexdigest(memoryview(sink.getvalue()))
+        return {"name": self.name, "label": self.label, "rows": self._table.num_rows, "xxh3_128": digest}
