@@ -157,7 +157,9 @@ def read_writer_file(path: Path, mapping: WriterColumns, sheet: str | None = Non
         if note:
             notes.append({"file": path.name, "note": note})
         if fmt == "jsonl":
-            return _jsonl_records(text, path, mapping), notes, True
+            records = _jsonl_records(text, path, mapping)
+            mapped = any(r["values"] and all(p[0] != "missing_column" for p in r["problems"]) for r in records)
+            return records, notes, mapped or not records
         header, raw_rows = _delimited_rows(text, "\t" if fmt == "tsv" else ",")
     wanted = [*mapping.required().values()]
     missing = [c for c in wanted if c not in header]

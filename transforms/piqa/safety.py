@@ -40,6 +40,7 @@ LEXICON_PATH = Path(__file__).resolve().parents[2] / "lake" / "samples" / "safet
 FLAG_TYPE = pa.struct([("category", pa.string()), ("source", pa.string()), ("evidence", pa.string())])
 # Letters, digits, and the combining marks of Indic scripts and Latin diacritics: all part of a word.
 _WORD_CHAR = r"[\w\u0900-\u0DFF\u0300-\u036F\u200C\u200D]"
+_VIRAMAS = frozenset("\u094d\u09cd\u0a4d\u0acd\u0b4d\u0bcd\u0c4d\u0ccd\u0d4d")  # Indic scripts' viramas
 
 
 class SafetyVerdict(BaseModel):
@@ -60,6 +61,10 @@ def term_pattern(term: str) -> str:
     """Regex of one lexicon term: whole words, or a stem (`...*`) that the word may continue."""
     stem = term.endswith("*")
     words = normalise(term.rstrip("*")).split()
+    if stem and words and words[-1][-1] in _VIRAMAS:
+        # a Tamil stem written as a word (முட்டாள்) loses its final virama when a suffix starts with a
+        # vowel (முட்டாளே, முட்டாளை): match the consonant, with or without the virama
+        words[-1] = words[-1][:-1]
     body = r"\s+".join(re.escape(w) for w in words)
     return rf"(?<!{_WORD_CHAR}){body}" + ("" if stem else rf"(?!{_WORD_CHAR})")
 
