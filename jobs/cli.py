@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     from jobs.review import add_review_parser  # argparse only: nothing heavy is imported
 
     add_review_parser(sub)
+    from jobs.translate_eval import add_parser as add_translate_eval_parser  # argparse only
+
+    add_translate_eval_parser(sub)
     return parser
 
 
@@ -139,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "submit":
             return _submit(args, extra)
+        if args.command == "translate-eval":
+            from jobs.translate_eval import run as run_translate_eval
+
+            if extra:
+                parser.error(f"unrecognised arguments: {' '.join(extra)}")
+            return run_translate_eval(args)
         if args.command == "judge-eval":
             from jobs.judge_eval import run as run_judge_eval
 
