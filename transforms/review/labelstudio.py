@@ -153,6 +153,7 @@ def pull(ls: Any, project_id: int) -> tuple[list[dict[str, Any]], dict[int, str]
     tasks = []
     for task in ls.tasks.list(project=project_id, fields="all"):
         t = task.model_dump() if hasattr(task, "model_dump") else dict(task)
-        tasks.append({"id": t.get("id"), "data": t.get("data"), "annotations": t.get("annotations") or []})
+        tasks.append({"id": t.get("id"), "data": t.get("data"), "annotations": t.get("annotations") or [],
+                      "predictions": t.get("predictions") or []})
     users = {int(u.id): u.email or u.username for u in ls.users.list()}
     return tasks, users
