@@ -91,8 +91,7 @@ class JsonOutput(BaseModel):
 
     def pydantic_model(self) -> type[BaseModel]:
         return _model_from_path(self.model) if self.model else _model_from_fields(
-            json.dumps({k: v if isinstance(v, str) else v.model_dump() for k, v in (self.fields or {}).items()},
-                       sort_keys=True))
+            json.dumps({k: v if isinstance(v, str) else v.model_dump() for k, v in (self.fields or {}).items()}))
 
     def json_schema(self) -> dict[str, Any]:
         schema = self.pydantic_model().model_json_schema()
