@@ -364,3 +364,41 @@ def test_generate_rerun_from_the_cache_makes_the_same_children(root, tmp_path):
     second = stage(frame(["x", "y"]))
     assert engine.calls == 0 and stage.counters.cache_hits == 4
     assert by_role(second, CHILD).select([C.ID, "llm_text"]).equals(by_role(first, CHILD).select([C.ID, "llm_text"]))
+
+
+# -- the answer parser ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("reply", "expected"), [
+    ('{"a": 1}', {"a": 1}),
+    ('Sure!\n```json\n{"a": [1, {"b": "}"}]}\n```\nAnything else?', {"a": [1, {"b": "}"}]}),
+    ('The answer is {"a": 2} and also {"a": 3}', {"a": 2}),
+    ('```\n[{"a": 1}]\n```', [{"a": 1}]),
+    ('{broken {"a": 4}', {"a": 4}),
+])
+def test_extract_json_from_chatty_replies(reply, expected):
+    from transforms.llm.answers import extract_json
+
+    assert extract_json(reply) == expected
+
+
+def test_one_parser_for_options_matches_the_prompt_files():
+    """The ensemble parses yes/no with answers.match_choice; it must agree with PromptTemplate.parse."""
+    from transforms.llm.answers import match_choice
+    from transforms.llm.prompts import load_prompt
+
+    replies = ["예", "**예**", "네, 맞아요", "아니요.", "아니오", "yes", "Yes.", "yesterday", "no way", "nope", "",
+               "음...", "잘 모르겠어요", "> 예", "(아니오)", "n", "예아니오"]
+    for pid in ("classify_piqa/ko", "classify_piqa/en"):
+        prompt = load_prompt(pid)
+        for reply in replies:
+            assert match_choice(reply, prompt.options, prompt.aliases) == prompt.parse(reply), (pid, reply)
+
+
+def test_ab_answers_and_refusals_share_the_parser():
+    from transforms.eval import parse as eval_parse
+    from transforms.llm import answers
+
+    assert eval_parse.parse_answer is answers.parse_answer
+    assert answers.parse_answer("Answer: B", ["A", "B"]) == answers.Parsed(1, answers.LENIENT)
+    assert answers.parse_answer("1", ["0", "1"]).choice == 1
+    assert answers.parse_answer("죄송합니다, 답할 수 없습니다", ["A", "B"]).status == answers.REFUSAL
+    assert answers.is_refusal("I'm sorry, I can't help") and not answers.is_refusal("Seal the bag")
