@@ -219,11 +219,12 @@ def _import(args: argparse.Namespace) -> int:
 
 def _push(args: argparse.Namespace) -> int:
     from transforms.review.batch import batch_dir, load_batch
-    from transforms.review.labelstudio import client, push, tasks_for
+    from transforms.review.labelstudio import client, push, talking_to, tasks_for
 
     lake = _lake(args)
     record, items = load_batch(lake, args.batch)
-    project = push(client(args.url, args.api_key), f"piqaforge {record.batch}", tasks_for(items, record.batch))
+    with talking_to(args.url):
+        project = push(client(args.url, args.api_key), f"piqaforge {record.batch}", tasks_for(items, record.batch))
     record.labelstudio = {"url": args.url, "project_id": project}
     record.write(batch_dir(lake, record.batch))
     print(f"Label Studio project {project} at {args.url}/projects/{project}: {items.num_rows} tasks")
@@ -233,13 +234,14 @@ def _push(args: argparse.Namespace) -> int:
 def _pull(args: argparse.Namespace) -> int:
     from transforms.review.batch import ReviewError, batch_dir, load_batch
     from transforms.review.importing import import_files
-    from transforms.review.labelstudio import client, pull
+    from transforms.review.labelstudio import client, pull, talking_to
 
     lake = _lake(args)
     record, _ = load_batch(lake, args.batch)
     if not record.labelstudio.get("project_id"):
         raise ReviewError(f"batch {args.batch!r} was never pushed to Label Studio (run `review push` first)")
-    tasks, users = pull(client(args.url, args.api_key), int(record.labelstudio["project_id"]))
+    with talking_to(args.url):
+        tasks, users = pull(client(args.url, args.api_key), int(record.labelstudio["project_id"]))
     # a JSON export as Label Studio writes it, with annotators resolved to their e-mail addresses
     for task in tasks:
         for ann in task["annotations"]:

@@ -327,3 +327,32 @@ def test_import_source_stage_yields_the_reviewed_rows(lake, tmp_path):
     from transforms.core.creating import is_creating
 
     assert is_creating(source)
+
+
+def test_review_modules_import_light():
+    import subprocess
+    import sys
+
+    mods = ["transforms.review.agreement", "transforms.review.judgments", "transforms.review.batch",
+            "transforms.review.consensus", "transforms.review.importing", "transforms.review.labelstudio",
+            "transforms.review.auto", "jobs.review", "jobs.cli"]
+    heavy = ["sklearn", "statsmodels", "scipy", "krippendorff", "label_studio_sdk", "torch", "transformers", "ray"]
+    code = (f"import importlib, sys\nfor m in {mods!r}: importlib.import_module(m)\n"
+            f"print(sorted(h for h in {heavy!r} if h in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_cli_errors_are_one_line(lake, capsys):
+    from tests.netutil import free_ports
+
+    export_run(lake, make_run(lake, ITEMS), to="labelstudio", batch="b")
+    (port,) = free_ports(1)
+    assert main(["review", "push", "b", "--url", f"http://127.0.0.1:{port}", "--api-key", "k",
+                 "--lake", str(lake.root)]) == 1
+    assert "cannot reach Label Studio at" in capsys.readouterr().err
+    assert main(["review", "import", "nope", "--from", "x.csv", "--lake", str(lake.root)]) == 1
+    assert "no review batch 'nope'" in capsys.readouterr().err
+    assert main(["review", "pull", "b", "--api-key", "k", "--lake", str(lake.root)]) == 1
+    assert "never pushed" in capsys.readouterr().err

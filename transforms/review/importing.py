@@ -197,6 +197,7 @@ def write_import(lake: Lake, result: ImportResult, files: list[str | Path] | Non
 def import_files(lake: Lake, batch: str, files: list[str | Path], rule: ConsensusRule | None = None,
                  n_boot: int = 1000, users: dict[int, str] | None = None) -> tuple[ImportResult, RunManifest]:
     start = time.perf_counter()
+    load_batch(lake, batch)  # an unknown batch is the first thing to say
     result = import_judgments(lake, batch, read_judgment_files(files, users), rule, n_boot)
     return result, write_import(lake, result, files, seconds=time.perf_counter() - start)
 

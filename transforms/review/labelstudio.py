@@ -141,6 +141,27 @@ def client(url: str, api_key: str | None) -> Any:
     return LabelStudio(base_url=url, api_key=key)
 
 
+def talking_to(url: str) -> Any:
+    """Turn the SDK's and httpx's errors into one readable ReviewError naming the server."""
+    import contextlib
+
+    from transforms.review.batch import ReviewError
+
+    @contextlib.contextmanager
+    def guard() -> Any:
+        import httpx
+        from label_studio_sdk.core.api_error import ApiError
+
+        try:
+            yield
+        except ApiError as err:
+            raise ReviewError(f"Label Studio at {url} answered {err.status_code}: {err.body}") from err
+        except httpx.HTTPError as err:
+            raise ReviewError(f"cannot reach Label Studio at {url}: {err} (is it running? see docs/review.md)") from err
+
+    return guard()
+
+
 def push(ls: Any, title: str, tasks: list[dict[str, Any]]) -> int:
     """Create a project with our labeling interface and import the tasks (predictions included)."""
     project = ls.projects.create(title=title, label_config=label_config_xml())
