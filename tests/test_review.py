@@ -356,3 +356,23 @@ def test_cli_errors_are_one_line(lake, capsys):
     assert "no review batch 'nope'" in capsys.readouterr().err
     assert main(["review", "pull", "b", "--api-key", "k", "--lake", str(lake.root)]) == 1
     assert "never pushed" in capsys.readouterr().err
+
+
+def test_import_runs_on_the_runner_as_a_child_run(lake, tmp_path, ray_local):
+    """The lead's runner runs ReviewImportSource as a source stage; the run names its parent."""
+    from transforms.core.runner import run_pipeline
+
+    run = make_run(lake, ITEMS)
+    export_run(lake, run, to="csv", annotators=2, batch="b")
+    path = tmp_path / "j.jsonl"
+    path.write_text("".join(json.dumps({"item_id": i, "annotator": a, "verdict": v}) + "\n"
+                            for i, a, v in [("q1", "x", "sol1"), ("q1", "y", "sol1"), ("q2", "x", "sol2"),
+                                            ("q2", "y", "unsafe"), ("q3", "x", "both_wrong"), ("q3", "y", "both_wrong")]))
+    source = ReviewImportSource(lake=str(lake.root), batch="b", files=[str(path)], n_boot=0)
+    manifest = run_pipeline(job="review-import", dataset="ko-piqa", source=source, stages=[], lake=lake,
+                            config={}, parents=[run])
+    stage = manifest.stages[0]
+    assert manifest.parents == [run] and stage.kind == "source" and stage.conserved()
+    assert (stage.rows_created, stage.rows_kept) == (5, 1)
+    assert stage.rows_dropped == {"no_consensus": 1, "rejected_by_annotators:both_wrong": 1, "not_reviewed": 2}
+    assert read_table(lake.zone("curated", "ko-piqa", manifest.run_id)).column("id").to_pylist() == ["q1"]
