@@ -1,0 +1,64 @@
+"""Ko-PIQA items: solution placement, structural checks and label balancing on Korean items."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+
+from transforms.core import columns as C
+from transforms.piqa.items import BalanceLabels, PlaceSolutions, StructuralChecks, word_edit_distance
+
+# Items written for this test from real KiN-style questions (how to fix salty soup, unclog a drain ...).
+ITEMS = [
+    ("라면 국물이 너무 짤 때 맛을 맞추려면", "물을 조금 더 붓고 한 번 더 끓인다.", "소금을 조금 더 넣고 한 번 더 끓인다."),
+    ("하수구 냄새를 줄이려면", "배수구에 트랩을 달고 뜨거운 물을 붓는다.", "배수구에 트랩을 떼고 뜨거운 물을 붓는다."),
+    ("김치찌개의 신맛을 줄이려면", "설탕을 조금 넣어 끓인다.", "식초를 조금 넣어 끓인다."),
+    ("겨울에 수도관이 얼지 않게 하려면", "수도꼭지를 조금 열어 물이 흐르게 둔다.", "수도꼭지를 꽉 잠가 물이 멈추게 둔다."),
+]
+
+
+def _refined(n: int) -> pa.Table:
+    rows = [ITEMS[i % len(ITEMS)] for i in range(n)]
+    return pa.table({C.ID: [f"kin-{i}" for i in range(n)], "goal": [r[0] for r in rows],
+                     "solution": [r[1] for r in rows], "distractor": [r[2] for r in rows]})
+
+
+def test_placement_is_seeded_and_keeps_the_correct_solution_labelled():
+    out = PlaceSolutions()(_refined(40))
+    again = PlaceSolutions()(_refined(40))
+    assert out.column("label").to_pylist() == again.column("label").to_pylist()
+    assert 0 < sum(out.column("label").to_pylist()) < 40  # both slots are used
+    for row, (_, right, _) in zip(out.to_pylist(), [ITEMS[i % 4] for i in range(40)], strict=True):
+        assert (row["sol1"], row["sol2"])[row["label"]] == right
+
+
+def test_structural_checks_drop_non_items_and_record_the_pair_distance():
+    table = pa.table({C.ID: list("abcde"), "goal": [ITEMS[0][0], "", ITEMS[1][0], ITEMS[2][0], ITEMS[3][0]],
+                      "sol1": [ITEMS[0][1], "x", ITEMS[1][1], "", ITEMS[3][1]],
+                      "sol2": [ITEMS[0][2], "y", ITEMS[1][1], "z", ITEMS[3][2]], "label": [0, 1, 0, 1, 0]})
+    out = StructuralChecks(max_word_distance=2)(table)
+    assert out.column(C.DROP_REASON).to_pylist() == [None, "empty_goal", "identical_solutions",
+                                                     "missing_solution", "not_minimal_pair"]
+    # 물을 → 소금을, 붓고 → 넣고: two words apart
+    assert out.column("pair_word_distance").to_pylist()[0] == 2 == word_edit_distance(ITEMS[0][1], ITEMS[0][2])
+    assert out.column("pair_word_distance").to_pylist()[4] == 3
+    assert out.column("goal_chars").to_pylist()[0] == len(ITEMS[0][0])
+
+
+@pytest.mark.parametrize("n,ones", [(10, 9), (11, 0), (7, 3), (1, 1), (100, 50)])
+def test_balance_swaps_as_few_items_as_needed(n, ones):
+    rng = random.Random(n)
+    labels = [1] * ones + [0] * (n - ones)
+    rng.shuffle(labels)
+    table = pa.table({C.ID: [f"i{k}" for k in range(n)], "sol1": [f"a{k}" for k in range(n)],
+                      "sol2": [f"b{k}" for k in range(n)], "label": pa.array(labels, pa.int8())})
+    out = BalanceLabels()(table)
+    new = out.column("label").to_pylist()
+    assert abs(sum(new) - n / 2) <= 0.5 + 1e-9
+    swapped = out.column("label_swapped").to_pylist()
+    assert sum(swapped) == abs(sum(new) - ones)  # only as many swaps as the imbalance needs
+    for k in range(n):  # a swapped item still names its correct solution
+        right = ("a", "b")[labels[k]] + str(k)
+        assert (out.column("sol1")[k].as_py(), out.column("sol2")[k].as_py())[new[k]] == right
