@@ -218,11 +218,14 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _push(args: argparse.Namespace) -> int:
-    from transforms.review.batch import batch_dir, load_batch
+    from transforms.review.batch import ReviewError, batch_dir, load_batch
     from transforms.review.labelstudio import client, push, talking_to, tasks_for
 
     lake = _lake(args)
     record, items = load_batch(lake, args.batch)
+    if record.labelstudio.get("project_id"):
+        raise ReviewError(f"batch {record.batch!r} is already Label Studio project {record.labelstudio['project_id']} "
+                          f"at {record.labelstudio.get('url')}; `review pull` it, or export a new batch")
     with talking_to(args.url):
         project = push(client(args.url, args.api_key), f"piqaforge {record.batch}", tasks_for(items, record.batch))
     record.labelstudio = {"url": args.url, "project_id": project}

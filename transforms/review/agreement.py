@@ -145,7 +145,8 @@ def _fleiss_value(counts: np.ndarray) -> float:
 
 def fleiss(m: RatingMatrix, cfg: AgreementConfig) -> dict[str, Any]:
     counts, n, excluded = _fleiss_counts(m, cfg)
-    why = "no item has two or more raters" if len(counts) == 0 else _single_category(counts, m.categories)
+    why = f"no item is rated by exactly {n} annotators" if len(counts) == 0 else \
+        _single_category(counts, m.categories)
     est = _estimate(_fleiss_value(counts) if why is None else math.nan, len(counts),
                     _per_row(lambda r: _fleiss_value(counts[r])), cfg, salt=2, undefined=why)
     return {**est.model_dump(), "raters_per_item": n, "items_excluded": len(excluded),
