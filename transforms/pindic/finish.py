@@ -1,0 +1,212 @@
+"""PIndicQA after review: correction few-shots, the correction itself, release checks, label balance.
+
+* `CopyColumns`: keep a stage's provenance before a later LLM stage overwrites `_model`/`_prompt`.
+* `AttachFixes`: each row gets its language's few-shot human fixes and error types to avoid, read
+  from `prompts/pindic/fixes/<lang>.yaml` (data that reviewers grow; `fixes_version` is recorded).
+* `CorrectTranslation` (LLMTransform, json): English source + machine translation → corrected
+  goal/sol1/sol2, rewritten only where needed.
+* `ReleaseChecks`: the benchmark text (corrected) must be in its language's script and long enough
+  for the suite's length rule; otherwise dropped with `wrong_script` / `too_short`.
+* `ReleaseColumns`: the columns of the paper's Table 1 (see docs/pindic.md for the mapping).
+* `BalanceLabels` (global): swap the two solutions of some items (every text version, recorded in
+  `solutions_swapped`) so that label 1 is as close to half as the count allows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+import xxhash
+import yaml
+from pydantic import Field
+
+from transforms.core import columns as C
+from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_drop_reason
+from transforms.llm.base import GenerationParams
+from transforms.llm.output import JsonOutput, OutputSpec
+from transforms.llm.stage import LLMTransform, PromptRef
+from transforms.translate.languages import language_name
+
+FIXES_DIR = Path(__file__).resolve().parents[2] / "prompts" / "pindic" / "fixes"
+# Unicode blocks of the five locales' scripts.
+SCRIPTS: dict[str, tuple[int, int]] = {"hi": (0x0900, 0x097F), "bn": (0x0980, 0x09FF), "ta": (0x0B80, 0x0BFF),
+                                       "kn": (0x0C80, 0x0CFF), "ml": (0x0D00, 0x0D7F)}
+SWAP_PAIRS = (("sol1", "sol2"), ("en_sol1", "en_sol2"), ("translated_sol1", "translated_sol2"),
+              ("corrected_sol1", "corrected_sol2"))
+
+
+class CopyColumns(Stage):
+    name: ClassVar[str] = "copy_columns"
+    mapping: dict[str, str] = Field(..., description="Source column → new column.")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        missing = [c for c in self.mapping if c not in batch.schema.names]
+        if missing:
+            raise StageError(f"stage {self.name!r}: no column(s) {missing} to copy")
+        for src, dst in self.mapping.items():
+            batch = put_column(batch, dst, batch.column(src))
+        return batch
+
+
+def load_fixes(lang: str, folder: Path = FIXES_DIR) -> dict[str, Any]:
+    path = folder / f"{lang}.yaml"
+    if not path.exists():
+        raise StageError(f"no correction few-shots for {lang!r}: write {path} (format: docs/pindic.md)")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    for key in ("version", "fixes", "error_types"):
+        if key not in data:
+            raise StageError(f"{path} lacks `{key}`")
+    return data
+
+
+def render_fixes(data: dict[str, Any]) -> tuple[str, str]:
+    shots = []
+    for n, fx in enumerate(data["fixes"], 1):
+        shots.append(f"Example {n}\nEnglish: {fx['source']}\nMachine translation: {fx['mt']}\n"
+                     f"Corrected: {fx['fixed']}\nWhat was wrong: {fx.get('note', '')}")
+    return "\n\n".join(shots), "\n".join(f"- {e}" for e in data["error_types"])
+
+
+class AttachFixes(Stage):
+    name: ClassVar[str] = "attach_fixes"
+    reads: ClassVar[tuple[str, ...]] = ("lang",)
+    writes: ClassVar[tuple[str, ...]] = ("fix_examples", "error_types", "fixes_version", "language_name")
+
+    fixes_dir: str | None = Field(None, description="Folder of <lang>.yaml few-shot files (default prompts/pindic/fixes).")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        folder = Path(self.fixes_dir) if self.fixes_dir else FIXES_DIR
+        langs = [str(x) for x in batch.column("lang").to_pylist()]
+        cache = {lang: load_fixes(lang, folder) for lang in sorted(set(langs))}
+        rendered = {lang: render_fixes(d) for lang, d in cache.items()}
+        cols = {"fix_examples": [rendered[x][0] for x in langs], "error_types": [rendered[x][1] for x in langs],
+                "fixes_version": [f"pindic/fixes/{x}@{cache[x]['version']}" for x in langs],
+                "language_name": [language_name(x) for x in langs]}
+        for name, values in cols.items():
+            batch = put_column(batch, name, pa.array(values, pa.string()))
+        return batch
+
+
+class CorrectTranslation(LLMTransform):
+    name: ClassVar[str] = "correct"
+
+    prompt: PromptRef = Field(default_factory=lambda: PromptRef(id="pindic/correct"))
+    variables: dict[str, str] = Field(default_factory=lambda: {
+        "language": "language_name", "fix_examples": "fix_examples", "error_types": "error_types",
+        "en_goal": "goal", "en_sol1": "sol1", "en_sol2": "sol2",
+        "mt_goal": "translated_goal", "mt_sol1": "translated_sol1", "mt_sol2": "translated_sol2"})
+    output: OutputSpec = Field(default_factory=lambda: JsonOutput(model="transforms.pindic.schemas:CorrectedItem",
+                                                                  prefix="corrected_"))
+    params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=600, temperature=0.0))
+    on_invalid: Literal["drop", "retry"] = "retry"
+
+
+def script_share(text: str, lang: str) -> float:
+    """Share of the letters of `text` that are in `lang`'s script (digits, spaces, punctuation ignored)."""
+    lo, hi = SCRIPTS[lang]
+    letters = [ch for ch in text if ch.isalpha() or 0x0900 <= ord(ch) <= 0x0DFF]
+    if not letters:
+        return 0.0
+    return sum(lo <= ord(ch) <= hi for ch in letters) / len(letters)
+
+
+class ReleaseChecks(Stage):
+    name: ClassVar[str] = "release_checks"
+    reads: ClassVar[tuple[str, ...]] = ("lang", "corrected_goal", "corrected_sol1", "corrected_sol2")
+    writes: ClassVar[tuple[str, ...]] = ("script_share",)
+
+    min_script_share: float = Field(0.8, gt=0, le=1, description="Letters in the language's script (the suite's "
+                                    "script check uses 0.8).")
+    min_goal_plus_solution_words: int = Field(25, ge=0, description="The pindic suite's length rule, checked "
+                                              "here so a short item is dropped with a reason, not failing the gate.")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        cols = {c: batch.column(c).to_pylist() for c in self.reads}
+        shares: list[float] = []
+        reasons: list[str | None] = []
+        for lang, g, a, b in zip(*(cols[c] for c in self.reads), strict=True):
+            texts = [str(t or "") for t in (g, a, b)]
+            share = min(script_share(t, lang) for t in texts) if lang in SCRIPTS else 0.0
+            shares.append(round(share, 4))
+            words = len(texts[0].split()) + min(len(texts[1].split()), len(texts[2].split()))
+            if lang not in SCRIPTS:
+                reasons.append("language_not_supported")
+            elif share < self.min_script_share:
+                reasons.append("wrong_script")
+            elif texts[1].strip() == texts[2].strip():
+                reasons.append("same_solutions_after_correction")
+            elif words < self.min_goal_plus_solution_words:
+                reasons.append("too_short")
+            else:
+                reasons.append(None)
+        out = put_column(batch, "script_share", pa.array(shares, pa.float64()))
+        return set_drop_reason(out, pa.array(reasons, pa.string()))
+
+
+class ReleaseColumns(Stage):
+    """English source → en_*, the machine translation → translated_*, the corrected text → goal/sol1/sol2."""
+
+    name: ClassVar[str] = "release_columns"
+    reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "corrected_goal", "corrected_sol1", "corrected_sol2",
+                                        "near_text", "gen_model", "gen_prompt")
+    writes: ClassVar[tuple[str, ...]] = ("en_goal", "en_sol1", "en_sol2", "nearest_goal", "model", "prompt_id",
+                                         "prompt_version", "is_cultural", "source")
+
+    source: str = Field("pindic-generated", description="Value of the `source` column.")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        n = batch.num_rows
+        out = batch
+        for f in ("goal", "sol1", "sol2"):
+            out = put_column(out, f"en_{f}", batch.column(f))
+            out = put_column(out, f, batch.column(f"corrected_{f}"))
+        out = put_column(out, "nearest_goal", batch.column("near_text"))
+        prompts = [str(p or "") for p in batch.column("gen_prompt").to_pylist()]
+        out = put_column(out, "model", batch.column("gen_model"))
+        out = put_column(out, "prompt_id", pa.array([p.partition("@")[0] for p in prompts], pa.string()))
+        out = put_column(out, "prompt_version", pa.array([p.partition("@")[2] for p in prompts], pa.string()))
+        out = put_column(out, "is_cultural", pa.array([True] * n, pa.bool_()))
+        return put_column(out, "source", pa.array([self.source] * n, pa.string()))
+
+
+class BalanceLabels(GlobalStage):
+    name: ClassVar[str] = "balance_labels"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, "label")
+    writes: ClassVar[tuple[str, ...]] = ("solutions_swapped",)
+
+    seed: int = Field(0, description="Salt of the order in which items are swapped.")
+    min_share: float = Field(0.45, ge=0, le=1, description="The suite's label balance bounds.")
+    max_share: float = Field(0.55, ge=0, le=1)
+
+    def process_table(self, table: pa.Table) -> pa.Table:
+        n = table.num_rows
+        labels = [int(x) for x in table.column("label").to_pylist()]
+        ids = [str(x) for x in table.column(C.ID).to_pylist()]
+        order = sorted(range(n), key=lambda i: xxhash.xxh3_64_hexdigest(f"{self.seed}:{ids[i]}".encode()))
+        reasons: list[str | None] = [None] * n
+        # An odd count below 11 cannot land inside 45-55%; the last item in the salted order is held back.
+        kept = order
+        if n % 2 and n and not any(self.min_share <= k / n <= self.max_share for k in range(n + 1)):
+            reasons[order[-1]] = "label_balance_trim"
+            kept = order[:-1]
+        target = len(kept) // 2
+        ones = [i for i in kept if labels[i] == 1]
+        zeros = [i for i in kept if labels[i] == 0]
+        flip = ones[: max(0, len(ones) - target)] if len(ones) > target else zeros[: max(0, target - len(ones))]
+        swapped = [False] * n
+        cols = {name: table.column(name).to_pylist() for pair in SWAP_PAIRS for name in pair
+                if name in table.schema.names}
+        for i in flip:
+            swapped[i] = True
+            labels[i] = 1 - labels[i]
+            for a, b in SWAP_PAIRS:
+                if a in cols and b in cols:
+                    cols[a][i], cols[b][i] = cols[b][i], cols[a][i]
+        out = table
+        for name, values in cols.items():
+            out = put_column(out, name, pa.array(values, table.schema.field(name).type))
+        out = put_column(out, "label", pa.array(labels, pa.int64()))
+        out = put_column(out, "solutions_swapped", pa.array(swapped, pa.bool_()))
+        return set_drop_reason(out, pa.array(reasons, pa.string()))
