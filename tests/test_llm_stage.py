@@ -402,3 +402,13 @@ def test_ab_answers_and_refusals_share_the_parser():
     assert answers.parse_answer("1", ["0", "1"]).choice == 1
     assert answers.parse_answer("죄송합니다, 답할 수 없습니다", ["A", "B"]).status == answers.REFUSAL
     assert answers.is_refusal("I'm sorry, I can't help") and not answers.is_refusal("Seal the bag")
+
+
+def test_a_fully_cached_rerun_never_loads_the_model(root, tmp_path):
+    kw = {"output": {"kind": "text"}, "cache_dir": str(tmp_path / "c")}
+    transform(root, ScriptedEngine(reply=lambda t, p: f"note on {t}"), **kw)(frame(["a", "b"]))
+    # No engine injected: the configured one (transformers, Gemma) would be built only if asked.
+    resumed = LLMTransform(prompt={"id": "make_items/en", "root": root}, **kw)
+    out = resumed(frame(["a", "b"]))
+    assert out.column("llm_text").to_pylist() == ["note on a", "note on b"]
+    assert resumed._built == {} and resumed.counters.engine_calls == 0

@@ -36,6 +36,11 @@ class LLMGenerate(LLMStage, ExpandStage, LLMCall):
 
     _pending: list[list[Reply]] | None = PrivateAttr(None)
 
+    def setup(self) -> None:
+        # The prompt fails fast; the engine loads at the first question the cache cannot answer, so a
+        # resumed run whose answers are all cached never loads the model.
+        self.load_call_prompt(self)
+
     def use_engine(self, engine: LLMEngine) -> LLMGenerate:
         self.attach_engine("main", engine)
         return self

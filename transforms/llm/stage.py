@@ -299,6 +299,11 @@ class LLMTransform(LLMStage, LLMCall):
             raise ValueError("LLMTransform writes one object per row; a list of items needs LLMGenerate")
         return self
 
+    def setup(self) -> None:
+        # The prompt fails fast; the engine loads at the first question the cache cannot answer, so a
+        # resumed run whose answers are all cached never loads the model.
+        self.load_call_prompt(self)
+
     def use_engine(self, engine: LLMEngine) -> LLMTransform:
         self.attach_engine("main", engine)
         return self
