@@ -178,12 +178,12 @@ class ValidateGenerated(FilterStage):
                 out.append("label_not_binary")
             elif _norm(s1) == _norm(s2):
                 out.append("same_solutions")
+            elif _norm(goal) in {_norm(g) for g in ex or []}:
+                out.append("copies_exemplar")
             elif len(_norm(goal).split()) < self.min_goal_words:
                 out.append("goal_too_short")
             elif min(len(_norm(s1).split()), len(_norm(s2).split())) < self.min_solution_words:
                 out.append("solution_too_short")
-            elif _norm(goal) in {_norm(g) for g in ex or []}:
-                out.append("copies_exemplar")
             else:
                 out.append(None)
         return pa.array(out, pa.string())
