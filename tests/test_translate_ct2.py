@@ -258,3 +258,16 @@ def test_bad_configs_fail_clearly(models, tmp_path):
     engine, _ = _engine(models["words"])
     with pytest.raises(ValueError, match="unknown language"):
         engine.translate(["x"], "en", "zz")
+
+
+def test_stage_reports_chrf_on_the_parallel_corpus(models):
+    stage = TranslateStage(engine=CT2Config(model=str(models["words"]), beam_size=1, max_decoding_length=6,
+                                            compute_type="float32"), columns=["goal"], target_lang="hi")
+    figures = stage.quality(limit=6, seed=3)
+    hi = figures["pairs"]["en-hi"]
+    assert hi["n"] == 6 and hi["corpus"] == "parallel_indic_joshua" and hi["model"] == "ctranslate2:words-ct2"
+    assert 0.0 <= hi["chrf"] < 20.0  # a random model: near zero, but computed on its real output
+    assert stage.translator.stats.translated >= 6
+    assert stage.quality(limit=6, seed=3)["pairs"]["en-hi"]["chrf"] == hi["chrf"]  # from the cache
+    assert TranslateStage(engine=stage.engine, columns=["goal"], target_lang="kn").use_engine(
+        stage.translator).quality(limit=2)["no_corpus"] == ["en-kn"]
