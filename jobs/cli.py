@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     from jobs.judge_eval import add_parser as add_judge_eval_parser  # argparse only
 
     add_judge_eval_parser(sub)
+    runs = sub.add_parser("runs", help="list the runs in a lake (id, job, status, rows in → kept, parents)")
+    runs.add_argument("--lake", default="lake", help="lake root directory (default: lake)")
+    show = sub.add_parser("show", help="print a run's funnel, drop reasons, outputs and report path")
+    show.add_argument("run_id")
+    show.add_argument("--lake", default="lake", help="lake root directory (default: lake)")
     lineage = sub.add_parser("lineage", help="print a row's parent chain back to its source row or request")
     lineage.add_argument("run_id", help="the run holding the row")
     lineage.add_argument("row_id", help="the row's id")
@@ -121,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    if args.verbose:
+        os.environ["PIQAFORGE_VERBOSE"] = "1"  # Ray's own log lines stay on the console
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_scrubber()  # no secret in our log lines (docs/secrets.md)
@@ -131,6 +138,20 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "run":
             return _run(args, extra)
+        if args.command in ("runs", "show"):
+            from transforms.core.console import list_runs, show_run
+            from transforms.core.lake import Lake
+            from transforms.core.manifest import RunManifest
+
+            lake = Lake(args.lake)
+            if args.command == "runs":
+                print(list_runs(lake.root / "runs"))
+                return 0
+            path = lake.manifest_path(args.run_id)
+            if not path.exists():
+                raise UserError(f"no run {args.run_id!r} in {lake.root}")
+            print(show_run(RunManifest.load(path), lake.run_dir(args.run_id) / "report.html"))
+            return 0
         if args.command == "lineage":
             from transforms.core.lake import Lake
             from transforms.core.lineage import print_trace, trace

@@ -89,8 +89,10 @@ def map_stage(stage: Stage, ds: Any) -> Any:
     args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": stage.resources.batch_size}
     args.update(stage.resources.ray_remote_args())
     if stage.stateful:
+        from ray.data import ActorPoolStrategy
+
         return ds.map_batches(_StageActor, fn_constructor_kwargs={"stage": stage, "tracked": True},
-                              concurrency=stage.resources.concurrency or 1, **args)
+                              compute=ActorPoolStrategy(size=stage.resources.concurrency or 1), **args)
     return ds.map_batches(with_tracking(stage), **args)
 
 

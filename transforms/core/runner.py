@@ -202,6 +202,7 @@ def run_pipeline(
     manifest_path = lake.manifest_path(run_id)
     if resume and manifest_path.exists():
         _carry_attempts(manifest, manifest_path)
+    before_stage, after_stage = _with_console(lake, run_id, len(stages) + 1, before_stage, after_stage)
     try:
         manifest.inputs = source.fingerprints()
         fingerprint = fingerprint_config(source.describe(), manifest.inputs)
@@ -210,8 +211,7 @@ def run_pipeline(
             if index:
                 fingerprint = fingerprint_config(fingerprint, stage.describe())
             dirs = StepDirs(lake, dataset, run_id, index, stage)
-            if before_stage is not None:
-                before_stage(index, stage)
+            before_stage(index, stage)
             record = _load_checkpoint(dirs.kept, fingerprint) if resume else None
             if record is not None:
                 record.resumed = True
@@ -226,8 +226,7 @@ def run_pipeline(
                 _save_checkpoint(dirs.kept, record)
             manifest.stages.append(record)
             manifest.write(manifest_path)
-            if after_stage is not None:
-                after_stage(record)
+            after_stage(record)
             rows_in, prev_kept = record.rows_kept, dirs.kept
         assert prev_kept is not None
         curated = lake.zone("curated", dataset, run_id)
@@ -248,6 +247,36 @@ def run_pipeline(
         manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
         manifest.write(manifest_path)
     return manifest
+
+
+def _with_console(lake: Lake, run_id: str, total: int, before: Callable[[int, Stage], None] | None,
+                  after: Callable[[StageRecord], None] | None) -> tuple[Callable[[int, Stage], None],
+                                                                      Callable[[StageRecord], None]]:
+    """One line per stage on the console (unless PIQAFORGE_CONSOLE=0); Ray's log lines to runs/<id>/logs/."""
+    import os
+
+    from transforms.core.console import StageConsole, quiet_ray_logging
+
+    quiet = os.environ.get("PIQAFORGE_CONSOLE", "1") == "0"
+    logs = quiet_ray_logging(lake.run_dir(run_id) / "logs", verbose=os.environ.get("PIQAFORGE_VERBOSE") == "1")
+    console = None if quiet else StageConsole(total)
+    if console is not None:
+        where = f"; Ray's log lines: {logs}" if logs else ""
+        console.stream.write(f"run {run_id}: {total} stages{where}\n")
+
+    def before_stage(index: int, stage: Stage) -> None:
+        if console is not None:
+            console.before(index, stage)
+        if before is not None:
+            before(index, stage)
+
+    def after_stage(record: StageRecord) -> None:
+        if console is not None:
+            console.after(record)
+        if after is not None:
+            after(record)
+
+    return before_stage, after_stage
 
 
 def _carry_attempts(manifest: RunManifest, path: Path) -> None:
