@@ -22,6 +22,7 @@ from jobs.config import JobConfig
 from transforms.cluster.labels import ClusterLabels, GroupClusters
 from transforms.core.lake import Lake
 from transforms.core.runner import init_ray
+from transforms.core.stage import Resources
 from transforms.dedup.novelty import NoveltyFilter
 from transforms.embed.base import EmbedderConfig
 from transforms.llm.base import EngineConfig
@@ -95,6 +96,8 @@ class Config(JobConfig):
     auto_review: AutoReviewConfig = Field(default_factory=AutoReviewConfig)
     review_rule: ConsensusRule = Field(default_factory=lambda: ConsensusRule(rule="unanimous", relabel=False))
     translation: TranslatorConfig = Field(default_factory=LLMTranslateConfig, description="MT backend.")
+    translate_resources: Resources = Field(default_factory=lambda: Resources(cpus=1, concurrency=1, batch_size=64),
+                                           description="Resources of the translation stage (a GPU for CTranslate2).")
     correct: CorrectTranslation = Field(default_factory=CorrectTranslation)
     release_checks: ReleaseChecks = Field(default_factory=ReleaseChecks)
     balance: BalanceLabels = Field(default_factory=BalanceLabels)
@@ -168,7 +171,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
                                                          lake.root.resolve() / "cache" / "translate")})
     translate = TranslateStage(engine=translation, columns=["goal", "sol1", "sol2"], target_lang_column="lang",
                                outputs={f: f"translated_{f}" for f in ("goal", "sol1", "sol2")},
-                               resources=config.correct.resources)
+                               resources=config.translate_resources)
     chain = [CopyColumns(mapping={"_model": "gen_model", "_prompt": "gen_prompt", "_gen_params": "gen_params"}),
              translate, AttachFixes(), _with_engine(config.correct, config, cache), config.release_checks,
              ReleaseColumns(), config.balance]
