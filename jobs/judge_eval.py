@@ -24,6 +24,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default="lake/judges", help="output folder (default lake/judges)")
     p.add_argument("--injection-rows", type=int, default=80, help="questions attacked with each injection (0: skip)")
     p.add_argument("--no-llm", action="store_true", help="measure the prefilter only")
+    p.add_argument("--members-on-prefilter-pass", action="store_true",
+                   help="ask the ensemble members only about rows the prefilter passes (all they see in the cascade)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         ensemble.ensure_setup()
     result: dict[str, Any] = evaluate(rows, fitted=fitted, training_labels=training,
                                       embedder=CachedEmbedder(fitted.embedder, cache), ensemble=ensemble,
-                                      injection_rows=args.injection_rows)
+                                      injection_rows=args.injection_rows,
+                                      members_on_prefilter_pass=args.members_on_prefilter_pass)
     result["labels"] = [str(p) for p in args.labels]
     result["prefilter_cv"] = {k: v for k, v in fitted.cv.items() if k != "curve"}
     (out / "judges.json").write_text(json.dumps(result, indent=1, default=float), encoding="utf-8")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SAMPLES
 from sklearn.metrics import precision_score, recall_score, roc_auc_score
 
 from transforms.judge.linear import fit_linear, threshold_for_recall
@@ -60,12 +61,12 @@ def test_out_of_fold_threshold_meets_the_target_on_rows_the_models_did_not_see()
 
 
 def test_bundled_labels_split_by_docid_parity():
-    seeds = load_labels("lake/samples/ko_seed_labels.jsonl")
+    seeds = load_labels(SAMPLES / "ko_seed_labels.jsonl")
     assert len(seeds) >= 800 and sum(r.physical for r in seeds) >= 30
     kin = [r for r in seeds if r.source == "naver_kin"]
     assert len(kin) >= 300 and all(kin_parity(r.url) == "even" for r in kin)
     with pytest.raises(LabelError, match="held-out"):
-        load_labels("lake/samples/ko_heldout_labels.jsonl")
-    held = load_labels("lake/samples/ko_heldout_labels.jsonl", allow_held_out=True)
+        load_labels(SAMPLES / "ko_heldout_labels.jsonl")
+    held = load_labels(SAMPLES / "ko_heldout_labels.jsonl", allow_held_out=True)
     assert all(kin_parity(r.url) == "odd" for r in held)
     assert {r.id for r in held}.isdisjoint({r.id for r in seeds})

@@ -189,3 +189,50 @@ def test_a_resumed_prefilter_embeds_only_the_rows_it_has_no_score_for(questions,
     assert again.column(C.DROP_REASON).equals(first.column(C.DROP_REASON))
     np.testing.assert_allclose(again.column("prefilter_score").to_numpy(), first.column("prefilter_score").to_numpy(),
                                atol=1e-6)
+
+
+# -- the supervised prefilter (issue 12): budget and threshold logic on a fitted model ------------
+def _fitted_on(scores_pos: list[float], scores_neg: list[float]):
+    from transforms.judge.linear import FittedLinear, default_embedder
+
+    oof = scores_pos + scores_neg
+    labels = [True] * len(scores_pos) + [False] * len(scores_neg)
+    return FittedLinear(coef=[1.0], intercept=0.0, threshold=0.6, embedder=default_embedder(), embed_chars=64,
+                        cv={"positives": len(scores_pos), "precision": 0.5, "recall": 0.9, "auc": 0.9,
+                            "seed_rows": len(oof)},
+                        oof_scores=oof, oof_labels=labels)
+
+
+def test_supervised_prefilter_over_budget_stops_or_caps_and_says_the_recall(tmp_path, capsys):
+    from transforms.judge.gate import OverBudgetError, SupervisedPrefilter
+
+    fitted = _fitted_on([0.95, 0.8, 0.7, 0.65, 0.3], [0.2, 0.1])
+    scores = np.linspace(0, 1, 101)  # 41 rows at or above 0.6
+    ok = SupervisedPrefilter(llm_budget_rows=50, output_dir=str(tmp_path))
+    assert ok.decide(fitted, scores) == 0.6
+    assert ok.report["rows_kept"] == 41 and not ok.report["budget_capped"]
+    assert "passes 41 of 101 rows" in capsys.readouterr().err  # printed before the LLM stage
+    assert json.loads((tmp_path / "report.json").read_text())["pass_rate"] == pytest.approx(41 / 101)
+
+    strict = SupervisedPrefilter(llm_budget_rows=10, on_over_budget="error")
+    with pytest.raises(OverBudgetError, match=r"passes 41 of 101 rows, more than the LLM budget of 10; within "
+                                              r"the budget the recall would be 0\.20"):
+        strict.decide(fitted, scores)
+
+    capped = SupervisedPrefilter(llm_budget_rows=10, on_over_budget="cap")
+    threshold = capped.decide(fitted, scores)
+    assert int((scores >= threshold).sum()) == 10
+    assert capped.report["budget_capped"] and capped.report["cv_recall_at_threshold"] == pytest.approx(0.2)
+
+
+def test_prefilter_mode_picks_the_class():
+    from pydantic import TypeAdapter
+
+    from transforms.judge.gate import SupervisedPrefilter
+    from transforms.llm.prefilter import Prefilter
+
+    adapter = TypeAdapter(Prefilter)
+    assert isinstance(adapter.validate_python({}), SupervisedPrefilter)
+    assert isinstance(adapter.validate_python({"mode": "distilled", "sample_size": 50}), DistilledPrefilter)
+    with pytest.raises(ValueError):
+        adapter.validate_python({"mode": "supervised", "sample_size": 50})  # a distilled knob on the wrong mode

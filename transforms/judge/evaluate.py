@@ -56,7 +56,10 @@ def curve(labels: np.ndarray, scores: np.ndarray, points: int = 60) -> dict[str,
 
 
 def evaluate(rows: Sequence[LabelledRow], *, fitted: FittedLinear, training_labels: str, embedder: Any,
-             ensemble: Any, injection_rows: int = 80, seed: int = 0) -> dict[str, Any]:
+             ensemble: Any, injection_rows: int = 80, seed: int = 0,
+             members_on_prefilter_pass: bool = False) -> dict[str, Any]:
+    """`members_on_prefilter_pass`: ask the members only about the rows the prefilter passes (all
+    they ever see in the cascade; their figures are then conditional on it, and much cheaper)."""
     labels = np.array([bool(r.physical) for r in rows])
     texts = [r.text for r in rows]
     ids = [r.id for r in rows]
@@ -75,20 +78,25 @@ def evaluate(rows: Sequence[LabelledRow], *, fitted: FittedLinear, training_labe
 
     members = ensemble.ordered() if ensemble is not None else []
     member_tokens: dict[str, list[int] | None] = {}
+    asked = verdicts["prefilter"] if members_on_prefilter_pass else np.ones(len(rows), dtype=bool)
+    at = np.flatnonzero(asked)
     for clf in members:
         started = time.perf_counter()
-        answers = ensemble.classify(clf, ids, texts)
+        answers: list[Any] = list(ensemble.classify(clf, [ids[i] for i in at], [texts[i] for i in at]))
         prompt = clf.load_prompt()
-        v = np.array([a.option is not None and clf.verdict(a, prompt) for a in answers])
-        s = np.array([np.nan if a.score is None else a.score for a in answers], dtype=float)
+        v = np.zeros(len(rows), dtype=bool)
+        v[at] = [a.option is not None and clf.verdict(a, prompt) for a in answers]
+        s = np.full(len(rows), np.nan)
+        s[at] = [np.nan if a.score is None else a.score for a in answers]
         verdicts[clf.short_name] = v
         kind = "linear" if getattr(clf, "kind", "llm") == "linear" else "llm"
         per_row = None
         if kind == "llm":
-            tok = [llm_tokens(ensemble, clf, [t]) for t in texts]
+            tok = [llm_tokens(ensemble, clf, [t]) if asked[i] else 0 for i, t in enumerate(texts)]
             per_row = None if any(x is None for x in tok) else [int(x) for x in tok if x is not None]
         member_tokens[clf.short_name] = per_row
-        judges[clf.short_name] = judge_metrics(labels, v, s) | {
+        judges[clf.short_name] = judge_metrics(labels[at], v[at], s[at]) | {
+            "asked": "rows the prefilter passed" if members_on_prefilter_pass else "every row",
             "kind": kind, "model": getattr(clf, "model_label", None) or clf.engine.model,
             "prompt": prompt.ref, "curve": curve(labels, s),
             "unparsable": int(sum(a.option is None for a in answers)),
@@ -97,7 +105,7 @@ def evaluate(rows: Sequence[LabelledRow], *, fitted: FittedLinear, training_labe
 
     if members:
         vote = np.all([verdicts[c.short_name] for c in members], axis=0)
-        judges["unanimous"] = judge_metrics(labels, vote) | {
+        judges["unanimous"] = judge_metrics(labels[at], vote[at]) | {
             "kind": "vote", "members": [c.short_name for c in members],
             "cost": {"llm_calls": sum(judges[c.short_name]["cost"]["llm_calls"] for c in members)}}
     # The cascade in its real order: a member is asked only about rows every earlier judge passed.
