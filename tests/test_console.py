@@ -1,0 +1,107 @@
+"""The console: one line per stage in our words, with and without a terminal, and no Ray internals.
+
+A small job (real Korean questions → normalise → length filter → exact dedup) runs in a subprocess,
+once under a pseudo-terminal and once with a pipe; `piqaforge runs` and `show` read its lake back.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transforms.core.console import stage_line
+from transforms.core.manifest import StageRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"
+RAY_INTERNALS = ("MapBatches(", "Dataset dataset_", "execution finished", "Queued blocks", "logging_progress",
+                 "is deprecated")
+
+JOB = """
+import sys
+from transforms.core.lake import Lake
+from transforms.core.runner import init_ray, run_pipeline
+from transforms.dedup.exact import ExactDedup
+from transforms.io.crawl import CrawlInput, CrawlSource
+from transforms.text.normalize import NormalizeText
+from transforms.text.quality import LengthFilter
+init_ray(num_cpus=2)
+source = CrawlSource(CrawlInput(paths=[sys.argv[2]]))
+run_pipeline(job="console", dataset="console", source=source, stages=[NormalizeText(), LengthFilter(), ExactDedup()],
+             lake=Lake(sys.argv[1]), config={}, run_id="c1")
+"""
+
+
+def test_a_stage_line_names_the_stage_its_counts_and_reasons():
+    rec = StageRecord(index=6, name="ensemble", kind="filter", rows_in=143, rows_kept=88,
+                      rows_dropped={"ensemble_rejected:gemma-ko": 47, "ensemble_rejected:gemma-en": 8}, seconds=52.0)
+    line = stage_line(6, 10, rec)
+    assert line.startswith("[7/10] ensemble") and "143 rows → 88 kept, 55 dropped" in line
+    assert "ensemble_rejected:gemma-ko 47" in line and line.endswith("52.0 s")
+    made = StageRecord(index=2, name="generate", kind="expand", rows_in=10, rows_created=40, rows_consumed=9,
+                       rows_kept=35, rows_dropped={"generation_failed": 1, "invalid_output": 5}, seconds=3)
+    assert "10 rows → 40 created from 9, 35 kept, 6 dropped" in stage_line(2, 4, made)
+
+
+def _small_input(tmp_path: Path) -> Path:
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:300]
+    path = tmp_path / "small.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PIQAFORGE_CONSOLE", "PIQAFORGE_VERBOSE")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+@pytest.mark.slow  # two fresh Ray instances in subprocesses: ~40 s quiet, 3.5 min on the loaded machine
+def test_console_with_and_without_a_terminal(tmp_path):
+    small = _small_input(tmp_path)
+    # without a terminal: one plain line per stage start and end
+    piped = subprocess.run([sys.executable, "-c", JOB, str(tmp_path / "lake1"), str(small)], cwd=ROOT, env=_env(),
+                           capture_output=True, text=True, timeout=600)
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    out = piped.stdout
+    for i, name in enumerate(["read", "normalize", "length_filter", "exact_dedup"], 1):
+        assert re.search(rf"^\[{i}/4\] {name}\s+running …$", out, re.M), out
+        assert re.search(rf"^\[{i}/4\] {name}\s+.*(kept|read).*\d+\.\d s", out, re.M), out
+    assert "300 read → 300 kept" in out
+    assert "ray.log" in out and (tmp_path / "lake1" / "runs" / "c1" / "logs" / "ray.log").exists()
+    for noise in RAY_INTERNALS:
+        assert noise not in out + piped.stderr, noise
+    # under a pseudo-terminal: the running line is rewritten in place, the end lines stay
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", JOB, str(tmp_path / "lake2"), str(small)], cwd=ROOT, env=_env(),
+                            stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=600)
+    os.close(master)
+    tty = b"".join(chunks).decode("utf-8", "replace")
+    assert proc.returncode == 0, tty[-2000:]
+    assert "\r\x1b[2K[4/4] exact_dedup" in tty and "[4/4] exact_dedup" in tty
+    for noise in RAY_INTERNALS:
+        assert noise not in tty, noise
+    # the lake read back by the run commands
+    runs = subprocess.run([str(ROOT / ".venv" / "bin" / "piqaforge"), "runs", "--lake", str(tmp_path / "lake1")],
+                          capture_output=True, text=True, timeout=120)
+    assert "c1" in runs.stdout and "succeeded" in runs.stdout and "300 →" in runs.stdout
+    show = subprocess.run([str(ROOT / ".venv" / "bin" / "piqaforge"), "show", "c1", "--lake", str(tmp_path / "lake1")],
+                          capture_output=True, text=True, timeout=120)
+    assert "exact_dedup" in show.stdout and "curated" in show.stdout
