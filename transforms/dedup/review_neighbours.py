@@ -212,6 +212,48 @@ class ReviewNeighbours(GlobalStage):
         return put_column(out, "dup_suggested_of", pa.array(suggested, pa.string()))
 
 
+_DUP_NOTE = re.compile(r"(?<![\w\u0B80-\u0BFF])(?:duplicate|dup|நகல்)(?![\w\u0B80-\u0BFF])"
+                       r"(?:\s+of)?\s*[:=]?\s*(\w[\w.\-]*\w)?", re.IGNORECASE)
+
+
+def duplicate_vote(comment: str | None, suggested: str | None) -> str | None:
+    """The item an annotator's comment names as duplicated: `duplicate of <id>` (or `dup: <id>`, `நகல்
+    <id>`), or a bare `duplicate` meaning the suggested neighbour; None when the comment says neither."""
+    m = _DUP_NOTE.search(comment or "")
+    if m is None:
+        return None
+    target = m.group(1)
+    return target if target and target.lower() != "of" else suggested
+
+
+class ReviewerDuplicates(Stage):
+    """`review_duplicate_of` from the annotators' comments (see `duplicate_vote`): confirmed when at least
+    `min_votes` annotators (unset: every annotator of the item, the unanimous rule) name the same item."""
+
+    name: ClassVar[str] = "reviewer_duplicates"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, "review_annotators", "review_comments")
+    writes: ClassVar[tuple[str, ...]] = ("review_duplicate_of", "review_duplicate_votes")
+
+    min_votes: int | None = Field(None, ge=1, description="Votes that confirm a duplicate; unset: all annotators.")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        annotators = batch.column("review_annotators").to_pylist()
+        comments = batch.column("review_comments").to_pylist()
+        suggested = (batch.column("dup_suggested_of").to_pylist() if "dup_suggested_of" in batch.column_names
+                     else [None] * batch.num_rows)
+        confirmed: list[str | None] = []
+        votes: list[int] = []
+        for anns, notes, sug in zip(annotators, comments, suggested, strict=True):
+            named = [t for t in (duplicate_vote(c, sug) for c in notes or []) if t]
+            top = max(set(named), key=lambda t: (named.count(t), t)) if named else None
+            count = named.count(top) if top else 0
+            needed = self.min_votes or max(len(anns or []), 1)
+            confirmed.append(top if top and count >= needed else None)
+            votes.append(count)
+        out = put_column(batch, "review_duplicate_of", pa.array(confirmed, pa.string()))
+        return put_column(out, "review_duplicate_votes", pa.array(votes, pa.int32()))
+
+
 class ConfirmedDuplicates(Stage):
     """Drop confirmed duplicates with reason `duplicate` and `duplicate_of`.
 

@@ -77,6 +77,9 @@ class WritersIntake(SourceStage):
     sheet: str | None = Field(None, description="XLSX sheet to read; unset reads the first sheet.")
     feedback_dir: str | None = Field(None, description="Where to write one feedback file per writer "
                                      "(the job points it next to the run's outputs); unset writes none.")
+    records: dict[str, str] = Field(default_factory=dict, description="Read only these records of a file: "
+                                    "1-based positions in file order, e.g. '1-30,151-159', keyed by file name, "
+                                    "'*' for files not named; unset reads every record (a slice for quick runs).")
 
     def files(self) -> list[Path]:
         root = Path(self.path)
@@ -103,6 +106,10 @@ class WritersIntake(SourceStage):
         for path in self.files():
             mapping = self.file_columns.get(path.name, self.columns)
             file_records, file_notes, header_ok = read_writer_file(path, mapping, self.sheet)
+            spec = self.records.get(path.name, self.records.get("*"))
+            if spec is not None:
+                wanted = record_positions(spec)
+                file_records = [r for k, r in enumerate(file_records, 1) if k in wanted]
             usable_files += header_ok
             notes += file_notes
             records += [self._item(path, mapping, r) for r in file_records]
@@ -240,6 +247,17 @@ def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[tuple[int
         return header, rows
     finally:
         wb.close()
+
+
+def record_positions(spec: str) -> set[int]:
+    """'1-30,151-159' → {1..30, 151..159} (1-based record positions)."""
+    out: set[int] = set()
+    for part in (p.strip() for p in str(spec).split(",") if p.strip()):
+        lo, _, hi = part.partition("-")
+        if not lo.strip().isdigit() or (hi and not hi.strip().isdigit()) or int(lo) < 1:
+            raise ValueError(f"record selection {spec!r}: expected positions like '1-30,151-159'")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 # -- checks (pure) -------------------------------------------------------------------------------------

@@ -151,3 +151,53 @@ def card_statistics(table: pa.Table, *, agreement: dict[str, Any] | None = None,
         stats["openings"] = opening_report([str(w) for w in table.column(writer_column).to_pylist()], goals)
     stats["agreement"] = agreement
     return stats
+
+
+def agreement_figures(review: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The card's agreement slot from a review run's `extras.review`: consensus counts, percent
+    agreement, Fleiss' and Krippendorff's with their intervals, as the review computed them."""
+    if not review or not review.get("agreement"):
+        return None
+    rep = review["agreement"]
+
+    def est(e: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if e is None else {k: e.get(k) for k in ("value", "ci", "n_items", "undefined")}
+
+    return {"rule": review.get("rule"), "automatic": review.get("automatic"), "items": review.get("items"),
+            "kept": review.get("kept"), "dropped": review.get("dropped"), "annotators": rep.get("annotators"),
+            "percent_agreement": est(rep.get("percent_agreement")), "fleiss_kappa": est(rep.get("fleiss_kappa")),
+            "krippendorff_alpha": est(rep.get("krippendorff_alpha")),
+            "confidence": (rep.get("bootstrap") or {}).get("confidence")}
+
+
+def _estimate_text(e: dict[str, Any] | None) -> str:
+    if not e or e.get("value") is None:
+        return f"undefined ({e.get('undefined')})" if e else "–"
+    ci = e.get("ci")
+    return f"{e['value']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def card_section(stats: dict[str, Any], title: str = "Tamil PIQA: items, checks, screening, review") -> str:
+    """Markdown section of `card_statistics` for the dataset card (added to the release's README)."""
+    pl = stats["prompt_length"]
+    w = pl["words"]
+    lines = [f"## {title}", "", "| | |", "|---|---|", f"| items | {stats['items']:,} |",
+             f"| words per prompt | mean {w['mean']}, median {w['median']}, range {w['min']}–{w['max']} |",
+             f"| prompts over {pl['min_words']} words | {pl['over']} of {pl['items']} ({pl['share_over']}) |"]
+    if "contrast_types" in stats:
+        lines.append("| contrast types | " + ", ".join(f"{k} {v}" for k, v in stats["contrast_types"].items()) + " |")
+    if "safety_flags" in stats:
+        sf = stats["safety_flags"]
+        lines.append(f"| safety flags | {sf['items_flagged']} items: "
+                     + ", ".join(f"{k} {v}" for k, v in sf["by_category"].items()) + " |")
+    ag = stats.get("agreement")
+    if ag:
+        who = "LLM annotators (no person reviewed these items)" if ag.get("automatic") else "annotators"
+        lines += [f"| review | {ag.get('annotators')} {who}, rule {(ag.get('rule') or {}).get('rule')}; "
+                  f"{ag.get('kept')} of {ag.get('items')} kept |",
+                  f"| percent agreement | {_estimate_text(ag.get('percent_agreement'))} |",
+                  f"| Fleiss' kappa | {_estimate_text(ag.get('fleiss_kappa'))} |",
+                  f"| Krippendorff's alpha | {_estimate_text(ag.get('krippendorff_alpha'))} |"]
+    else:
+        lines.append("| review | not reviewed |")
+    return "\n".join(lines) + "\n"
