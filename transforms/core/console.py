@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -127,3 +128,29 @@ def quiet_ray_logging(log_dir: Path, verbose: bool) -> Path | None:
         logger.propagate = False
     os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
     return path
+
+
+def with_console(run_dir: Path, run_id: str, total: int, before: Callable[[int, Any], None] | None,
+                 after: Callable[[StageRecord], None] | None) -> tuple[Callable[[int, Any], None],
+                                                                     Callable[[StageRecord], None]]:
+    """One line per stage on the console (unless PIQAFORGE_CONSOLE=0); Ray's log lines to runs/<id>/logs/."""
+    quiet = os.environ.get("PIQAFORGE_CONSOLE", "1") == "0"
+    logs = quiet_ray_logging(run_dir / "logs", verbose=os.environ.get("PIQAFORGE_VERBOSE") == "1")
+    console = None if quiet else StageConsole(total)
+    if console is not None:
+        where = f"; Ray's log lines: {logs}" if logs else ""
+        console.stream.write(f"run {run_id}: {total} stages{where}\n")
+
+    def before_stage(index: int, stage: Any) -> None:
+        if console is not None:
+            console.before(index, stage)
+        if before is not None:
+            before(index, stage)
+
+    def after_stage(record: StageRecord) -> None:
+        if console is not None:
+            console.after(record)
+        if after is not None:
+            after(record)
+
+    return before_stage, after_stage

@@ -202,7 +202,10 @@ def run_pipeline(
     manifest_path = lake.manifest_path(run_id)
     if resume and manifest_path.exists():
         _carry_attempts(manifest, manifest_path)
-    before_stage, after_stage = _with_console(lake, run_id, len(stages) + 1, before_stage, after_stage)
+    from transforms.core.console import with_console
+
+    before_stage, after_stage = with_console(lake.run_dir(run_id), run_id, len(stages) + 1, before_stage,
+                                             after_stage)
     try:
         manifest.inputs = source.fingerprints()
         fingerprint = fingerprint_config(source.describe(), manifest.inputs)
@@ -247,36 +250,6 @@ def run_pipeline(
         manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
         manifest.write(manifest_path)
     return manifest
-
-
-def _with_console(lake: Lake, run_id: str, total: int, before: Callable[[int, Stage], None] | None,
-                  after: Callable[[StageRecord], None] | None) -> tuple[Callable[[int, Stage], None],
-                                                                      Callable[[StageRecord], None]]:
-    """One line per stage on the console (unless PIQAFORGE_CONSOLE=0); Ray's log lines to runs/<id>/logs/."""
-    import os
-
-    from transforms.core.console import StageConsole, quiet_ray_logging
-
-    quiet = os.environ.get("PIQAFORGE_CONSOLE", "1") == "0"
-    logs = quiet_ray_logging(lake.run_dir(run_id) / "logs", verbose=os.environ.get("PIQAFORGE_VERBOSE") == "1")
-    console = None if quiet else StageConsole(total)
-    if console is not None:
-        where = f"; Ray's log lines: {logs}" if logs else ""
-        console.stream.write(f"run {run_id}: {total} stages{where}\n")
-
-    def before_stage(index: int, stage: Stage) -> None:
-        if console is not None:
-            console.before(index, stage)
-        if before is not None:
-            before(index, stage)
-
-    def after_stage(record: StageRecord) -> None:
-        if console is not None:
-            console.after(record)
-        if after is not None:
-            after(record)
-
-    return before_stage, after_stage
 
 
 def _carry_attempts(manifest: RunManifest, path: Path) -> None:
