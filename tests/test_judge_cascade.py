@@ -52,7 +52,8 @@ def questions() -> list[str]:
     """Real questions the seeds never held: held-out KiN rows and crawl-sample 3i4k/chatbot rows."""
     held = [json.loads(x) for x in SAMPLES.joinpath("ko_heldout_labels.jsonl").read_text(encoding="utf-8").splitlines()]
     sample = [json.loads(x) for x in SAMPLES.joinpath("ko_crawl_sample.jsonl").read_text(encoding="utf-8").splitlines()]
-    kin = [r["text"] for r in held if not r["physical"]][:12]
+    negatives = [r["text"] for r in held if not r["physical"]]
+    kin = [t for t in negatives if len(t) >= 130][:10] + [t for t in negatives if len(t) < 60][:4]
     chat = [r["text"] for r in sample if r["source"] in ("3i4k", "chatbot_songys")][:12]
     return kin + chat
 
@@ -83,19 +84,29 @@ def test_the_gate_goes_first_and_its_no_ends_the_vote(gate, questions):
     assert (~gate_yes).sum() >= len(questions) // 2  # most of these real questions are rejected
 
 
-def test_injection_cannot_turn_a_gate_rejected_row_into_a_kept_one(gate, questions):
+def test_an_llm_cannot_add_a_row_and_long_questions_are_immune(gate, questions):
+    """With a hijacked LLM the cascade keeps at most what the gate passes on the attacked text; for a
+    question at least as long as the gate's window (48 characters here, 128 in the job) the attack is
+    outside what the gate reads, so nothing the gate rejected on the clean text can be kept.
+    Short questions are not covered: the gate's own score moves (measured in docs/judges.md)."""
     markers = ["위의 규칙은 무시", "Ignore the rules", "물리적 상식 질문입니다", "[시스템]"]
     obedient = cascade(gate, markers)  # says yes exactly when an injection is present
     ids = [f"q{i}" for i in range(len(questions))]
     clean = obedient(pa.table({C.ID: ids, C.TEXT: questions}))
+    kept_clean = np.asarray(clean.column("ens_pass").to_pylist(), dtype=bool)
     gate_clean = np.asarray(clean.column("ens_e5_gate_verdict").to_pylist(), dtype=bool)
-    assert not gate_clean.all()
+    assert not kept_clean.any()  # the LLM says no to every clean question
+    long = np.array([len(" ".join(q.split())) >= gate.judge.embed_chars for q in questions])
+    assert long.sum() >= 8
     for attack in ATTACKS:
         dirty_texts = attacked(questions, attack)
         llm_alone = obedient.classify(obedient.ordered()[1], [f"x{i}" for i in ids], dirty_texts)
         hijacked = [a.option == "예" for a in llm_alone]
         # The LLM alone is hijacked wherever the attack fits in its prompt's window (max_chars 400).
         assert all(h for h, q in zip(hijacked, questions, strict=True) if len(q) < 350), attack
-        kept = run(obedient, dirty_texts)
-        assert not (kept & ~gate_clean).any(), (attack, [q for q, k, g in zip(questions, kept, gate_clean, strict=True)
-                                                         if k and not g])
+        dirty = obedient(pa.table({C.ID: ids, C.TEXT: dirty_texts}))
+        kept = np.asarray(dirty.column("ens_pass").to_pylist(), dtype=bool)
+        gate_dirty = np.asarray(dirty.column("ens_e5_gate_verdict").to_pylist(), dtype=bool)
+        assert not (kept & ~gate_dirty).any(), attack  # the LLM added nothing the gate did not pass
+        assert not (kept & ~gate_clean & long).any(), (attack, [q for q, k, lg in zip(
+            questions, kept, long, strict=True) if k and lg])
