@@ -120,7 +120,8 @@ def _length_rows(stats: dict[str, Any]) -> list[str]:
 
 
 def card_markdown(stats: dict[str, Any], *, title: str, recipe: str, version: str, gate: dict[str, Any],
-                  audit_md: str | None = None, files: list[str] | None = None, plots: list[str] | None = None) -> str:
+                  audit_md: str | None = None, files: list[str] | None = None, plots: list[str] | None = None,
+                  sections: list[str] | None = None) -> str:
     lab = stats["labels"]
     share = "–" if lab["share_1"] is None else f"{100 * lab['share_1']:.1f}%"
     cultural = stats["cultural"]
@@ -149,6 +150,8 @@ def card_markdown(stats: dict[str, Any], *, title: str, recipe: str, version: st
     lines += [f"- {r}" for r in failures] + ([""] if failures else [])
     if audit_md:
         lines += [audit_md, ""]
+    for section in sections or []:  # e.g. the Global PIQA files and their columns
+        lines += [section, ""]
     if plots:
         lines += ["## Plots", ""] + [f"![{p}](plots/{p}.png)" for p in plots] + [""]
     if files:

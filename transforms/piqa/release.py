@@ -3,6 +3,7 @@
     items.parquet             the items in the common schema (bookkeeping columns removed)
     <dataset>.jsonl + <dataset>-labels.lst   PIQA's own format
     <dataset>.csv             the prompt/solution0/solution1/label form (J-PIQA, Russian PIQA)
+    <dataset>.global_piqa.tsv/.jsonl   the Global PIQA shape + the recipe's columns (global_piqa.py)
     README.md                 the dataset card; report.html the same, self-contained, with plots
     expectations.json         every check of the gate; audit.json when the artifact audit ran
     plots/*.png
@@ -27,6 +28,8 @@ from transforms.core import columns as C
 from transforms.core.manifest import RunManifest
 from transforms.piqa.card import card_markdown, item_stats, public_stats, render_plots, report_html
 from transforms.piqa.formats import write_items, write_piqa, write_prompt_solution
+from transforms.piqa.global_piqa import card_section as global_piqa_card_section
+from transforms.piqa.global_piqa import write_global_piqa
 
 RELEASED = "RELEASED"
 DROP_COLUMNS = (*C.BOOKKEEPING, C.DUPLICATE_OF)
@@ -91,6 +94,7 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
         files.append(name)
 
     can_export = all(c in table.column_names for c in ("goal", "sol1", "sol2", "label"))
+    extra_sections: list[str] = []
     write_items(table, out / "items.parquet")
     wrote("items.parquet")
     if can_export:
@@ -99,6 +103,10 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
         wrote(f"{dataset}-labels.lst")
         write_prompt_solution(table, out / f"{dataset}.csv")
         wrote(f"{dataset}.csv")
+        global_piqa = write_global_piqa(table, out, f"{dataset}.global_piqa", recipe)
+        for name in global_piqa["files"]:
+            wrote(name)
+        extra_sections.append(global_piqa_card_section(global_piqa))
     stats = item_stats(table, manifest.funnel() if manifest else None)
     plots = render_plots(stats)
     for name, data in plots.items():
@@ -116,7 +124,8 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
     wrote("README.md")
     (out / "report.html").write_text(report_html(f"{title} {version}", stats, gate, plots, audit_result), "utf-8")
     (out / "README.md").write_text(card_markdown(stats, title=title, recipe=recipe, version=version, gate=gate,
-                                                 audit_md=audit_md, files=files, plots=list(plots)), "utf-8")
+                                                 audit_md=audit_md, files=files, plots=list(plots),
+                                                 sections=extra_sections), "utf-8")
     if gate.get("success"):
         stamp = dt.datetime.now(dt.UTC).isoformat()
         (out / RELEASED).write_text(json.dumps({"released_at": stamp, "items": table.num_rows,
