@@ -92,6 +92,9 @@ class ScriptedEngine(LLMEngine):
                                "sol1": mt["solution 1"], "sol2": mt["solution 2"]})
         raise AssertionError(f"the double has no rule for this prompt: {system[:80]!r}")
 
+    def render_chat(self, conversation: list[ChatMessage]) -> str:
+        return "\n\n".join(m["content"] for m in conversation)
+
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
         return [[0.0 if i == 0 else -1.0 for i in range(len(options))] for _ in prompts]
 

@@ -17,10 +17,22 @@ sys.path.insert(0, str(Path(__file__).parent))
 from pindic_double import ScriptedEngine  # noqa: E402
 
 from transforms.pindic.combos import SamplingConfig, build_index, sample_requests  # noqa: E402
-from transforms.pindic.stages import (ClassifyItems, GenerateItems, OpenMetaLabels, PiqaSliceSource,  # noqa: E402
-                                      ValidateGenerated)
-from transforms.pindic.taxonomy import (CATEGORIES, DEFAULT_PATH, TaxonomyError, draft_from_clusters,  # noqa: E402
-                                        fingerprint, load_taxonomy, write_taxonomy)
+from transforms.pindic.stages import (  # noqa: E402
+    ClassifyItems,
+    GenerateItems,
+    OpenMetaLabels,
+    PiqaSliceSource,
+    ValidateGenerated,
+)
+from transforms.pindic.taxonomy import (  # noqa: E402
+    CATEGORIES,
+    DEFAULT_PATH,
+    TaxonomyError,
+    draft_from_clusters,
+    fingerprint,
+    load_taxonomy,
+    write_taxonomy,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = ROOT / "lake" / "samples" / "pindic_piqa_slice.jsonl"

@@ -17,8 +17,16 @@ from pindic_double import ScriptedEngine  # noqa: E402
 
 from transforms.llm.base import EngineConfig  # noqa: E402
 from transforms.pindic import metrics  # noqa: E402
-from transforms.pindic.finish import (AttachFixes, BalanceLabels, CopyColumns, CorrectTranslation,  # noqa: E402
-                                      ReleaseChecks, ReleaseColumns, load_fixes, script_share)
+from transforms.pindic.finish import (  # noqa: E402
+    AttachFixes,
+    BalanceLabels,
+    CopyColumns,
+    CorrectTranslation,
+    ReleaseChecks,
+    ReleaseColumns,
+    load_fixes,
+    script_share,
+)
 from transforms.translate.config import LLMTranslateConfig  # noqa: E402
 from transforms.translate.llm import LLMTranslator  # noqa: E402
 from transforms.translate.stage import TranslateStage  # noqa: E402
