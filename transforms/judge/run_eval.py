@@ -67,6 +67,8 @@ def evaluate_run(manifest: Any, label_paths: list[str], examples: int = 20) -> d
             v = np.array([r.id in kept for r in sel])
             s = np.array([score.get(r.id, np.nan) for r in sel], dtype=float)
             groups[g] = judge_metrics(y, v, s) | {"not_reaching_prefilter": int(np.isnan(s).sum())}
+    members = member_figures(pa.concat_tables([ens_kept, ens_rejected], promote_options="default")
+                             if ens_kept.num_rows or ens_rejected.num_rows else pa.table({}), rows)
     sources = [str(x) for x in _column(kept_table, "source")]
     by_source = {s: sources.count(s) for s in sorted(set(sources))}
     from_negatives = sum(by_source.get(s, 0) for s in NEGATIVE_SOURCES)
@@ -83,5 +85,24 @@ def evaluate_run(manifest: Any, label_paths: list[str], examples: int = 20) -> d
             "kept_by_source": by_source, "kept_from_negative_sources": from_negatives,
             "kept_share_from_negative_sources": from_negatives / len(kept) if kept else None,
             "labelled_rows_matched": sum(1 for i in labelled if i in score or i in kept),
-            "groups": groups, "examples": {"kept": [example(r) for r in kept_ex],
+            "groups": groups, "members": members, "examples": {"kept": [example(r) for r in kept_ex],
                                            "rejected": [example(r) for r in rejected_ex]}}
+
+
+def member_figures(ens: pa.Table, rows: list[Any]) -> dict[str, Any]:
+    """Each ensemble member on the rows it was asked about (they all passed the prefilter): how many
+    it passed, and on the labelled ones its precision and recall (a "no" on a positive is recall lost)."""
+    label = {r.id: bool(r.physical) for r in rows}
+    ids = [str(i) for i in _column(ens, C.ID)]
+    out = {}
+    for name in ens.column_names:
+        if not (name.startswith("ens_") and name.endswith("_verdict")):
+            continue
+        verdicts = _column(ens, name)
+        asked = [(i, bool(v)) for i, v in zip(ids, verdicts, strict=True) if v is not None]
+        lab = [(label[i], v) for i, v in asked if i in label]
+        y = np.array([a for a, _ in lab], dtype=bool)
+        v = np.array([b for _, b in lab], dtype=bool)
+        out[name[4:-8]] = {"asked": len(asked), "said_yes": sum(b for _, b in asked),
+                           "labelled": judge_metrics(y, v) if lab else None}
+    return out
