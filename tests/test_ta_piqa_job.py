@@ -1,0 +1,207 @@
+"""The ta-piqa job end to end: writer files → checks → neighbours → review batch → review → release.
+
+Default tier: the duplicate votes, the intake slice, and the whole chain on a tiny slice of the bundled
+items (25 records, the planted duplicates included) with people's judgments written by the test as a
+filled CSV (4 annotators, disagreements, duplicate comments): the manifest's percent agreement and
+Fleiss' kappa are compared with a direct computation here. Slow tier: review=auto with four LLM
+annotators (two local llama.cpp models x two review prompts).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from transforms.dedup.review_neighbours import ReviewerDuplicates
+from transforms.io.writers_intake import WritersIntake, record_positions
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "lake" / "samples" / "ta_items"
+# first 4 items per writer (the originals of every planted duplicate) + writer_d's 9 planted ones
+TINY = {"*": "1-4", "writer_d.xlsx": "1-4,151-159"}
+
+
+# -- pieces ----------------------------------------------------------------------------------------------
+def test_record_positions_parse_and_refuse_bad_specs():
+    assert record_positions("1-3, 7,10-11") == {1, 2, 3, 7, 10, 11}
+    for bad in ("0-3", "a-b", "3-x", "-4"):
+        with pytest.raises(ValueError, match="record selection"):
+            record_positions(bad)
+
+
+def test_intake_reads_only_the_selected_records(tmp_path):
+    table = WritersIntake(path=str(SAMPLE), records={"*": "1-30", "writer_d.xlsx": "1-30,151-159"},
+                          feedback_dir=str(tmp_path)).rows()
+    assert table.num_rows == 129
+    reasons = sorted(r for r in table.column("drop_reason").to_pylist() if r)
+    # the 30th record of each writer is damaged (docs/ta_piqa.md)
+    assert reasons == ["bad_label", "identical_solutions", "malformed_row", "mojibake"]
+    summary = json.loads((tmp_path / "summary.json").read_text("utf-8"))
+    assert {w: s["rows"] for w, s in summary.items()} == {"writer_a": 30, "writer_b": 30, "writer_c": 30,
+                                                          "writer_d": 39}
+
+
+def _votes_table(comments: list[list[str | None]], suggested: list[str | None]) -> pa.Table:
+    return pa.table({"id": [f"i{k}" for k in range(len(comments))],
+                     "review_annotators": [[f"ann_{j + 1}" for j in range(len(c))] for c in comments],
+                     "review_comments": comments, "dup_suggested_of": suggested})
+
+
+def test_duplicate_votes_follow_the_unanimous_rule():
+    table = _votes_table(
+        [["duplicate", "duplicate", "dup", "duplicate of x1"],       # 4 votes, suggested x1 and named x1
+         ["duplicate", "duplicate", "duplicate", None],              # 3 of 4: not confirmed
+         ["duplicate of a7", "நகல் a7", "Duplicate: a7", "duplicate of a7"],   # named, Tamil word too
+         ["duplicated words, fine", None, "", "ok"]],                # not a vote
+        ["x1", "x2", None, None])
+    out = ReviewerDuplicates().process(table)
+    assert out.column("review_duplicate_of").to_pylist() == ["x1", None, "a7", None]
+    assert out.column("review_duplicate_votes").to_pylist() == [4, 3, 4, 0]
+    three = ReviewerDuplicates(min_votes=3).process(table)
+    assert three.column("review_duplicate_of").to_pylist() == ["x1", "x2", "a7", None]
+
+
+# -- independent agreement figures -----------------------------------------------------------------------
+def percent_agreement(verdicts: dict[str, list[str]]) -> float:
+    return sum(len(set(v)) == 1 for v in verdicts.values()) / len(verdicts)
+
+
+def fleiss_kappa(verdicts: dict[str, list[str]]) -> float:
+    """Fleiss (1971) from the item x category count table, written out here."""
+    cats = sorted({c for v in verdicts.values() for c in v})
+    counts = np.array([[v.count(c) for c in cats] for v in verdicts.values()], dtype=float)
+    n = counts.sum(axis=1)[0]
+    p_i = ((counts ** 2).sum(axis=1) - n) / (n * (n - 1))
+    p_j = counts.sum(axis=0) / counts.sum()
+    p_bar, p_e = p_i.mean(), (p_j ** 2).sum()
+    return float((p_bar - p_e) / (1 - p_e))
+
+
+def fill_review_csv(batch_dir: Path, out: Path) -> tuple[dict[str, list[str]], dict[str, str | None]]:
+    """Four annotators' verdicts and comments, with planned disagreements. Returns the verdicts per item
+    and the item each item must be confirmed a duplicate of."""
+    import pyarrow.parquet as pq
+
+    items = pq.read_table(batch_dir / "items.parquet").to_pylist()
+    by_id = {r["id"]: r for r in items}
+    rows = list(csv.DictReader(open(batch_dir / "review.csv", encoding="utf-8")))
+    verdicts: dict[str, list[str]] = {}
+    confirmed: dict[str, str | None] = {}
+    order = sorted(by_id)
+    for row in rows:
+        item = by_id[row["item_id"]]
+        k, ann = order.index(item["id"]), row["annotator"]
+        right = "sol1" if item["label"] == 0 else "sol2"
+        verdict = right
+        if k % 5 == 1 and ann == "ann_4":
+            verdict = "both_wrong"                      # one dissenter
+        elif k % 7 == 3 and ann in ("ann_2", "ann_3"):
+            verdict = "not_physical"                    # a 2-2 split
+        elif k == 2:
+            verdict = "sol2" if right == "sol1" else "sol1"   # unanimous against the writer's label
+        comment = ""
+        source = item.get("source") or ""
+        if item["dup_level"] == "near" and item["dup_suggested_of"]:
+            comment = "duplicate"                       # every annotator: confirmed
+        elif source == "written-paraphrase" and item["dup_suggested_of"] and ann != "ann_1":
+            comment = f"duplicate of {item['dup_suggested_of']}"   # 3 of 4: not confirmed
+        row.update(verdict=verdict, comment=comment)
+        verdicts.setdefault(item["id"], []).append(verdict)
+    for item in items:
+        confirmed[item["id"]] = item["dup_suggested_of"] if item["dup_level"] == "near" and \
+            item["dup_suggested_of"] else None
+    with open(out, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return verdicts, confirmed
+
+
+# -- the job ---------------------------------------------------------------------------------------------
+def _config(lake: Path, **extra):
+    from jobs.config import resolve_config
+
+    return resolve_config("ta-piqa", None, {"lake": str(lake), "num_cpus": 2, "records": TINY,
+                                            "auto.n_boot": 200, **extra})
+
+
+def test_job_export_then_imported_csv_to_release(tmp_path, ray_local):
+    import pyarrow.parquet as pq
+
+    import jobs.ta_piqa as job
+    from transforms.core.manifest import RunManifest
+    from transforms.review.importing import import_files
+
+    lake = tmp_path / "lake"
+    out = job.run(_config(lake), run_id="ta-t")
+    assert out["status"] == "awaiting_review" and "review import" in out["next"]
+    items_run = RunManifest.load(lake / "runs" / "ta-t" / "manifest.json")
+    assert items_run.status == "awaiting_review"
+    stats = items_run.extras["ta_piqa"]
+    assert stats["items"] == 25 - 1                       # writer_d's record 30 is outside the slice; no
+    assert out["rejected"] == 0                           # damaged row among the first 4 of any writer
+    # the planted duplicates, each at its level, pointing at its original (docs/ta_piqa.md)
+    assert stats["neighbours"]["suggested"] == {"exact": 3, "near": 3, "semantic": 3}
+    assert sorted((lake / "runs" / "ta-t" / "feedback").glob("*.csv"))
+    batch = lake / "review" / out["batch"]
+    record = json.loads((batch / "batch.json").read_text("utf-8"))
+    assert record["annotators"] == ["ann_1", "ann_2", "ann_3", "ann_4"] and record["rule"]["rule"] == "unanimous"
+    context = list(csv.DictReader(open(batch / "context.csv", encoding="utf-8-sig")))
+    assert len(context) == 24 and sum(bool(r["suggested_duplicate_of"]) for r in context) == 9
+    assert "4 annotators" in (batch / "guidelines.md").read_text("utf-8").replace("all 4", "4 annotators")
+
+    verdicts, confirmed = fill_review_csv(batch, tmp_path / "filled.csv")
+    _, review = import_files(lake, out["batch"], [tmp_path / "filled.csv"], n_boot=200)
+    ag = review.extras["review"]["agreement"]
+    assert ag["percent_agreement"]["value"] == pytest.approx(percent_agreement(verdicts))
+    assert ag["fleiss_kappa"]["value"] == pytest.approx(fleiss_kappa(verdicts))
+    assert 0.0 < percent_agreement(verdicts) < 1.0
+
+    done = job.run(_config(lake, review_run=review.run_id, release_version="t1"))
+    final = RunManifest.load(lake / "runs" / done["final_run"] / "manifest.json")
+    assert final.parents == [review.run_id] and review.parents == ["ta-t"]
+    card = final.extras["card"]
+    assert card["agreement"]["percent_agreement"]["value"] == pytest.approx(percent_agreement(verdicts))
+    assert card["agreement"]["fleiss_kappa"]["value"] == pytest.approx(fleiss_kappa(verdicts))
+    assert card["agreement"]["fleiss_kappa"]["ci"] is not None
+    # kept = unanimous on the writer's label, minus confirmed duplicates (near: voted; exact: auto-confirmed)
+    exact = {r["item_id"] for r in context if r["level"] == "exact" and r["suggested_duplicate_of"]}
+    labels = {r["id"]: r["label"] for r in pq.read_table(batch / "items.parquet").to_pylist()}
+    agreed = {i for i, v in verdicts.items() if len(set(v)) == 1 and v[0] == ("sol1" if labels[i] == 0 else "sol2")}
+    expected = agreed - exact - {i for i, d in confirmed.items() if d}
+    kept = pq.read_table(Path(final.outputs["curated"])).column("id").to_pylist()
+    assert sorted(kept) == sorted(expected) and card["items"] == len(expected)
+    dropped = pq.read_table(lake / "rejected" / "ta-piqa" / done["final_run"]).to_pylist()
+    assert {r["id"]: r["duplicate_of"] for r in dropped} == {
+        **{i: d for i, d in confirmed.items() if d and i in agreed},
+        **{r["item_id"]: r["suggested_duplicate_of"] for r in context if r["item_id"] in exact & agreed}}
+    release = Path(done["release"])
+    readme = release / "README.md"
+    assert "Fleiss' kappa" in readme.read_text("utf-8") and "XCOPA-ta" in readme.read_text("utf-8")
+    assert json.loads((release / "card_stats.json").read_text("utf-8"))["items"] == len(expected)
+    assert done["released"] == (release / "RELEASED").exists() and done["exit_code"] == (0 if done["released"] else 1)
+
+
+@pytest.mark.slow
+def test_job_review_auto_with_four_llm_annotators(tmp_path, ray_local):
+    import pyarrow.parquet as pq
+
+    import jobs.ta_piqa as job
+    from transforms.core.manifest import RunManifest
+
+    lake = tmp_path / "lake"
+    out = job.run(_config(lake, review="auto", review_limit=6, release_version="auto1"), run_id="ta-auto")
+    review = RunManifest.load(lake / "runs" / out["review_run"] / "manifest.json")
+    assert review.parents == ["ta-auto"] and review.extras["review"]["automatic"] is True
+    judgments = pq.read_table(lake / "review" / out["batch"] / "judgments.parquet")
+    names = set(judgments.column("annotator").to_pylist())
+    assert len(names) == 4 and all(n.startswith("llm:") for n in names)
+    assert judgments.num_rows == 6 * 4
+    card = RunManifest.load(lake / "runs" / out["final_run"] / "manifest.json").extras["card"]
+    assert card["agreement"]["annotators"] == 4 and card["agreement"]["automatic"] is True
+    assert "no person reviewed" in (Path(out["release"]) / "README.md").read_text("utf-8")
