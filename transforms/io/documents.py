@@ -16,7 +16,8 @@ ends, a longer sentence at a space. A chunk shorter than `min_chars` is merged i
 it in the same section when they fit together.
 
 `DocumentSource` is a SourceStage: one row per chunk; unreadable records (bad JSON, no text) are
-rows with a `drop_reason`, so the source's counts add up to what it saw.
+rows with a `drop_reason`, so the source's counts add up to what it saw. `AttachChunks` gives request
+rows that name a chunk (`chunk × model` from a ProductSource) the chunk's text and metadata.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core.creating import SourceStage
+from transforms.core.stage import Stage
 
 SUFFIXES = (".txt", ".md", ".markdown", ".jsonl")
 META_KEYS = {"title": "title", "subject": "subject", "grade": "grade", "level": "grade", "licence": "licence",
@@ -218,3 +220,26 @@ class DocumentSource(SourceStage):
                       "heading": heading, "text": chunk, "drop_reason": None}
                      for i, (heading, chunk) in enumerate(chunks)]
         return pa.Table.from_pylist(rows, CHUNK_SCHEMA)
+
+
+class AttachChunks(Stage):
+    """Request rows that name a chunk (`chunk_id`, e.g. from a ProductSource of chunk × model) get the
+    chunk's text and its document's metadata; an id the documents do not have is `unknown_chunk`."""
+
+    name: ClassVar[str] = "attach_chunks"
+    reads: ClassVar[tuple[str, ...]] = ("chunk_id",)
+    writes: ClassVar[tuple[str, ...]] = ("text", "title", "heading", "subject", "grade", "licence",
+                                         "source_document", "doc_source", "kind")
+
+    documents: DocumentSource = Field(..., description="The documents the chunk ids come from.")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        from transforms.core.stage import put_column, set_drop_reason
+
+        chunks = {r["id"]: r for r in self.documents.rows().to_pylist() if r["drop_reason"] is None}
+        wanted = [chunks.get(str(c)) for c in batch.column("chunk_id").to_pylist()]
+        out = batch
+        for col in self.writes:
+            key = {"source_document": "doc_id", "doc_source": "source"}.get(col, col)
+            out = put_column(out, col, pa.array([w.get(key) if w else None for w in wanted], pa.string()))
+        return set_drop_reason(out, pa.array([None if w else "unknown_chunk" for w in wanted], pa.string()))

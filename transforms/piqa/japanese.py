@@ -29,7 +29,14 @@ from pydantic import Field
 
 from transforms.core import columns as C
 from transforms.core.deps import require
-from transforms.core.stage import GlobalStage, Stage, StageError, set_drop_reason, set_duplicate_of
+from transforms.core.stage import (
+    GlobalStage,
+    Stage,
+    StageError,
+    put_column,
+    set_drop_reason,
+    set_duplicate_of,
+)
 from transforms.embed.base import EmbedderConfig
 from transforms.piqa.textcheck import levenshtein
 
@@ -183,7 +190,7 @@ class JapaneseConstraintFilter(Stage):
             pair_reason, d = check_pair(a, b, max_words=self.max_words, min_words=self.min_words, unit=self.unit)
             reasons.append(lr or pair_reason)
             dist.append(d)
-        out = batch.append_column("option_word_distance", pa.array(dist, pa.int32()))
+        out = put_column(batch, "option_word_distance", pa.array(dist, pa.int32()))  # a rerun check replaces it
         return set_drop_reason(out, pa.array(reasons, pa.string()))
 
 
@@ -280,3 +287,57 @@ class TranslationSetSelector(GlobalStage):
                    for i, d in enumerate(dist)]
         out = table.append_column("sol_edit_distance", pa.array(dist, pa.int32()))
         return set_drop_reason(out, pa.array(reasons, pa.string()))
+
+
+class LexiconCandidates(Stage):
+    """J-PIQA part 2: for each translated item, the lexicon entries whose English counterpart
+    (`replaces`, or `en`) occurs in the item's English text, as lines "fork → 箸 (tools)" for the
+    lexical-variant prompt; items with no match get `fallback` entries drawn by a seeded hash of the
+    id (the prompt lets the model change nothing when none fits). Writes `lexicon_candidates`."""
+
+    name: ClassVar[str] = "lexicon_candidates"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, "goal_gloss", "sol1_gloss", "sol2_gloss")
+    writes: ClassVar[tuple[str, ...]] = ("lexicon_candidates",)
+
+    lexicon: str = Field(..., description="JSONL lexicon (lake/samples/ja_lexicon.jsonl: ja, en, replaces, category).")
+    max_candidates: int = Field(6, ge=1, description="Most lines per item.")
+    fallback: int = Field(3, ge=0, description="Entries offered when no English word matches.")
+    seed: int = Field(0, description="Seed of the fallback draw.")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        import json
+        import re
+        from pathlib import Path
+
+        import xxhash
+
+        entries = [json.loads(line) for line in Path(self.lexicon).read_text(encoding="utf-8").splitlines()
+                   if line.strip()]
+        out = []
+        cols = [batch.column(c).to_pylist() for c in self.reads]
+        for rid, *texts in zip(*cols, strict=True):
+            english = " ".join(str(t or "") for t in texts).lower()
+            hits = [e for e in entries if any(re.search(rf"\b{re.escape(str(w).lower())}s?\b", english)
+                                              for w in (e.get("replaces"), e.get("en")) if w)]
+            if not hits and self.fallback:
+                hits = sorted(entries, key=lambda e: xxhash.xxh3_64_intdigest(f"{self.seed}\x1f{rid}\x1f{e['id']}".encode()))
+                hits = hits[:self.fallback]
+            lines = [f"{e.get('replaces') or e.get('en')} → {e['ja']} ({e.get('category', '')})"
+                     for e in hits[:self.max_candidates]]
+            out.append("\n".join(lines) if lines else "(なし)")
+        return batch.append_column("lexicon_candidates", pa.array(out, pa.string()))
+
+
+class UnchangedVariantFilter(Stage):
+    """Drops a lexical variant that changed nothing (`no_lexical_change`): the model said so
+    (`changed` false) or its goal and solutions equal the translation's (`base_*` columns)."""
+
+    name: ClassVar[str] = "unchanged_variant"
+    reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "base_goal", "base_sol1", "base_sol2")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        changed = batch.column("changed").to_pylist() if "changed" in batch.column_names else [True] * batch.num_rows
+        same = [all(_norm(x) == _norm(y) for x, y in ((g, bg), (a, ba), (b, bb)))
+                for g, a, b, bg, ba, bb in zip(*(batch.column(c).to_pylist() for c in self.reads), strict=True)]
+        reasons = ["no_lexical_change" if s or c is False else None for s, c in zip(same, changed, strict=True)]
+        return set_drop_reason(batch, pa.array(reasons, pa.string()))

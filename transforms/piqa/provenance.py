@@ -6,15 +6,20 @@
 * `category_balance`: J-PIQA's distribution over categories against a target per category, with the
   deficit each category still has; `rebalance_request` turns the deficits into the next generation
   round's request (which categories to ask for, how many of each).
+* `SetColumns` and `BalanceLabels`: two small stages the recipe jobs use to label an item's part
+  and to balance the position of the correct answer before review and release.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
+from pydantic import Field
+
+from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_drop_reason
 
 PROVENANCE_COLUMNS = ("source_document", "source", "grade", "model")
 MISSING = "(none)"
@@ -94,3 +99,107 @@ def rebalance_request(balance: pa.Table, column: str = "category", *, overshoot:
         if row["deficit"] > 0 and row[column] not in skip:
             out[row[column]] = int(-(-row["deficit"] * overshoot // 1))
     return out
+
+
+# -- small stages the recipe jobs share (J-PIQA, Russian PIQA) -----------------------------------------
+class SetColumns(Stage):
+    """Writes constant columns (`values`) and copies of columns (`copy`: new → existing), e.g. the
+    part an item belongs to (`source: piqa_translation`) or the English text kept as its gloss."""
+
+    name: ClassVar[str] = "set_columns"
+
+    values: dict[str, Any] = Field(default_factory=dict, description="Column → one value for every row.")
+    copy_columns: dict[str, str] = Field(default_factory=dict, description="New column → the column it copies.")
+
+    def check_columns(self, schema: pa.Schema) -> None:
+        super().check_columns(schema)
+        missing = [c for c in self.copy_columns.values() if c not in schema.names]
+        if missing:
+            raise StageError(f"stage '{self.name}' copies column(s) {missing}; the batch has {schema.names}")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        out = batch
+        for new, old in self.copy_columns.items():
+            out = put_column(out, new, batch.column(old))
+        for col, value in self.values.items():
+            out = put_column(out, col, pa.array([value] * batch.num_rows))
+        return out
+
+
+class BalanceLabels(GlobalStage):
+    """Swaps the two solutions (and flips the label) of as few items as needed for half of the labels
+    to be 1: the position of the correct answer carries no meaning, and a model's habit of putting it
+    first must not become a shortcut. Items to swap are drawn by a seeded hash of their id (no row
+    order dependence); `options_swapped` records it and the glosses move with their solutions."""
+
+    name: ClassVar[str] = "balance_labels"
+    reads: ClassVar[tuple[str, ...]] = ("id", "sol1", "sol2", "label")
+    writes: ClassVar[tuple[str, ...]] = ("options_swapped",)
+
+    seed: int = Field(0, description="Seed of the draw of items to swap.")
+
+    def process_table(self, table: pa.Table) -> pa.Table:
+        import xxhash
+
+        labels = table.column("label").to_pylist()
+        ones = sum(1 for v in labels if v == 1)
+        low, high = table.num_rows // 2, (table.num_rows + 1) // 2  # an odd count leaves one over
+        flip_from, need = (0, low - ones) if ones < low else (1, max(0, ones - high))
+        ids = [str(v) for v in table.column("id").to_pylist()]
+        pool = sorted((i for i, v in enumerate(labels) if v == flip_from),
+                      key=lambda i: xxhash.xxh3_64_intdigest(f"{self.seed}\x1f{ids[i]}".encode()))
+        swap = set(pool[:need])
+        mask = [i in swap for i in range(table.num_rows)]
+        out = table
+        for a, b in (("sol1", "sol2"), ("sol1_gloss", "sol2_gloss"), ("option1", "option2")):
+            if a in table.column_names and b in table.column_names:
+                va, vb = table.column(a).to_pylist(), table.column(b).to_pylist()
+                out = put_column(out, a, pa.array([y if m else x for x, y, m in zip(va, vb, mask, strict=True)],
+                                                  table.schema.field(a).type))
+                out = put_column(out, b, pa.array([x if m else y for x, y, m in zip(va, vb, mask, strict=True)],
+                                                  table.schema.field(b).type))
+        flipped = [(1 - v) if m and v in (0, 1) else v for v, m in zip(labels, mask, strict=True)]
+        out = put_column(out, "label", pa.array(flipped, table.schema.field("label").type))
+        if "correct" in out.column_names:
+            out = put_column(out, "correct", pa.array([None if v is None else str(v + 1) for v in flipped], pa.string()))
+        return put_column(out, "options_swapped", pa.array(mask, pa.bool_()))
+
+
+class DropWhere(Stage):
+    """Drops rows whose `column` holds one of `values`, with `reason` (e.g. the preference judge's
+    verdict `preference` → `personal_preference`)."""
+
+    name: ClassVar[str] = "drop_where"
+
+    column: str = Field(..., description="Column to test.")
+    values: list[Any] = Field(..., min_length=1, description="Values that drop the row.")
+    reason: str = Field(..., description="The drop reason.")
+
+    def check_columns(self, schema: pa.Schema) -> None:
+        super().check_columns(schema)
+        if self.column not in schema.names:
+            raise StageError(f"stage '{self.name}' needs column {self.column!r}; the batch has {schema.names}")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        reasons = [self.reason if v in self.values else None for v in batch.column(self.column).to_pylist()]
+        return set_drop_reason(batch, pa.array(reasons, pa.string()))
+
+
+class ProvenanceColumns(Stage):
+    """The release's provenance columns from the LLM stages' `_prompt` (id@version) and `_model`:
+    `prompt_id`, `prompt_version`, and `model` where the row has none yet (a job may have written
+    an arm's name there already)."""
+
+    name: ClassVar[str] = "provenance_columns"
+    writes: ClassVar[tuple[str, ...]] = ("prompt_id", "prompt_version", "model")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        n = batch.num_rows
+        prompts = batch.column("_prompt").to_pylist() if "_prompt" in batch.column_names else [None] * n
+        models = batch.column("_model").to_pylist() if "_model" in batch.column_names else [None] * n
+        have = batch.column("model").to_pylist() if "model" in batch.column_names else [None] * n
+        ids = [p.partition("@")[0] if p else None for p in prompts]
+        versions = [(p.partition("@")[2] or None) if p else None for p in prompts]
+        out = put_column(batch, "prompt_id", pa.array(ids, pa.string()))
+        out = put_column(out, "prompt_version", pa.array(versions, pa.string()))
+        return put_column(out, "model", pa.array([h or m for h, m in zip(have, models, strict=True)], pa.string()))

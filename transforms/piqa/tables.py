@@ -22,7 +22,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core.creating import ExpandStage
-from transforms.core.stage import StageError
+from transforms.core.stage import Stage, StageError, put_column
 
 FIELDS = ("id", "category", "question", "option1", "option2", "correct", "reasoning",
           "question_en", "option1_en", "option2_en")
@@ -276,3 +276,17 @@ def release_columns(items: pa.Table, *, part_column: str = "source") -> pa.Table
         "source": pa.array(parts, pa.string()), "orig_line_no": pa.array(orig, pa.int64()),
         "is_translation": pa.array([p == TRANSLATION for p in parts], pa.bool_()),
     })
+
+
+
+class CorrectFromLabel(Stage):
+    """Writes the CSV convention's `correct` (1 or 2) from the item schema's `label` (0 or 1), for
+    prompts that name the correct solution by number (the J-PIQA preference judge)."""
+
+    name: ClassVar[str] = "correct_from_label"
+    reads: ClassVar[tuple[str, ...]] = ("label",)
+    writes: ClassVar[tuple[str, ...]] = ("correct",)
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        values = [None if v not in (0, 1) else str(v + 1) for v in batch.column("label").to_pylist()]
+        return put_column(batch, "correct", pa.array(values, pa.string()))

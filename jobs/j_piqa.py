@@ -1,0 +1,292 @@
+"""J-PIQA: three parts, one release (docs/j_piqa.md).
+
+    piqaforge run j-piqa [--set translation_n=6 --set review=auto ...]
+
+Runs, each an ordinary run of the runner (every stage's rows accounted for), chained by `parents`:
+
+1. `<run>-translation`: PIQA items → minimal pairs + seeded draw → preference judge (LLM, reason kept)
+   → translate to Japanese (glosses keep the English) → Japanese constraint checks.
+2. `<run>-lexical`: the translations → lexicon candidates → LLM lexical variants (one child per item)
+   → unchanged variants dropped → constraint checks.
+3. `<run>-direct` (quota rounds `<run>-direct-r<k>`): a request per round → LLMGenerate (a CSV table)
+   → ParseTableReply → constraint checks → duplicate triplets; QuotaCap per category, and each later
+   round asks only for the categories still missing (rebalancing).
+4. `<run>-union`: the three parts → duplicate triplets → paraphrase duplicates → near-duplicate goals
+   (the gate's own rule) → review batch; `review=auto` has LLM annotators fill it (`<run>-review`).
+5. `<run>`: the reviewed items → provenance columns → label balance → release (`j-piqa` suite), with
+   the paper's appendix columns written next to it (`j-piqa-appendix.csv`).
+
+The helpers at the bottom (`run_chain`, `review_step`, `release_step`) are shared with jobs/ru_piqa.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from html import escape
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from jobs.config import JobConfig
+from transforms.core.lake import Lake, read_table
+from transforms.core.manifest import RunManifest
+from transforms.core.rounds import QuotaConfig, UnionSource, run_quota_rounds
+from transforms.core.runner import conservation_errors, init_ray, run_pipeline
+from transforms.dedup.semantic import SemanticDedup
+from transforms.io.sources import RowsSource, RunSource
+from transforms.llm.base import EngineConfig, GenerationParams
+from transforms.llm.generate import LLMGenerate
+from transforms.llm.stage import LLMTransform
+from transforms.piqa.japanese import (
+    DuplicateTripletFilter,
+    JapaneseConstraintFilter,
+    LexiconCandidates,
+    ParaphraseDuplicateFilter,
+    TranslationSetSelector,
+    UnchangedVariantFilter,
+)
+from transforms.piqa.provenance import (
+    BalanceLabels,
+    DropWhere,
+    ProvenanceColumns,
+    SetColumns,
+    balance_summary,
+    category_balance,
+    markdown_table,
+    provenance_markdown,
+    provenance_tables,
+)
+from transforms.piqa.release_stage import ItemsSource
+from transforms.piqa.tables import CorrectFromLabel, ParseTableReply, release_columns
+from transforms.review.auto import AutoReviewConfig
+from transforms.review.consensus import ConsensusRule
+from transforms.translate.config import LLMTranslateConfig
+from transforms.translate.stage import TranslateStage
+
+log = logging.getLogger("piqaforge")
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = "qwen2.5-coder-1.5b-instruct"
+
+
+def local_engine(**options: Any) -> EngineConfig:
+    """The local instruct model (llama.cpp, Qwen2.5-Coder-1.5B-Instruct Q4_K_M). One thread: on a shared,
+    oversubscribed machine llama.cpp's threads spin at barriers (measured: 2 threads ~8x slower here)."""
+    return EngineConfig(backend="llamacpp", model=QWEN, options={"threads": 1, "ctx_size": 4096, **options})
+
+
+def _judge() -> LLMTransform:
+    return LLMTransform(engine=local_engine(), prompt="j_piqa/preference_judge",  # type: ignore[arg-type]
+                        variables={"goal": "goal", "sol1": "sol1", "sol2": "sol2", "correct": "correct"},
+                        output={"kind": "json", "fields": {  # type: ignore[arg-type]
+                            "verdict": {"type": "str", "choices": ["physical", "preference"]}, "reason": "str"}},
+                        params=GenerationParams(max_tokens=64, temperature=0.0, seed=0))
+
+
+def _translator() -> TranslateStage:
+    return TranslateStage(engine=LLMTranslateConfig(engine=local_engine()), target_lang="ja",
+                          columns=["goal_gloss", "sol1_gloss", "sol2_gloss"],
+                          outputs={"goal_gloss": "goal", "sol1_gloss": "sol1", "sol2_gloss": "sol2"})
+
+
+def _variants() -> LLMGenerate:
+    return LLMGenerate(engine=local_engine(), prompt="j_piqa/lexical_variant",  # type: ignore[arg-type]
+                       variables={"goal": "goal", "sol1": "sol1", "sol2": "sol2", "goal_en": "base_goal_en",
+                                  "sol1_en": "base_sol1_en", "sol2_en": "base_sol2_en",
+                                  "candidates": "lexicon_candidates"},
+                       output={"kind": "json", "fields": {  # type: ignore[arg-type]
+                           "goal": "str", "sol1": "str", "sol2": "str", "replacements": "list[str]",
+                           "changed": "bool"}},
+                       params=GenerationParams(max_tokens=160, temperature=0.0, seed=0))
+
+
+def _direct() -> LLMGenerate:
+    return LLMGenerate(engine=local_engine(), prompt="j_piqa/direct_generation",  # type: ignore[arg-type]
+                       variables={"request": "request", "n_items": "n_items"},
+                       params=GenerationParams(max_tokens=480, temperature=0.7, seed=0))
+
+
+class Config(JobConfig):
+    dataset: str = "j-piqa"
+    piqa: str = Field("../shared/data/piqa_en/valid_labeled.jsonl", description="English PIQA items (JSONL with "
+                      "labels); a relative path is tried from the working directory, then from the repository.")
+    lexicon: str = Field("lake/samples/ja_lexicon.jsonl", description="Japanese lexicon for lexical variants.")
+    translation_n: int = Field(2, ge=1, description="PIQA items drawn for translation (the paper: 200).")
+    seed: int = Field(0, description="Seed of the draw and of the label balance.")
+    judge: LLMTransform = Field(default_factory=_judge, description="Preference judge (j_piqa/preference_judge).")
+    translate: TranslateStage = Field(default_factory=_translator, description="English → Japanese.")
+    constraints: JapaneseConstraintFilter = Field(default_factory=JapaneseConstraintFilter)
+    lexical: LLMGenerate = Field(default_factory=_variants, description="Lexical variants (j_piqa/lexical_variant).")
+    direct: LLMGenerate = Field(default_factory=_direct, description="Direct generation (j_piqa/direct_generation).")
+    categories: list[str] = Field(default_factory=lambda: ["台所", "掃除"],
+                                  description="Categories of direct generation (balanced).")
+    per_category: int = Field(1, ge=1, description="Accepted direct items wanted per category.")
+    overshoot: float = Field(1.5, ge=1, description="Ask for deficit × overshoot (checks and review drop some).")
+    max_rounds: int = Field(2, ge=1, description="Rebalancing rounds of direct generation.")
+    paraphrase: ParaphraseDuplicateFilter = Field(default_factory=ParaphraseDuplicateFilter)
+    goal_near_duplicates: float = Field(0.85, description="Cosine for near-duplicate goals (the suite's rule).")
+    review: Literal["auto", "export", "none"] = Field(
+        "auto", description="auto: LLM annotators fill the batch; export: write the batch and stop (people "
+        "review it, then `piqaforge review import` and rerun with --resume); none: release unreviewed.")
+    auto_review: AutoReviewConfig = Field(default_factory=lambda: AutoReviewConfig(engines=[local_engine()],
+                                          n_boot=200), description="LLM annotators for review=auto.")
+    consensus: ConsensusRule = Field(default_factory=lambda: ConsensusRule(rule="unanimous", relabel=False),
+                                     description="relabel false: a consensus against the label drops the item.")
+    version: str | None = Field(None, description="Release version (default: the run id).")
+
+
+def resolve(path: str) -> str:
+    p = Path(path)
+    return str(p.resolve()) if p.is_absolute() or p.exists() else str(ROOT / p)
+
+
+def parts(config: Config) -> dict[str, list[Any]]:
+    """The three parts' chains (tests run them with an engine double). LLM answers are cached in
+    <lake>/cache/llm, keyed by what was asked, so a rerun or --resume asks no question twice."""
+    cache = str(Path(config.lake).resolve() / "cache" / "llm")
+    judge, lexical, direct = (s.model_copy(update={"cache_dir": cache}) for s in (config.judge, config.lexical,
+                                                                                    config.direct))
+    engine = config.translate.engine.model_copy(update={"cache_dir": str(Path(cache).parent / "translate")})
+    translate = config.translate.model_copy(update={"engine": engine})
+    ja = {"lang": "ja", "is_cultural": False}
+    return {
+        "translation": [TranslationSetSelector(n=config.translation_n, seed=config.seed), CorrectFromLabel(),
+                        judge, DropWhere(column="verdict", values=["preference"], reason="personal_preference"),
+                        SetColumns(copy_columns={"goal_gloss": "goal", "sol1_gloss": "sol1", "sol2_gloss": "sol2"}),
+                        translate,
+                        SetColumns(values={**ja, "source": "piqa_translation", "is_translation": True}),
+                        config.constraints],
+        "lexical": [SetColumns(copy_columns={"base_goal": "goal", "base_sol1": "sol1", "base_sol2": "sol2",
+                                             "base_goal_en": "goal_gloss", "base_sol1_en": "sol1_gloss",
+                                             "base_sol2_en": "sol2_gloss"}),
+                    LexiconCandidates(lexicon=resolve(config.lexicon), seed=config.seed), lexical,
+                    UnchangedVariantFilter(),
+                    SetColumns(values={**ja, "is_cultural": True, "source": "piqa_lexical_variation",
+                                       "is_translation": False, "goal_gloss": None, "sol1_gloss": None,
+                                       "sol2_gloss": None}),
+                    config.constraints],
+        "direct": [direct, ParseTableReply(),
+                   SetColumns(values={**ja, "is_cultural": True, "source": "piqa_original", "is_translation": False}),
+                   config.constraints, DuplicateTripletFilter()],
+    }
+
+
+def direct_request(deficits: dict[str, int], overshoot: float) -> tuple[str, int]:
+    asks = {c: int(-(-d * overshoot // 1)) for c, d in deficits.items()}
+    return "\n".join(f"カテゴリー「{c}」: {n} 問" for c, n in asks.items()), sum(asks.values())
+
+
+def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
+    lake = Lake(config.lake)
+    run_id = run_id or Lake.new_run_id("j-piqa")
+    init_ray(config.ray_address, config.num_cpus)
+    cfg = config.model_dump(mode="json")
+    chains = parts(config)
+    tr = run_chain(lake, config, f"{run_id}-translation", ItemsSource(path=resolve(config.piqa)),
+                   chains["translation"], resume=resume)
+    lex = run_chain(lake, config, f"{run_id}-lexical", RunSource(lake=str(lake.root), run_id=tr.run_id),
+                    chains["lexical"], resume=resume, parents=[tr.run_id])
+
+    def make_round(k: int, deficits: dict[str, int], accepted: list[str]) -> tuple[Any, list[Any]]:
+        request, n_items = direct_request(deficits, config.overshoot)
+        return RowsSource(records=[{"id": f"direct-r{k}", "request": request, "n_items": n_items}]), chains["direct"]
+
+    quota = QuotaConfig(group_column="category", quotas={c: config.per_category for c in config.categories},
+                        max_rounds=config.max_rounds)
+    direct = run_quota_rounds(job="j-piqa-direct", dataset=config.dataset, lake=lake, run_id=f"{run_id}-direct",
+                              quota=quota, make_round=make_round, config=cfg, resume=resume)
+    # Lexical variants first: where a variant's goal is a near duplicate of its translation's, the
+    # culturally adapted item is the one kept (the gate allows only one of them).
+    union = run_chain(lake, config, f"{run_id}-union", UnionSource(paths=[
+        lex.outputs["curated"], tr.outputs["curated"], direct.outputs["curated"]]),
+        [DuplicateTripletFilter(), config.paraphrase,
+         SemanticDedup(column="goal", threshold=config.goal_near_duplicates, keep="first")],
+        resume=resume, parents=[tr.run_id, lex.run_id, direct.run_id])
+    reviewed = review_step(lake, config, union.run_id)
+    if reviewed is None:
+        return {"run_id": run_id, "awaiting_review": f"review-{union.run_id}"}
+    final = run_chain(lake, config, run_id, RunSource(lake=str(lake.root), run_id=reviewed),
+                      [ProvenanceColumns(), BalanceLabels(seed=config.seed)], resume=resume, parents=[reviewed])
+    items = read_table(Path(final.outputs["curated"]))
+    balance = category_balance(items.filter(_is(items, "source", "piqa_original")), categories=config.categories,
+                               target_per_category=config.per_category)
+    extras = {"category_balance": balance.to_pylist(), "balance_summary": balance_summary(balance),
+              "rounds": direct.extras.get("rounds"), "stop_reason": direct.extras.get("stop_reason"),
+              "parts": {p: int(sum(1 for s in items.column("source").to_pylist() if s == p))
+                        for p in ("piqa_translation", "piqa_lexical_variation", "piqa_original")}}
+    tables = provenance_tables(items, ("source", "model"))
+    md = provenance_markdown(tables) + "\n### Direct generation: categories\n\n" + markdown_table(balance) + "\n"
+    result = release_step(lake, config, final, recipe="j-piqa", card_md=md, extras=extras)
+    appendix = release_columns(items)
+    out = Path(result["release"]) / "j-piqa-appendix.csv"
+    appendix.to_pandas().to_csv(out, index=False)
+    return {**result, "appendix": str(out)}
+
+
+def _is(table: Any, column: str, value: str) -> Any:
+    import pyarrow as pa
+
+    return pa.array([v == value for v in table.column(column).to_pylist()])
+
+
+# -- run helpers shared with jobs/ru_piqa.py ---------------------------------------------------------
+def run_chain(lake: Lake, config: JobConfig, run_id: str, source: Any, stages: list[Any], *, resume: bool = False,
+              parents: list[str] | None = None) -> RunManifest:
+    """One run of the runner; its report is written and the conservation law checked from disk."""
+    from transforms.core.report import write_report
+
+    manifest = run_pipeline(job=config.dataset, dataset=config.dataset, source=source, stages=stages, lake=lake,
+                            config=config.model_dump(mode="json"), run_id=run_id, resume=resume,
+                            parents=parents or [])
+    if errors := conservation_errors(manifest):
+        raise RuntimeError(f"run {run_id}: rows not accounted for: {errors}")
+    write_report(manifest, lake.run_dir(run_id) / "report.html")
+    return manifest
+
+
+def review_step(lake: Lake, config: Any, items_run: str) -> str | None:
+    """The review of `items_run`'s curated items: the reviewed run's id, or None while people review."""
+    from transforms.review.auto import auto_review
+    from transforms.review.batch import export_run
+
+    if config.review == "none":
+        return items_run
+    from transforms.review.batch import load_batch
+
+    batch = f"review-{items_run}"
+    if (lake.root / "review" / batch / "batch.json").exists():
+        record, _ = load_batch(lake, batch)
+        if record.imports:  # reviewed already (a resumed run, or people's judgments imported)
+            return str(record.imports[-1]["run_id"])
+    else:
+        export_run(lake, items_run, to="csv", annotators=config.auto_review.annotators, batch=batch,
+                   rule=config.consensus)
+    if config.review == "export":
+        print(f"{config.dataset}: review batch {batch} written under {lake.root / 'review' / batch}; fill it, run "
+              f"`piqaforge review import {batch} --from FILE`, then rerun with --resume", file=sys.stderr)
+        return None
+    _, manifest = auto_review(lake, batch, config.auto_review)  # the review run, its parent items_run
+    return manifest.run_id
+
+
+def release_step(lake: Lake, config: Any, final: RunManifest, *, recipe: str, card_md: str,
+                 extras: dict[str, Any]) -> dict[str, Any]:
+    """Gate and write the release, then add the job's tables to the card, the run report and manifest."""
+    from jobs import release
+    from transforms.core.report import write_report
+
+    result = release.run(release.Config(input=final.outputs["curated"], recipe=recipe, dataset=config.dataset,
+                                        lake=config.lake, version=config.version or final.run_id),
+                         run_id=f"{final.run_id}-release")
+    card = Path(result["release"]) / "README.md"
+    card.write_text(card.read_text(encoding="utf-8") + "\n## Recipe tables\n\n" + card_md, encoding="utf-8")
+    final.extras.update({**extras, "release": result})
+    final.write(lake.manifest_path(final.run_id))
+    report = lake.run_dir(final.run_id) / "report.html"
+    write_report(final, report)
+    html = report.read_text(encoding="utf-8")
+    section = f"<h2>Recipe tables</h2><pre>{escape(card_md)}</pre><pre>{escape(json.dumps(extras, ensure_ascii=False, indent=1, default=str))}</pre>"
+    report.write_text(html.replace("</body>", section + "</body>"), encoding="utf-8")
+    return {"run_id": final.run_id, **result, "report": str(report)}
