@@ -65,8 +65,17 @@ def finish_report(config: Any, lake: Lake, final: RunManifest, gen: RunManifest,
         from jobs.release import Config as ReleaseConfig
         from jobs.release import run as release_run
 
-        rel = release_run(ReleaseConfig(input=final.outputs["curated"], recipe="pindic", lake=config.lake,
-                                        dataset=config.dataset), run_id=f"{final.run_id}-release")
+        if not released_rows:  # nothing to gate: say so instead of publishing an empty release
+            rel = {"released": False, "exit_code": 1, "skipped": "no item reached the release (see the drop "
+                   "reasons of the final run and the rounds table)"}
+        else:
+            from jobs.cli import UserError
+
+            try:
+                rel = release_run(ReleaseConfig(input=final.outputs["curated"], recipe="pindic", lake=config.lake,
+                                                dataset=config.dataset), run_id=f"{final.run_id}-release")
+            except UserError as err:
+                rel = {"released": False, "exit_code": 1, "error": str(err)}
         figures["release"] = rel
         out["release"] = rel.get("release")
         out["exit_code"] = rel.get("exit_code", 0)
