@@ -29,6 +29,7 @@ from transforms.eval import items as I
 from transforms.eval.audit import audit_markdown, audit_release
 from transforms.eval.lm_eval_export import export_lm_eval_task
 from transforms.eval.report import markdown, paper_rows, plot, summarize, write_csv
+from transforms.eval.templates import prompts_for_style
 from transforms.llm.base import EngineConfig, GenerationParams, LLMEngine, build_engine
 
 log = logging.getLogger("piqaforge.evaluate")
@@ -53,6 +54,9 @@ class Config(JobConfig):
     seed: int = Field(0, description="Seed of the subsets.")
     prompts: dict[str, str] = Field(default_factory=dict, description="Language -> prompt id override, "
                                     "e.g. {ko: eval_ko/ko, default: eval_generic/en}.")
+    prompt_style: Literal["paper", "global_piqa"] = Field(
+        "paper", description="Generation prompt: each paper's own per language (paper) or the Global-PIQA-style A/B "
+        "prompt for every language (global_piqa, prompts/eval_global/en.yaml); `prompts` still overrides.")
     generation: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=8))
     answer_cue: bool = Field(True, description="Append the language's answer cue ('Answer:') after the item; "
                              "base models without a chat template continue the item text otherwise.")
@@ -95,7 +99,8 @@ def predict_on_runner(config: Config, items: pa.Table, lake: Lake, run_id: str, 
 
     engines = {m: config.engines[m] for m in config.models}
     predict = PredictItems(engines=engines, modes=list(config.modes), swap=config.swap, generation=config.generation,
-                           prompts=config.prompts, answer_cue=config.answer_cue, norm=config.norm,
+                           prompts=prompts_for_style(config.prompt_style, config.prompts),
+                           answer_cue=config.answer_cue, norm=config.norm,
                            batch_size=config.batch_size)
     predict.attach_engines({m: build_engine(cfg) for m, cfg in engines.items()})  # built here, loaded in setup
     marks = MarkEvalSubsets(generate_limit=config.generate_limit if "generate" in config.modes else 0,

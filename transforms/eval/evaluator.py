@@ -2,7 +2,7 @@
 
 Both return a *predictions* table, one row per item and method, in the long form the metrics and
 the report read: the item's id, label and subset columns, then `model`, `method`
-("generate" | "loglik_acc" | "loglik_acc_norm"), `variant` ("original" | "swapped"), `prompt`
+("generate" | "loglik_acc" | "loglik_acc_norm" | "loglik_acc_bytes"), `variant` ("original" | "swapped"), `prompt`
 (id@version, the provenance of every number), `pred`, `correct`, `status` and the raw `reply` or
 log-probabilities. `correct` is null when the reply was not an answer (refusal, empty, unparsable).
 """
@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.eval import items as I
+from transforms.eval.metrics import loglik_picks
 from transforms.eval.parse import parse_answer
 from transforms.eval.templates import LoglikContexts, answer_index, prompt_for
 from transforms.llm.base import GenerationParams, LLMEngine
@@ -25,6 +26,7 @@ from transforms.llm.base import GenerationParams, LLMEngine
 log = logging.getLogger("piqaforge.eval")
 
 GENERATE, LOGLIK_ACC, LOGLIK_NORM = "generate", "loglik_acc", "loglik_acc_norm"
+LOGLIK_BYTES = "loglik_acc_bytes"  # lm-eval's acc_bytes (Global PIQA): normalised by UTF-8 bytes
 ORIGINAL, SWAPPED = "original", "swapped"
 PREDICTION_COLUMNS = ("model", "method", "variant", "prompt", "pred", "correct", "status", "reply",
                       "ll_sol1", "ll_sol2", "ntok_sol1", "ntok_sol2")
@@ -112,7 +114,8 @@ def loglik_scores(engine: LLMEngine, contexts: Sequence[str], sol1: Sequence[str
 
 
 def choose(scores: np.ndarray, sol1: Sequence[str], sol2: Sequence[str], norm: str = "chars") -> dict[str, np.ndarray]:
-    """acc: argmax of the summed log-probability; acc_norm: argmax of it divided by the solution's length.
+    """acc: argmax of the summed log-probability; acc_norm: argmax of it divided by the solution's length;
+    acc_bytes: divided by the UTF-8 byte length (metrics.loglik_picks), whatever `norm` is.
 
     lm-evaluation-harness divides by `len(choice)`, the number of characters of the solution string
     (without the leading space); for ASCII text that equals its byte length. `norm="bytes"` divides by
@@ -127,13 +130,14 @@ def choose(scores: np.ndarray, sol1: Sequence[str], sol2: Sequence[str], norm: s
     lengths = np.array([[length(a), length(b)] for a, b in zip(sol1, sol2, strict=True)]).reshape(-1, 2)
     acc = np.argmax(scores[:, :2], axis=1)
     acc_norm = np.argmax(scores[:, :2] / lengths, axis=1)
-    return {LOGLIK_ACC: acc, LOGLIK_NORM: acc_norm}
+    acc_bytes = loglik_picks(scores[:, :2], sol1, sol2)["acc_bytes"]
+    return {LOGLIK_ACC: acc, LOGLIK_NORM: acc_norm, LOGLIK_BYTES: acc_bytes}
 
 
 def loglik_predictions(engine: LLMEngine, items: pa.Table, *, model: str, contexts: LoglikContexts,
                        norm: str = "chars", batch_size: int = 16, hide_goal: bool = False,
                        progress: Progress | None = None) -> pa.Table:
-    """Score both solutions as continuations of the goal's context; two methods, acc and acc_norm.
+    """Score both solutions as continuations of the goal's context; three methods: acc, acc_norm, acc_bytes.
 
     `hide_goal` renders the context with an empty goal: the solution-only baseline of the audit.
     """

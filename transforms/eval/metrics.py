@@ -1,4 +1,4 @@
-"""Accuracy with a Wilson interval, random baselines and swap consistency; pure functions.
+"""Accuracy with a Wilson interval, random baselines, swap consistency and the log-likelihood picks; pure functions.
 
 Accuracy is computed over *scored* replies only (parsed exactly or leniently); refusals, empty
 and unparsable replies are omitted and counted beside it. With nothing scored the accuracy is
@@ -93,3 +93,29 @@ def grouped_accuracy(predictions: pa.Table, by: Sequence[str]) -> list[dict[str,
         correct, statuses = groups[key]
         out.append({**dict(zip(by, key, strict=True)), **accuracy(correct, statuses)})
     return out
+
+
+def utf8_length(text: str) -> int:
+    """Bytes of `text` in UTF-8: 1 per ASCII letter, 2 per Cyrillic, 3 per Hangul, kana, kanji or Tamil letter."""
+    return len(text.encode("utf-8"))
+
+
+def loglik_picks(lls: np.ndarray, sol1: Sequence[str], sol2: Sequence[str]) -> dict[str, np.ndarray]:
+    """The three log-likelihood choices lm-evaluation-harness makes, from summed log-probabilities (n, 2).
+
+    acc        argmax of log P(" " + solution | context)
+    acc_norm   argmax of it divided by the solution's length in characters (`len(choice)` in lm-eval)
+    acc_bytes  argmax of it divided by the solution's length in UTF-8 bytes (lm-eval's `acc_bytes`,
+               added for Global PIQA: a character is one byte in English, two in Russian, three in
+               Korean, Japanese or Tamil, and a Tamil "character" is itself ambiguous: a consonant
+               with its vowel sign is one letter to a reader and two code points to `len`)
+    Lengths are those of the solution without the leading space, at least 1; ties go to sol1
+    (np.argmax), as in lm-eval.
+    """
+    scores = np.asarray(lls, dtype=np.float64).reshape(-1, 2)
+    chars = np.array([[max(1, len(a)), max(1, len(b))] for a, b in zip(sol1, sol2, strict=True)],
+                     dtype=np.float64).reshape(-1, 2)
+    nbytes = np.array([[max(1, utf8_length(a)), max(1, utf8_length(b))] for a, b in zip(sol1, sol2, strict=True)],
+                      dtype=np.float64).reshape(-1, 2)
+    return {"acc": np.argmax(scores, axis=1), "acc_norm": np.argmax(scores / chars, axis=1),
+            "acc_bytes": np.argmax(scores / nbytes, axis=1)}

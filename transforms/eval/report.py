@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms.eval import items as I
-from transforms.eval.evaluator import GENERATE, ORIGINAL, SWAPPED
+from transforms.eval.evaluator import GENERATE, LOGLIK_ACC, LOGLIK_BYTES, LOGLIK_NORM, ORIGINAL, SWAPPED
 from transforms.eval.metrics import accuracy, grouped_accuracy, random_baseline, swap_consistency
 from transforms.eval.parse import STATUSES
 
@@ -117,6 +117,7 @@ def markdown(summary: dict[str, Any], title: str = "Evaluation") -> str:
                      f"| {_fmt(_group(run, I.IS_CULTURAL, True))} | {_fmt(_group(run, I.IS_CULTURAL, False))} "
                      f"| {o['scored']}/{o['n']} | {o['omitted']} ({ob.get('refusal', 0)}/{ob.get('empty', 0)}/"
                      f"{ob.get('unparsable', 0)}) | {swap_txt} |")
+    lines += loglik_lines(summary)
     emp = "n/a" if rb["empirical"] is None else f"{100 * rb['empirical']:.1f}"
     maj = "n/a" if rb["majority"] is None else f"{100 * rb['majority']:.1f}"
     lines += ["", f"Random baselines on the whole release: uniform guess {100 * rb['uniform']:.1f}%, guess by the label distribution "
@@ -128,6 +129,29 @@ def markdown(summary: dict[str, Any], title: str = "Evaluation") -> str:
             cells = ", ".join(f"{g[col]}: {_fmt(g)} (n={g['scored']})" for g in groups)
             lines.append(f"- {run['model']} / {run['method']} / {run['variant']} by {col}: {cells}")
     return "\n".join(lines) + "\n"
+
+
+def loglik_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per model with lm-eval's three log-likelihood metrics side by side (acc, acc_norm, acc_bytes)."""
+    names = {LOGLIK_ACC: "acc", LOGLIK_NORM: "acc_norm", LOGLIK_BYTES: "acc_bytes"}
+    rows: dict[str, dict[str, Any]] = {}
+    for run in summary["runs"]:
+        if run["method"] in names and run["variant"] == ORIGINAL:
+            row = rows.setdefault(run["model"], {"model": run["model"], "n": run["overall"]["scored"]})
+            row[names[run["method"]]] = run["overall"]
+    return list(rows.values())
+
+
+def loglik_lines(summary: dict[str, Any]) -> list[str]:
+    rows = loglik_rows(summary)
+    if not rows:
+        return []
+    lines = ["", "Log-likelihood, the three ways lm-evaluation-harness picks a solution (acc: summed log-probability; "
+             "acc_norm: per character; acc_bytes: per UTF-8 byte, Global PIQA's choice across scripts):", "",
+             "| model | items | acc | acc_norm | acc_bytes |", "|---|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['n']} | {_fmt(r.get('acc'))} | {_fmt(r.get('acc_norm'))} | {_fmt(r.get('acc_bytes'))} |"
+              for r in rows]
+    return lines
 
 
 def plot(summary: dict[str, Any], path: Path, title: str = "") -> Path:
