@@ -37,7 +37,7 @@ def test_pindic_job_end_to_end(tmp_path):
              "pindic-test-gen", "pindic-test"]
     for run_id in chain:
         m = RunManifest.load(lake.manifest_path(run_id))
-        assert m.status == "succeeded", run_id
+        assert m.status in ("succeeded", "awaiting_review"), run_id   # the gen run was exported for review
         assert conservation_errors(m) == [], run_id
     figures = final.extras["pindic"]
     for key in ("clustering", "draft_taxonomy", "taxonomy", "combinations", "rounds", "rounds_table",
