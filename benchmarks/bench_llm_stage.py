@@ -82,32 +82,29 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     args = ap.parse_args()
     table = load_rows(args.rows)
-    configs = {flag: EngineConfig(backend="transformers", model="gemma3-270m",
-                                  options={"threads": args.threads, "prefix_cache": flag}) for flag in (True, False)}
-    engines = {flag: build_engine(c) for flag, c in configs.items()}
-    for e in engines.values():
-        e.setup()
-    warm = load_rows(4)  # first calls pay one-off costs (allocator, kernels): not part of any figure
-    run("warm-up", engines[True], configs[True], warm, args.chunk, None, None)
-    run("warm-up", engines[False], configs[False], warm, args.chunk, None, None)
-    results = []
-    with tempfile.TemporaryDirectory() as cache:
-        results.append(run("shared prefix (cold cache)", engines[True], configs[True], table, args.chunk, cache, None))
-        results.append(run("shared prefix, 2nd pass (cache)", engines[True], configs[True], table, args.chunk, cache,
-                           None))
-    results.append(run("shared prefix, prefix cache off", engines[False], configs[False], table, args.chunk, None,
-                       None))
-    results.append(run("row first (nothing shared)", engines[True], configs[True], table, args.chunk, None,
-                       row_first(load_prompt(PROMPT))))
-    base = results[0]
+    config = EngineConfig(backend="transformers", model="gemma3-270m", options={"threads": args.threads})
+    engine = build_engine(config)
+    engine.setup()
+    run("warm-up", engine, config, load_rows(4), args.chunk, None, None)  # one-off costs: not in any figure
     print(f"\nLLMTransform, choice output ({PROMPT}), Gemma 3 270M transformers CPU, {table.num_rows} rows, "
           f"chunks of {args.chunk}, {args.threads} threads\n")
     print(f"{'':34} {'s':>7} {'rows/s':>8} {'prompt tok/s':>13} {'tok/row':>8} {'calls':>6} {'hits':>5} "
-          f"{'vs cold':>8}")
-    for r in results:
-        print(f"{r['label']:34} {r['seconds']:7.2f} {r['rows_per_s']:8.1f} {r['prompt_tokens_per_s']:13.0f} "
+          f"{'vs cold':>8}", flush=True)
+    results: list[dict[str, Any]] = []
+
+    def show(r: dict[str, Any]) -> None:
+        results.append(r)
+        print(f"{r['label']:34} {r['seconds']:7.2f} {r['rows_per_s']:8.2f} {r['prompt_tokens_per_s']:13.0f} "
               f"{r['tokens_per_row']:8.0f} {r['engine_calls']:6d} {r['cache_hits']:5d} "
-              f"{r['rows_per_s'] / base['rows_per_s']:7.1f}x")
+              f"{r['rows_per_s'] / results[0]['rows_per_s']:7.1f}x", flush=True)
+
+    with tempfile.TemporaryDirectory() as cache:
+        show(run("shared prefix (cold cache)", engine, config, table, args.chunk, cache, None))
+        show(run("shared prefix, 2nd pass (cache)", engine, config, table, args.chunk, cache, None))
+    engine.options.prefix_cache = False  # type: ignore[attr-defined]
+    show(run("shared prefix, prefix cache off", engine, config, table, args.chunk, None, None))
+    engine.options.prefix_cache = True  # type: ignore[attr-defined]
+    show(run("row first (nothing shared)", engine, config, table, args.chunk, None, row_first(load_prompt(PROMPT))))
     same = results[0]["answers"] == results[1]["answers"] == results[2]["answers"]
     print(f"\nsame answers with and without the answer cache and the prefix cache: {same}")
     agree = sum(a == b for a, b in zip(results[0]["answers"], results[3]["answers"], strict=True))
