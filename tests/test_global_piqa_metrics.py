@@ -66,3 +66,15 @@ def test_summary_and_table_carry_acc_bytes_beside_acc_and_acc_norm():
     assert rows["m"]["acc_bytes"]["acc"] == 1.0
     md = markdown(summary)
     assert "| model | items | acc | acc_norm | acc_bytes |" in md and "| m | 3 | 66.7" in md
+
+
+def test_the_audit_trains_only_on_the_release_it_is_given():
+    """Global PIQA's licence forbids training on it: the audit's one fitted model (bow_logreg) sees only
+    the release table; there is no way to hand it a reference set."""
+    import inspect
+
+    from transforms.eval.audit import audit_release, bow_logreg
+
+    assert [p for p in inspect.signature(bow_logreg).parameters] == ["table", "folds", "seed"]
+    params = inspect.signature(audit_release).parameters
+    assert list(params)[0] == "table" and not any("ref" in p for p in params)
