@@ -1,0 +1,135 @@
+"""The ru-piqa job: its arms and checks with an engine double (default tier), and the whole job on
+the local Qwen model (slow tier).
+
+`RussianItemsEngine` is a test double of the *engine interface* (transforms/llm/base.py:LLMEngine),
+not a model: it replies to the grounded and no-source prompts with JSON items written here in
+Russian (good pairs, a phrase swap, pairs that must fail), so the default tier checks the job's
+wiring, provenance and drop reasons without a model; the slow test runs the real one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from jobs.ru_piqa import Config, arm_chain, check_stages, chunk_ids
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
+from transforms.piqa.provenance import ProvenanceColumns, provenance_tables
+from transforms.piqa.russian import length_share, repeated_openings
+
+GROUNDED = [  # a minimal pair over 25 words, a swap of two phrases, a pair that differs everywhere, a bad label
+    {"goal": "Летом на даче нужно быстро охладить бутылку воды, а холодильника нет; у колодца есть ведро "
+             "холодной воды и тень под деревом.",
+     "sol1": "Опустите бутылку в ведро с холодной водой.", "sol2": "Опустите бутылку в ведро с горячей водой.",
+     "label": 0, "fact": "Теплота переходит от горячего тела к холодному."},
+    {"goal": "Вы несёте из магазина тяжёлую сумку с продуктами и хотите, чтобы хрупкие яйца дошли до дома "
+             "целыми, а ручки сумки не порвались.",
+     "sol1": "Положите пакет с картошкой на коробку с яйцами.",
+     "sol2": "Положите коробку с яйцами на пакет с картошкой.", "label": 1, "fact": "Сила давит на опору."},
+    {"goal": "Нужно открыть тугую крышку банки.", "sol1": "Подержите крышку под горячей водой.",
+     "sol2": "Попросите соседа купить новую банку огурцов.", "label": 0, "fact": "Металл расширяется."},
+    {"goal": "Как сохранить лёд?", "sol1": "Заверните лёд в шерстяной плед.", "sol2": "Заверните лёд в мокрый плед.",
+     "label": 2, "fact": "Шерсть плохо проводит тепло."},
+]
+NO_SOURCE = [
+    {"goal": "Зимой на прогулке у ребёнка замёрзли руки, а до дома ещё полчаса пешком по парку; в рюкзаке "
+             "есть запасные варежки и бутылка воды.",
+     "sol1": "Наденьте ребёнку сухие варежки.", "sol2": "Наденьте ребёнку мокрые варежки.", "label": 0},
+]
+
+
+class RussianItemsEngine(LLMEngine):
+    """Test double of the engine interface: JSON items written in this test, by prompt."""
+
+    def __init__(self) -> None:
+        super().__init__(EngineConfig(model="ru-double"))
+        self.asked: Counter[str] = Counter()
+
+    def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
+        out = []
+        for conv in conversations:
+            grounded = "<document>" in conv[-1]["content"]
+            self.asked["grounded" if grounded else "no_source"] += 1
+            out.append(json.dumps({"items": GROUNDED if grounded else NO_SOURCE}, ensure_ascii=False))
+        return out
+
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
+        raise NotImplementedError
+
+    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, int]]:
+        raise NotImplementedError
+
+
+def _run(stages: list, table: pa.Table) -> tuple[pa.Table, Counter[str]]:
+    from tests.test_j_piqa_job import apply
+
+    dropped: Counter[str] = Counter()
+    for stage in stages:
+        table, why = apply(stage, table)
+        dropped += why
+    return table, dropped
+
+
+def test_arms_then_checks_with_provenance(tmp_path: Path):
+    config = Config(lake=str(tmp_path / "lake"), chunks=2, n_items=4)
+    engine, items = RussianItemsEngine(), []
+    for arm in config.arms:
+        source, stages = arm_chain(config, arm)
+        for s in stages:
+            if s.name == "llm_generate":
+                s.use_engine(engine)
+        out, dropped = _run(stages, source.rows())
+        assert not dropped and set(out.column("model").to_pylist()) == {arm.name}
+        items.append(out)
+    assert engine.asked == {"grounded": 4, "no_source": 2}  # 2 chunks x 2 grounded arms, 2 topic seeds
+    union = pa.concat_tables(items, promote_options="permissive")
+    assert union.num_rows == 2 * 2 * 4 + 2
+    checked, dropped = _run(check_stages(config), union)
+    # per grounded request: one not minimal, one bad label; every repeat of an item across requests is a duplicate
+    assert dropped == {"not_minimal_contrast": 4, "invalid_label": 4, "duplicate_triplet": 7}
+    assert Counter(checked.column("contrast_type").to_pylist()) == {"word_substitution": 2, "phrase_reorder": 1}
+    checked = ProvenanceColumns()(checked)
+    assert set(checked.column("prompt_id").to_pylist()) == {"ru_piqa/grounded_generation", "ru_piqa/no_source"}
+    tables = provenance_tables(checked, ("source_document", "grade", "model"))
+    assert sum(tables["model"].column("items").to_pylist()) == 3
+    grades = dict(zip(*[tables["grade"].column(c).to_pylist() for c in ("grade", "items")], strict=True))
+    assert grades == {"encyclopedic": 2, "3–5": 1}
+    share = length_share(checked)
+    assert share["over"] == 3 and share["share_over"] == 1.0
+    assert repeated_openings(checked)["all"]["distinct_openings"] == 3  # летом, вы, зимой
+
+
+def test_chunk_draw_is_seeded_and_follows_subjects(tmp_path: Path):
+    config = Config(lake=str(tmp_path / "lake"), chunks=3, subjects=["физика"])
+    first = chunk_ids(config, "document")
+    assert first == chunk_ids(config, "document") and len(first) == 3
+    assert first != chunk_ids(config.model_copy(update={"seed": 1}), "document")
+    assert all(c.startswith("xquad-ru-") for c in first)
+    with pytest.raises(ValueError, match="no document chunks"):
+        chunk_ids(config.model_copy(update={"subjects": ["астрология"]}), "document")
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_ru_piqa_job_end_to_end_on_the_local_model(tmp_path):
+    """The whole job with its defaults (three arms on Qwen 1.5B, review=auto, evaluation): every run
+    conserves its rows; when the release passes its suite it is evaluated with the paper's protocol."""
+    from jobs.config import resolve_config
+    from jobs.ru_piqa import run
+    from transforms.llm.prepare import gguf_path
+
+    try:
+        gguf_path("qwen2.5-coder-1.5b-instruct")
+    except Exception as err:
+        pytest.skip(f"local Qwen GGUF not prepared: {err}")
+    config = resolve_config("ru-piqa", None, {"lake": str(tmp_path / "lake"), "num_cpus": 2})
+    result = run(config, run_id="ru-e2e")  # type: ignore[arg-type]
+    card = (Path(result["release"]) / "README.md").read_text(encoding="utf-8")
+    assert "Items per model" in card
+    if result["released"]:
+        assert result["evaluation"]["table"][-1]["model"].startswith("random baseline")
