@@ -42,7 +42,7 @@ def test_sweep_finds_the_true_number_of_blobs():
     rng = np.random.default_rng(0)
     centres = rng.normal(size=(4, 16)) * 10
     x = np.concatenate([c + rng.normal(scale=0.3, size=(25, 16)) for c in centres]).astype(np.float32)
-    result = sweep(x, KMeansConfig(k_min=2, k_max=10, seed=0))
+    result = sweep(x, KMeansConfig(k_min=2, k_max=10, seed=0, n_init=2))
     assert result["k"] == 4
     assert result["ks"] == list(range(2, 11)) and len(result["inertia"]) == 9
     assert all(a >= b - 1e-6 for a, b in zip(result["inertia"], result["inertia"][1:], strict=False))
