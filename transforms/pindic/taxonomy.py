@@ -2,7 +2,7 @@
 
 The default is `prompts/pindic/taxonomy.yaml` (see its header: class names reconstructed, counts as
 published). A run also writes a *draft* in the same format from its clusters and their LLM-proposed
-names (`draft_from_clusters`); a person edits it and hands it back with `taxonomy.path`, and the
+names (`draft_from_clusters`); a person edits it and hands it back with `taxonomy_path`, and the
 job reads it as a fingerprinted input (`fingerprint`): the classification stage's config carries the
 class lists, so an edited taxonomy re-classifies and a resumed run with the same file does not.
 """
@@ -112,14 +112,14 @@ def draft_from_clusters(clusters: list[dict[str, Any]], version: str) -> Taxonom
             cats[cat].append(TaxonomyClass(name=f"Other {cat.replace('_', ' ')}"))
     return Taxonomy(version=version, status="draft", categories=cats,
                     citation="draft made by piqaforge from this run's clustered open labels; edit it and "
-                    "pass it back with --set taxonomy.path=FILE")
+                    "pass it back with --set taxonomy_path=FILE")
 
 
 def write_taxonomy(taxonomy: Taxonomy, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     header = ("# PIndicQA taxonomy draft written by `piqaforge run pindic` from its clustered open labels.\n"
               "# Edit the class names (keep members/candidates as notes or delete them), then run again with\n"
-              "# --set taxonomy.path=<this file>. The run fingerprints the file you pass.\n")
+              "# --set taxonomy_path=<this file>. The run fingerprints the file you pass.\n")
     body = yaml.safe_dump(taxonomy.model_dump(), allow_unicode=True, sort_keys=False, width=110)
     path.write_text(header + body, encoding="utf-8")
     return path
