@@ -67,12 +67,20 @@ def render_run(run: dict[str, Any]) -> str:
     ex = "".join(f"<tr><td class='l'>{escape(kind)}</td><td>{_f(e['score'])}</td><td>{e['physical']}</td>"
                  f"<td class='l'>{escape(str(e['dropped_by'] or ''))}</td><td class='l'>{escape(e['text'])}</td></tr>"
                  for kind in ("kept", "rejected") for e in run.get("examples", {}).get(kind, [])[:5])
+    members = "".join(
+        f"<tr><td class='l'>{escape(n)}</td><td>{_f(v['asked'])}</td><td>{_f(v['said_yes'])}</td>"
+        f"<td>{_f((v['labelled'] or {}).get('positives'))}</td><td>{_f((v['labelled'] or {}).get('recall'))}</td>"
+        f"<td>{_f((v['labelled'] or {}).get('precision'))}</td></tr>" for n, v in run.get("members", {}).items())
+    if members:
+        members = ("<h3>Ensemble members on the rows they were asked about</h3><table><tr><th class='l'>member</th>"
+                   "<th>asked</th><th>yes</th><th>labelled physical</th><th>recall</th><th>precision</th></tr>"
+                   + members + "</table>")
     return (f"<h2>What this run kept, against the labels</h2><p class='meta'>{_f(run.get('kept_rows'))} rows kept "
             f"after the {escape(str(run.get('kept_stage')))} stage; from 3i4k/chatbot: "
             f"{_f(run.get('kept_from_negative_sources'))} ({_f(share)}); by source "
             f"{escape(json_dumps(run.get('kept_by_source', {})))}.</p><table><tr><th class='l'>labelled group</th>"
             "<th>rows</th><th>physical</th><th>kept</th><th>precision</th><th>recall</th><th>prefilter AUC</th></tr>"
-            + rows + "</table><h3>Examples (highest prefilter score first)</h3><table><tr><th class='l'>"
+            + rows + "</table>" + members + "<h3>Examples (highest prefilter score first)</h3><table><tr><th class='l'>"
             "</th><th>score</th><th>label</th><th class='l'>dropped by</th><th class='l'>question</th></tr>" + ex
             + "</table>")
 
