@@ -234,5 +234,10 @@ def test_prefilter_mode_picks_the_class():
     adapter = TypeAdapter(Prefilter)
     assert isinstance(adapter.validate_python({}), SupervisedPrefilter)
     assert isinstance(adapter.validate_python({"mode": "distilled", "sample_size": 50}), DistilledPrefilter)
-    with pytest.raises(ValueError):
-        adapter.validate_python({"mode": "supervised", "sample_size": 50})  # a distilled knob on the wrong mode
+    # The default YAML holds the supervised settings: switching mode drops the other mode's own fields...
+    switched = adapter.validate_python({"mode": "distilled", "judge": {"target_recall": 0.8}, "llm_budget_rows": 5,
+                                        "sample_size": 50})
+    assert isinstance(switched, DistilledPrefilter) and switched.sample_size == 50
+    # ... but a field neither mode has is still an error.
+    with pytest.raises(ValueError, match="sample_sise"):
+        adapter.validate_python({"mode": "supervised", "sample_sise": 50})

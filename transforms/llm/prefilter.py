@@ -31,7 +31,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, Discriminator, Field, PrivateAttr, Tag
+from pydantic import BaseModel, BeforeValidator, Discriminator, Field, PrivateAttr, Tag
 
 from transforms.core import columns as C
 from transforms.core import rowcache
@@ -379,6 +379,17 @@ def _prefilter_mode(value: Any) -> str:
     return str(getattr(value, "mode", "supervised"))
 
 
+def _drop_other_modes_settings(value: Any) -> Any:
+    """`--set prefilter.mode=distilled` over the default YAML (supervised settings) must work: the
+    other mode's own fields are dropped; anything else unknown is still an error."""
+    if not isinstance(value, dict):
+        return value
+    mine = DistilledPrefilter if _prefilter_mode(value) == "distilled" else SupervisedPrefilter
+    other = SupervisedPrefilter if mine is DistilledPrefilter else DistilledPrefilter
+    foreign = set(other.model_fields) - set(mine.model_fields)
+    return {k: v for k, v in value.items() if k not in foreign}
+
+
 Prefilter = Annotated[Annotated[SupervisedPrefilter, Tag("supervised")] | Annotated[DistilledPrefilter, Tag("distilled")],
-                      Discriminator(_prefilter_mode)]
+                      Discriminator(_prefilter_mode), BeforeValidator(_drop_other_modes_settings)]
 __all__ = ["DegenerateSampleError", "DistilledPrefilter", "Prefilter", "SupervisedPrefilter"]
