@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         if label in args.skip:
             continue
         results.append(run_engine(label, config, texts, min(args.gen_rows, len(texts)), args.max_tokens))
-        print(f"done {label}", file=sys.stderr, flush=True)
+        brief = {k: v for k, v in results[-1].items() if k not in ("scores", "replies")}
+        print(f"done {label}: {json.dumps(brief, ensure_ascii=False)}", file=sys.stderr, flush=True)
     cols = [("scoring", "prompt_tok_per_s"), ("scoring", "prompt_tok_per_cpu_s"), ("scoring", "rows_per_s"),
             ("scoring", "rows_per_cpu_s"), ("generation", "prompt_tok_per_s"), ("generation", "gen_tok_per_s"),
             ("generation", "gen_tok_per_cpu_s"), ("generation", "rows_per_s"), ("generation", "rows_per_cpu_s")]
