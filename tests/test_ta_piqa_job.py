@@ -1,15 +1,16 @@
 """The ta-piqa job end to end: writer files → checks → neighbours → review batch → review → release.
 
-Default tier: the duplicate votes, the intake slice, and the whole chain on a tiny slice of the bundled
-items (25 records, the planted duplicates included) with people's judgments written by the test as a
-filled CSV (4 annotators, disagreements, duplicate comments): the manifest's percent agreement and
-Fleiss' kappa are compared with a direct computation here. Slow tier: review=auto with four LLM
-annotators (two local llama.cpp models x two review prompts).
+Default tier: the duplicate votes, the intake slice, and run 1 + export on 11 records (Ray, e5).
+Slow tier (2 min each and more on this machine): the whole chain on 25 records (the planted duplicates
+included) with judgments written by the test as a filled CSV (4 annotators, disagreements, duplicate
+comments), the manifest's percent agreement and Fleiss' kappa compared with a direct computation here;
+and review=auto with four LLM annotators (two local llama.cpp models x two review prompts).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -66,6 +67,10 @@ def test_duplicate_votes_follow_the_unanimous_rule():
     assert three.column("review_duplicate_of").to_pylist() == ["x1", "x2", "a7", None]
 
 
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(path.read_text("utf-8-sig"))))
+
+
 # -- independent agreement figures -----------------------------------------------------------------------
 def percent_agreement(verdicts: dict[str, list[str]]) -> float:
     return sum(len(set(v)) == 1 for v in verdicts.values()) / len(verdicts)
@@ -89,7 +94,7 @@ def fill_review_csv(batch_dir: Path, out: Path) -> tuple[dict[str, list[str]], d
 
     items = pq.read_table(batch_dir / "items.parquet").to_pylist()
     by_id = {r["id"]: r for r in items}
-    rows = list(csv.DictReader(open(batch_dir / "review.csv", encoding="utf-8")))
+    rows = _csv_rows(batch_dir / "review.csv")
     verdicts: dict[str, list[str]] = {}
     confirmed: dict[str, str | None] = {}
     order = sorted(by_id)
@@ -130,10 +135,37 @@ def _config(lake: Path, **extra):
                                             "auto.n_boot": 200, **extra})
 
 
+def test_job_wiring_on_a_tiny_slice_stops_awaiting_review(tmp_path, ray_local):
+    """Run 1 + export on 11 records: the first 2 of each writer and writer_d's 3 verbatim copies."""
+    import jobs.ta_piqa as job
+    from transforms.core.manifest import RunManifest
+
+    lake = tmp_path / "lake"
+    out = job.run(_config(lake, records={"*": "1-2", "writer_d.xlsx": "1-2,151-153"}), run_id="ta-w")
+    manifest = RunManifest.load(lake / "runs" / "ta-w" / "manifest.json")
+    assert manifest.status == "awaiting_review" and out["status"] == "awaiting_review"
+    assert [s.name for s in manifest.stages] == ["intake", "prompt_length", "opening_variety", "contrast",
+                                                 "safety_screen", "review_neighbours"]
+    assert manifest.extras["ta_piqa"]["items"] == 11
+    pairs = {p["id"]: (p["of"], p["level"]) for p in manifest.extras["ta_piqa"]["neighbours"]["pairs"]}
+    # writer_d's records 151-153 copy val-0002, val-0005, val-0006 (writer_c 1, writer_b 2, writer_c 2)
+    assert pairs == {"writer_d-151": ("writer_c-1", "exact"), "writer_d-152": ("writer_b-2", "exact"),
+                     "writer_d-153": ("writer_c-2", "exact")}
+    batch = lake / "review" / out["batch"]
+    assert {f.name for f in batch.iterdir()} >= {"batch.json", "items.parquet", "review.csv", "context.csv",
+                                                   "guidelines.md"}
+    rows = _csv_rows(batch / "review.csv")
+    assert len(rows) == 11 * 4 and {r["annotator"] for r in rows} == {"ann_1", "ann_2", "ann_3", "ann_4"}
+    assert json.loads((lake / "runs" / "ta-w" / "feedback" / "summary.json").read_text("utf-8"))["writer_d"] == {
+        "rows": 5, "accepted": 5, "rejected": 0, "reasons": {}}
+
+
+@pytest.mark.slow
 def test_job_export_then_imported_csv_to_release(tmp_path, ray_local):
     import pyarrow.parquet as pq
 
     import jobs.ta_piqa as job
+    from transforms.core.lake import Lake
     from transforms.core.manifest import RunManifest
     from transforms.review.importing import import_files
 
@@ -143,20 +175,20 @@ def test_job_export_then_imported_csv_to_release(tmp_path, ray_local):
     items_run = RunManifest.load(lake / "runs" / "ta-t" / "manifest.json")
     assert items_run.status == "awaiting_review"
     stats = items_run.extras["ta_piqa"]
-    assert stats["items"] == 25 - 1                       # writer_d's record 30 is outside the slice; no
-    assert out["rejected"] == 0                           # damaged row among the first 4 of any writer
+    assert stats["items"] == 25                           # no damaged row among the first 4 of any writer
+    assert out["rejected"] == 0
     # the planted duplicates, each at its level, pointing at its original (docs/ta_piqa.md)
     assert stats["neighbours"]["suggested"] == {"exact": 3, "near": 3, "semantic": 3}
     assert sorted((lake / "runs" / "ta-t" / "feedback").glob("*.csv"))
     batch = lake / "review" / out["batch"]
     record = json.loads((batch / "batch.json").read_text("utf-8"))
     assert record["annotators"] == ["ann_1", "ann_2", "ann_3", "ann_4"] and record["rule"]["rule"] == "unanimous"
-    context = list(csv.DictReader(open(batch / "context.csv", encoding="utf-8-sig")))
-    assert len(context) == 24 and sum(bool(r["suggested_duplicate_of"]) for r in context) == 9
+    context = _csv_rows(batch / "context.csv")
+    assert len(context) == 25 and sum(bool(r["suggested_duplicate_of"]) for r in context) == 9
     assert "4 annotators" in (batch / "guidelines.md").read_text("utf-8").replace("all 4", "4 annotators")
 
     verdicts, confirmed = fill_review_csv(batch, tmp_path / "filled.csv")
-    _, review = import_files(lake, out["batch"], [tmp_path / "filled.csv"], n_boot=200)
+    _, review = import_files(Lake(lake), out["batch"], [tmp_path / "filled.csv"], n_boot=200)
     ag = review.extras["review"]["agreement"]
     assert ag["percent_agreement"]["value"] == pytest.approx(percent_agreement(verdicts))
     assert ag["fleiss_kappa"]["value"] == pytest.approx(fleiss_kappa(verdicts))
