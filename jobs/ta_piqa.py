@@ -257,7 +257,7 @@ def _agreement_line(ag: dict[str, Any] | None) -> str:
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
     from transforms.core.runner import init_ray
     from transforms.review.auto import auto_review
-    from transforms.review.batch import export_run
+    from transforms.review.batch import batch_dir, export_run, load_batch
 
     lake = Lake(config.lake).create()
     init_ray(config.ray_address, config.num_cpus)
@@ -266,9 +266,12 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     items_run = run_id or Lake.new_run_id("ta-piqa")
     stats = make_items(config, lake, items_run, resume)
     batch = f"review-{items_run}"
-    record = export_run(lake, items_run, to=config.review_to, annotators=config.annotators, batch=batch,
-                        rule=config.consensus, limit=config.review_limit)
-    write_review_context(lake, record.batch)
+    if resume and (batch_dir(lake, batch) / "batch.json").exists():  # exported before the run was cut short
+        record, _ = load_batch(lake, batch)
+    else:
+        record = export_run(lake, items_run, to=config.review_to, annotators=config.annotators, batch=batch,
+                            rule=config.consensus, limit=config.review_limit)
+        write_review_context(lake, record.batch)
     out: dict[str, Any] = {"items_run": items_run, "items": stats["items"],
                            "rejected": sum(w["rejected"] for w in stats["feedback"].values()),
                            "feedback": str(lake.run_dir(items_run) / "feedback"),
