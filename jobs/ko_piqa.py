@@ -20,6 +20,7 @@ from transforms.core.runner import init_ray, run_pipeline
 from transforms.dedup.exact import ExactDedup
 from transforms.dedup.minhash import MinHashDedup
 from transforms.io.crawl import CrawlInput, CrawlSource, EmptyInputError
+from transforms.judge.member import LinearClassifier
 from transforms.judge.run_eval import JudgesReport
 from transforms.llm.cultural import CulturalTagger
 from transforms.llm.ensemble import EnsembleClassify, summarise_run
@@ -69,7 +70,11 @@ def stages(config: Config, run_dir: Path | None = None) -> list[Any]:
 def llm_stages(config: Config, run_dir: Path | None) -> list[Any]:
     assert config.ensemble is not None
     cache = str(run_dir / "cache" / "ensemble") if run_dir else None
-    ensemble = config.ensemble.model_copy(update={"cache_dir": cache})
+    embed_cache = str(Path(config.lake).resolve() / "cache" / "embeddings")
+    members = [m.model_copy(update={"embed_cache_dir": embed_cache, "judge": m.judge.model_copy(
+        update={"labels": _resolve(m.judge.labels)})}) if isinstance(m, LinearClassifier) else m
+        for m in config.ensemble.classifiers]
+    ensemble = config.ensemble.model_copy(update={"cache_dir": cache, "classifiers": members})
     chain: list[Any] = []
     if isinstance(config.prefilter, SupervisedPrefilter):
         labels = _resolve(config.prefilter.judge.labels)
