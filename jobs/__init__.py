@@ -7,6 +7,7 @@ Each module defines `Config` (a pydantic model, defaults in `jobs/configs/<modul
 
 JOBS: dict[str, str] = {
     "ko-piqa": "jobs.ko_piqa",
+    "ko-piqa-items": "jobs.ko_piqa_items",
     "pindic": "jobs.pindic",
     "j-piqa": "jobs.j_piqa",
     "ru-piqa": "jobs.ru_piqa",
