@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
 from jobs.config import JobConfig
+from jobs.ko_piqa_items import ItemsConfig
 from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, StageRecord
 from transforms.core.report import write_report
@@ -49,6 +50,10 @@ class Config(JobConfig):
                                               "back half).")
     cultural: CulturalTagger = Field(default_factory=CulturalTagger)
     sample: SampleGeneralAndCultural = Field(default_factory=SampleGeneralAndCultural)
+    items: ItemsConfig | None = Field(None, description="After the crawl: refinement into items, review, dedup, "
+                                      "balancing, release, evaluation (jobs/ko_piqa_items.py); null stops at the sample.")
+    review: Literal["export", "auto"] | None = Field(None, description="Shorthand for items.review: export (a batch "
+                                                     "for people, the default) or auto (LLM annotators, dry run).")
     judges: JudgesReport = Field(default_factory=JudgesReport, description="Labels the run report measures "
                                  "the kept rows against (docs/judges.md).")
 
@@ -146,7 +151,13 @@ def _stop_if_nothing_read(record: StageRecord) -> None:
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
     run_id = run_id or Lake.new_run_id("ko-piqa")
     chain = stages(config, Lake(config.lake).run_dir(run_id))
-    return run_stages(config, chain, run_id=run_id, resume=resume)
+    out = run_stages(config, chain, run_id=run_id, resume=resume)
+    if config.items is not None and config.ensemble is not None:
+        from jobs.ko_piqa_items import run_back_half
+
+        items = config.items if config.review is None else config.items.model_copy(update={"review": config.review})
+        out.update(run_back_half(Lake(config.lake), run_id, items, config.dataset, resume))
+    return out
 
 
 def run_stages(config: Config, chain: list[Any], *, run_id: str | None = None,

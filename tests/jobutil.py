@@ -15,7 +15,7 @@ from transforms.core import columns as C
 FRONT_HALF_ONLY = ["--set", "ensemble=null"]
 # The LLM back half shrunk to fit a test: the two Gemma classifiers label a 96-row prefilter sample,
 # and 1% of the rows go on to the ensemble stage (one actor, answers cached in chunks of 16 rows).
-SHRUNK_BACK_HALF = ["--set", "prefilter.sample_size=96", "--set", "prefilter.max_pass_rate=0.01"]
+SHRUNK_BACK_HALF = ["--set", "prefilter.sample_size=96", "--set", "prefilter.max_pass_rate=0.01", "--set", "items=null"]
 
 
 def answer_files(lake: Path, run_id: str) -> list[Path]:
