@@ -107,12 +107,9 @@ class ExpandStage(CreatingStage):
         raise NotImplementedError
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        if isinstance(batch, pa.RecordBatch):
-            batch = pa.Table.from_batches([batch])
-        self.check_columns(batch.schema)
         if C.ID not in batch.schema.names:
             raise StageError(f"expand stage '{self.name}' needs an `id` column to name its children's parents")
-        self.ensure_setup()
+        batch = self.prepare(batch)
         n = batch.num_rows
         children = self.expand(batch) if n else None
         if children is None or children.num_rows == 0:
@@ -212,10 +209,7 @@ class AggregateStage(GlobalStage, CreatingStage):
         return self(table)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        if isinstance(batch, pa.RecordBatch):
-            batch = pa.Table.from_batches([batch])
-        self.check_columns(batch.schema)
-        self.ensure_setup()
+        batch = self.prepare(batch)
         n = batch.num_rows
         groups = self.aggregate(batch) if n else pa.table({"_members": pa.array([], pa.list_(pa.int64()))})
         members = groups.column("_members").to_pylist()

@@ -183,11 +183,16 @@ class Stage(BaseModel):
             self.setup()
             self._is_set_up = True
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
+    def prepare(self, batch: pa.Table | pa.RecordBatch) -> pa.Table:
+        """The batch as a table, its columns checked and the stage set up (every kind's first step)."""
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         self.check_columns(batch.schema)
         self.ensure_setup()
+        return batch
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        batch = self.prepare(batch)
         n = batch.num_rows
         out = self.process(batch) if n else self.process_empty(batch)
         if out.num_rows != n:

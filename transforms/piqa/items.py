@@ -18,28 +18,12 @@ from pydantic import Field
 
 from transforms.core import columns as C
 from transforms.core.stage import GlobalStage, Stage, put_column, set_drop_reason
+from transforms.piqa.textcheck import levenshtein
 
 
 def word_edit_distance(a: str, b: str) -> int:
     """Levenshtein distance over whitespace words (Korean eojeol)."""
-    x, y = a.split(), b.split()
-    prev = list(range(len(y) + 1))
-    for i, wx in enumerate(x, 1):
-        cur = [i] + [0] * len(y)
-        for j, wy in enumerate(y, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (wx != wy))
-        prev = cur
-    return prev[-1]
-
-
-def char_edit_distance(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, cb in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
-        prev = cur
-    return prev[-1]
+    return levenshtein(a.split(), b.split())
 
 
 class PlaceSolutions(Stage):
@@ -83,7 +67,7 @@ class StructuralChecks(Stage):
         words, chars, goal_len, sol_len = [], [], [], []
         for g, a, b, lab in zip(goals, s1, s2, labels, strict=True):
             g, a, b = (str(x or "").strip() for x in (g, a, b))
-            wd, cd = word_edit_distance(a, b), char_edit_distance(a, b)
+            wd, cd = word_edit_distance(a, b), levenshtein(a, b)
             words.append(wd)
             chars.append(cd)
             goal_len.append(len(g))
