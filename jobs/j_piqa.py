@@ -28,6 +28,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Literal
 
+import pyarrow as pa
 from pydantic import Field
 
 from jobs.config import JobConfig
@@ -36,7 +37,7 @@ from transforms.core.manifest import RunManifest
 from transforms.core.rounds import QuotaConfig, UnionSource, run_quota_rounds
 from transforms.core.runner import conservation_errors, init_ray, run_pipeline
 from transforms.dedup.semantic import SemanticDedup
-from transforms.io.sources import RowsSource, RunSource
+from transforms.io.sources import RowsSource
 from transforms.llm.base import EngineConfig, GenerationParams
 from transforms.llm.generate import LLMGenerate
 from transforms.llm.stage import LLMTransform
@@ -186,7 +187,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     chains = parts(config)
     tr = run_chain(lake, config, f"{run_id}-translation", ItemsSource(path=resolve(config.piqa)),
                    chains["translation"], resume=resume)
-    lex = run_chain(lake, config, f"{run_id}-lexical", RunSource(lake=str(lake.root), run_id=tr.run_id),
+    lex = run_chain(lake, config, f"{run_id}-lexical", run_output(lake, tr.run_id),
                     chains["lexical"], resume=resume, parents=[tr.run_id])
 
     def make_round(k: int, deficits: dict[str, int], accepted: list[str]) -> tuple[Any, list[Any]]:
@@ -207,18 +208,21 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     reviewed = review_step(lake, config, union.run_id)
     if reviewed is None:
         return {"run_id": run_id, "awaiting_review": f"review-{union.run_id}"}
-    final = run_chain(lake, config, run_id, RunSource(lake=str(lake.root), run_id=reviewed),
+    final = run_chain(lake, config, run_id, run_output(lake, reviewed),
                       [ProvenanceColumns(), BalanceLabels(seed=config.seed)], resume=resume, parents=[reviewed])
     items = read_table(Path(final.outputs["curated"]))
-    balance = category_balance(items.filter(_is(items, "source", "piqa_original")), categories=config.categories,
-                               target_per_category=config.per_category)
+    direct_items = items.filter(_is(items, "source", "piqa_original")) if items.num_rows else \
+        pa.table({"category": pa.array([], pa.string())})
+    balance = category_balance(direct_items, categories=config.categories, target_per_category=config.per_category)
     extras = {"category_balance": balance.to_pylist(), "balance_summary": balance_summary(balance),
               "rounds": direct.extras.get("rounds"), "stop_reason": direct.extras.get("stop_reason"),
-              "parts": {p: int(sum(1 for s in items.column("source").to_pylist() if s == p))
+              "parts": {p: int(sum(1 for s in items.column("source").to_pylist() if s == p)) if items.num_rows else 0
                         for p in ("piqa_translation", "piqa_lexical_variation", "piqa_original")}}
     tables = provenance_tables(items, ("source", "model"))
     md = provenance_markdown(tables) + "\n### Direct generation: categories\n\n" + markdown_table(balance) + "\n"
     result = release_step(lake, config, final, recipe="j-piqa", card_md=md, extras=extras)
+    if not result.get("release"):
+        return result
     appendix = release_columns(items)
     out = Path(result["release"]) / "j-piqa-appendix.csv"
     appendix.to_pandas().to_csv(out, index=False)
@@ -226,12 +230,17 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
 
 
 def _is(table: Any, column: str, value: str) -> Any:
-    import pyarrow as pa
-
     return pa.array([v == value for v in table.column(column).to_pylist()])
 
 
 # -- run helpers shared with jobs/ru_piqa.py ---------------------------------------------------------
+def run_output(lake: Lake, run_id: str) -> UnionSource:
+    """An earlier run's curated rows as a source; unlike RunSource, a run that kept nothing gives an
+    empty source (every later stage then sees 0 rows) instead of an error. The caller names the run
+    among its `parents`."""
+    return UnionSource(paths=[RunManifest.load(lake.manifest_path(run_id)).outputs["curated"]])
+
+
 def run_chain(lake: Lake, config: JobConfig, run_id: str, source: Any, stages: list[Any], *, resume: bool = False,
               parents: list[str] | None = None) -> RunManifest:
     """One run of the runner; its report is written and the conservation law checked from disk."""
@@ -277,6 +286,12 @@ def release_step(lake: Lake, config: Any, final: RunManifest, *, recipe: str, ca
     from jobs import release
     from transforms.core.report import write_report
 
+    if final.stages[-1].rows_kept == 0:  # nothing to gate: say so instead of failing inside the release
+        final.extras.update({**extras, "release": "no items reached the release"})
+        final.write(lake.manifest_path(final.run_id))
+        print(f"{config.dataset}: no items reached the release (see {lake.run_dir(final.run_id)} and the earlier "
+              "runs' reports for where they were dropped)", file=sys.stderr)
+        return {"run_id": final.run_id, "released": False, "release": None, "exit_code": 1}
     result = release.run(release.Config(input=final.outputs["curated"], recipe=recipe, dataset=config.dataset,
                                         lake=config.lake, version=config.version or final.run_id),
                          run_id=f"{final.run_id}-release")

@@ -28,12 +28,12 @@ import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.config import JobConfig
-from jobs.j_piqa import local_engine, release_step, resolve, review_step, run_chain
+from jobs.j_piqa import local_engine, release_step, resolve, review_step, run_chain, run_output
 from transforms.core.lake import Lake, read_table
 from transforms.core.rounds import UnionSource
 from transforms.core.runner import init_ray
 from transforms.io.documents import AttachChunks, DocumentSource
-from transforms.io.sources import ProductSource, RunSource
+from transforms.io.sources import ProductSource
 from transforms.llm.base import EngineConfig, GenerationParams
 from transforms.llm.generate import LLMGenerate
 from transforms.piqa.japanese import DuplicateTripletFilter
@@ -147,17 +147,18 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
                        check_stages(config), resume=resume, parents=[a.run_id for a in arms])
     checked = read_table(Path(checks.outputs["curated"]))
     figures = {"length": length_share(checked), "openings": repeated_openings(checked, by="model"),
-               "contrast_types": _counts(checked, "contrast_type")}
+               "contrast_types": _counts(checked, "contrast_type")} if checked.num_rows else {"items": 0}
     checks.extras.update(figures)
     checks.write(lake.manifest_path(checks.run_id))
     reviewed = review_step(lake, config, checks.run_id)
     if reviewed is None:
         return {"run_id": run_id, "awaiting_review": f"review-{checks.run_id}"}
-    final = run_chain(lake, config, run_id, RunSource(lake=str(lake.root), run_id=reviewed),
+    final = run_chain(lake, config, run_id, run_output(lake, reviewed),
                       [ProvenanceColumns(), BalanceLabels(seed=config.seed)], resume=resume, parents=[reviewed])
     items = read_table(Path(final.outputs["curated"]))
     tables = provenance_tables(items, ("source", "source_document", "grade", "model"))
-    md = provenance_markdown(tables) + _figures_md(length_share(items), repeated_openings(items, by="model"))
+    md = provenance_markdown(tables) + (_figures_md(length_share(items), repeated_openings(items, by="model"))
+                                        if items.num_rows else "\nNo items reached the release.\n")
     md += ("\nSource texts: the bundled documents are Russian Wikipedia paragraphs (XQuAD, CC BY-SA 4.0) and "
            "ruWorldTree questions used as topic seeds only (MERA, MIT), not the paper's textbooks, which are "
            "not openly licensed.\n")
