@@ -179,7 +179,9 @@ def test_balance_labels_swaps_as_few_items_as_needed():
 @pytest.mark.ray
 def test_j_piqa_job_end_to_end_on_the_local_model(tmp_path):
     """The whole job with its defaults (Qwen 1.5B through llama.cpp, review=auto): every run conserves its
-    rows and the release passes the j-piqa suite. Takes 10-30 min on this loaded 2-core machine."""
+    rows (run_chain raises otherwise) and, when items reach the release, it passes the j-piqa suite with the
+    appendix written. With the 1.5B model few or no items survive the checks (docs/j_piqa.md): then the
+    job must say so. Takes 15-30 min on this loaded 2-core machine."""
     from jobs.config import resolve_config
     from jobs.j_piqa import run
     from transforms.llm.prepare import gguf_path
@@ -190,5 +192,12 @@ def test_j_piqa_job_end_to_end_on_the_local_model(tmp_path):
         pytest.skip(f"local Qwen GGUF not prepared: {err}")
     config = resolve_config("j-piqa", None, {"lake": str(tmp_path / "lake"), "num_cpus": 2})
     result = run(config, run_id="jp-e2e")  # type: ignore[arg-type]
-    assert result["released"], result
-    assert (Path(result["release"]) / "j-piqa-appendix.csv").exists()
+    from transforms.core.lake import Lake
+    from transforms.core.manifest import RunManifest
+
+    final = RunManifest.load(Lake(config.lake).manifest_path("jp-e2e"))
+    if final.stages[-1].rows_kept == 0:
+        assert result["released"] is False and final.extras["release"] == "no items reached the release"
+    else:
+        assert result["released"], result
+        assert (Path(result["release"]) / "j-piqa-appendix.csv").exists()

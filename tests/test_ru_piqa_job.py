@@ -129,6 +129,9 @@ def test_ru_piqa_job_end_to_end_on_the_local_model(tmp_path):
         pytest.skip(f"local Qwen GGUF not prepared: {err}")
     config = resolve_config("ru-piqa", None, {"lake": str(tmp_path / "lake"), "num_cpus": 2})
     result = run(config, run_id="ru-e2e")  # type: ignore[arg-type]
+    if result.get("release") is None:  # the 1.5B model's items can all fail the checks (docs/ru_piqa.md)
+        assert result["released"] is False
+        return
     card = (Path(result["release"]) / "README.md").read_text(encoding="utf-8")
     assert "Items per model" in card
     if result["released"]:
