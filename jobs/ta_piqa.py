@@ -38,6 +38,7 @@ from transforms.review.consensus import ConsensusRule
 log = logging.getLogger("piqaforge")
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "lake" / "samples" / "ta_items"
+Level = Literal["exact", "near", "semantic"]
 
 
 def _qwen() -> EngineConfig:
@@ -78,8 +79,8 @@ class Config(JobConfig):
     auto: AutoReviewConfig = Field(default_factory=_annotator_engines, description="LLM annotators (review=auto).")
     duplicate_votes: int | None = Field(None, ge=1, description="Annotators whose comment `duplicate [of <id>]` "
                                         "confirms a duplicate; unset: all of the item's annotators.")
-    confirm_levels: list[Literal["exact", "near", "semantic"]] = Field(
-        default_factory=lambda: ["exact"], description="Neighbour levels dropped without a reviewer's vote.")
+    confirm_levels: list[Level] = Field(default_factory=lambda: list[Level](["exact"]),
+                                        description="Neighbour levels dropped without a reviewer's vote.")
     review_run: str | None = Field(None, description="A review run (`piqaforge review import`) to finish.")
     release: bool = Field(True, description="Gate and release the final run (suite ta-piqa).")
     release_version: str | None = Field(None, description="Release version (default: today's UTC date).")
