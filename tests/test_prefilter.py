@@ -238,6 +238,7 @@ def test_prefilter_mode_picks_the_class():
     switched = adapter.validate_python({"mode": "distilled", "judge": {"target_recall": 0.8}, "llm_budget_rows": 5,
                                         "sample_size": 50})
     assert isinstance(switched, DistilledPrefilter) and switched.sample_size == 50
-    # ... but a field neither mode has is still an error.
-    with pytest.raises(ValueError, match="sample_sise"):
-        adapter.validate_python({"mode": "supervised", "sample_sise": 50})
+    # ... but a distilled knob on the supervised mode, or a field neither has, is an error.
+    for bad in ("sample_size", "sample_sise"):
+        with pytest.raises(ValueError, match=bad):
+            adapter.validate_python({"mode": "supervised", bad: 50})

@@ -380,13 +380,12 @@ def _prefilter_mode(value: Any) -> str:
 
 
 def _drop_other_modes_settings(value: Any) -> Any:
-    """`--set prefilter.mode=distilled` over the default YAML (supervised settings) must work: the
-    other mode's own fields are dropped; anything else unknown is still an error."""
-    if not isinstance(value, dict):
+    """`--set prefilter.mode=distilled` over the default YAML (which holds the supervised settings)
+    must work: the supervised-only fields are dropped. The other way round is an error, so a distilled
+    knob such as `prefilter.sample_size` on the supervised default is never silently ignored."""
+    if not isinstance(value, dict) or _prefilter_mode(value) != "distilled":
         return value
-    mine = DistilledPrefilter if _prefilter_mode(value) == "distilled" else SupervisedPrefilter
-    other = SupervisedPrefilter if mine is DistilledPrefilter else DistilledPrefilter
-    foreign = set(other.model_fields) - set(mine.model_fields)
+    foreign = set(SupervisedPrefilter.model_fields) - set(DistilledPrefilter.model_fields)
     return {k: v for k, v in value.items() if k not in foreign}
 
 
