@@ -13,9 +13,11 @@ from transforms.core import columns as C
 
 # The LLM back half off: for tests about the front half and the Ray cluster.
 FRONT_HALF_ONLY = ["--set", "ensemble=null"]
-# The LLM back half shrunk to fit a test: the two Gemma classifiers label a 96-row prefilter sample,
-# and 1% of the rows go on to the ensemble stage (one actor, answers cached in chunks of 16 rows).
-SHRUNK_BACK_HALF = ["--set", "prefilter.sample_size=96", "--set", "prefilter.max_pass_rate=0.01", "--set", "items=null"]
+# The LLM back half shrunk to fit a test: the distilled prefilter (the ensemble labels a 96-row sample)
+# passes 1% of the rows on to the ensemble stage (one actor, answers cached in chunks of 16 rows); the
+# items back half (refinement, review) is off.
+SHRUNK_BACK_HALF = ["--set", "prefilter.mode=distilled", "--set", "prefilter.sample_size=96",
+                    "--set", "prefilter.max_pass_rate=0.01", "--set", "items=null"]
 
 
 def answer_files(lake: Path, run_id: str) -> list[Path]:
