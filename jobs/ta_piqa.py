@@ -201,12 +201,16 @@ def finish(config: Config, lake: Lake, review_run: str, resume: bool) -> dict[st
                             config={"recipe": "ta-piqa", **config.model_dump()}, run_id=final_id, resume=resume,
                             parents=[review_run])
     table = read_table(Path(manifest.outputs["curated"]))
-    card = card_statistics(table, agreement=agreement_figures(review), min_words=config.prompt_length.min_words)
+    card = card_statistics(table, agreement=agreement_figures(review), min_words=config.prompt_length.min_words) \
+        if table.num_rows else {"items": 0, "agreement": agreement_figures(review)}
     manifest = RunManifest.load(lake.manifest_path(final_id))
     manifest.extras["card"] = card
     manifest.write(lake.manifest_path(final_id))
     out: dict[str, Any] = {"review_run": review_run, "final_run": final_id, "items": card["items"],
                            "agreement": _agreement_line(card["agreement"])}
+    if not table.num_rows:  # nothing passed review: no release to gate
+        out.update({"released": False, "exit_code": 1, "note": "no item passed review; nothing released"})
+        return out
     if not config.release:
         return out
     release = release_job.run(release_job.Config(input=f"run:{final_id}", recipe="ta-piqa", dataset=config.dataset,
