@@ -202,7 +202,7 @@ def finish(config: Config, lake: Lake, review_run: str, resume: bool) -> dict[st
                             parents=[review_run])
     table = read_table(Path(manifest.outputs["curated"]))
     card = card_statistics(table, agreement=agreement_figures(review), min_words=config.prompt_length.min_words) \
-        if table.num_rows else {"items": 0, "agreement": agreement_figures(review)}
+        if table.num_rows else dict[str, Any](items=0, agreement=agreement_figures(review))
     manifest = RunManifest.load(lake.manifest_path(final_id))
     manifest.extras["card"] = card
     manifest.write(lake.manifest_path(final_id))
