@@ -136,6 +136,11 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
                     'previous one kept.</p>' if not errors else
                     "<ul>" + "".join(f'<li class="bad">{escape(e)}</li>' for e in errors) + "</ul>")
     error = f"<h2>Error</h2><pre>{escape(m.error)}</pre>" if m.error else ""
+    judges = ""
+    if m.extras.get("judges"):  # judges measured against labels (docs/judges.md)
+        from transforms.judge.report import render_judges
+
+        judges = render_judges(m.extras["judges"])
     git = m.code_version.get("git_sha", "unknown")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(m.run_id)}: run report</title>
@@ -155,6 +160,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
 {conservation}
 <h2>Drop reasons per stage</h2>
 {''.join(drops) or '<p>No rows were dropped.</p>'}
+{judges}
 <h2>Inputs</h2><ul>{inputs}</ul>
 <h2>Outputs</h2><ul>{outputs}</ul>
 </body></html>
