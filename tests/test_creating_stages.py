@@ -142,6 +142,19 @@ def test_children_can_be_dropped_and_a_bad_parent_index_is_refused():
         SplitWords()(pa.table({C.TEXT: ["x"]}))
 
 
+def test_a_block_whose_parents_all_fail_writes_no_lineage_and_no_error(tmp_path):
+    """Every parent of a block dropped (e.g. generation_failed): the writer must not need lineage columns."""
+    from transforms.core.writing import BlockWriter
+
+    out = SplitWords()(pa.table({C.ID: ["a", "b"], C.TEXT: ["", "  "]}))
+    assert set(out.column(ROLE).to_pylist()) == {INPUT}
+    for d in ("k", "j", "l"):
+        (tmp_path / d).mkdir()
+    counts = BlockWriter(tmp_path / "k", tmp_path / "j", 100, tmp_path / "l", "split_words")(out).to_pylist()
+    assert counts[0]["rows"] == 2 and counts[0]["rejected"] == 2 and counts[0]["consumed"] == 0
+    assert counts[0]["lineage_file"] == "" and not list((tmp_path / "l").glob("*.parquet"))
+
+
 def test_an_aggregate_stage_makes_one_row_per_group_and_consumes_its_members():
     table = pa.table({C.ID: ["a", "b", "c", "d"], "key": ["x", None, "x", "y"]})
     out = GroupByKey()(table)

@@ -105,7 +105,11 @@ def split_roles(sub: pa.Table, stage_name: str) -> tuple[pa.Table, pa.Table, pa.
         return kept, rejected, None, sub.num_rows, rejected.num_rows
     role = sub.column(ROLE)
     is_consumed = pc.equal(role, CONSUMED)
-    lineage = sub.filter(is_consumed).select(LINEAGE_SCHEMA.names).cast(LINEAGE_SCHEMA)
+    consumed = sub.filter(is_consumed)
+    if consumed.num_rows and all(c in consumed.schema.names for c in LINEAGE_SCHEMA.names):
+        lineage = consumed.select(LINEAGE_SCHEMA.names).cast(LINEAGE_SCHEMA)
+    else:  # every parent of this block was dropped: the lineage columns were never made
+        lineage = LINEAGE_SCHEMA.empty_table()
     rest = sub.filter(pc.invert(is_consumed))
     inputs_rejected = int(pc.sum(pc.equal(rest.column(ROLE), INPUT)).as_py() or 0)
     born = pc.if_else(pc.equal(rest.column(ROLE), INPUT), pa.scalar(None, pa.string()), pa.scalar(stage_name))
