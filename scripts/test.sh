@@ -19,7 +19,8 @@ while [[ $# -gt 0 ]]; do
 done
 bash scripts/setup.sh
 # The slow tier's Label Studio round trip runs a real server from its own venv (it pins many packages).
-if [[ "$MARK" == "not vllm and not gpu" ]]; then bash scripts/setup_labelstudio.sh; fi
+# So does the lm-eval comparison (lm-evaluation-harness in .venv-lmeval).
+if [[ "$MARK" == "not vllm and not gpu" ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
 echo "== ruff"; .venv/bin/ruff check transforms jobs expectations tests benchmarks
 echo "== mypy transforms/"; .venv/bin/mypy
 echo "== pytest -m '$MARK'"

@@ -103,7 +103,7 @@ def test_tied_loglikelihoods_and_a_one_label_release(monkeypatch, tmp_path, shar
     summary = json.loads(Path(result["json"]).read_text())
     assert summary["random_baseline"]["empirical"] == 1.0 and summary["random_baseline"]["majority"] == 1.0
     acc = {r["method"]: r["overall"]["acc"] for r in summary["runs"]}
-    assert acc == {"loglik_acc": 1.0, "loglik_acc_norm": 1.0}  # ties pick sol1, which is always right here
+    assert acc == {"loglik_acc": 1.0, "loglik_acc_norm": 1.0, "loglik_acc_bytes": 1.0}  # ties pick sol1: always right here
     assert result["flagged"] and "majority_position" in summary["audit"]["flags"]
     assert result["exit_code"] == 3
 
