@@ -142,7 +142,7 @@ def union_find_min(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     point to smaller nodes, so no cycles), then compress paths fully by pointer jumping; repeat
     until every edge joins one root. Rounds are few (logarithmic in practice) and each is O(edges).
     """
-    parent = np.arange(n, dtype=np.int64)
+    parent: np.ndarray = np.arange(n, dtype=np.int64)
     u, v = np.asarray(u, np.int64), np.asarray(v, np.int64)
     while True:
         ru, rv = parent[u], parent[v]
@@ -230,5 +230,6 @@ class DuplicateLookup:
         query = ids.to_numpy(zero_copy_only=False).astype(str)
         pos = np.minimum(np.searchsorted(self.ids, query), len(self.ids) - 1)
         hit = self.ids[pos] == query
-        out = np.where(hit, self.reps[pos], None)
+        out = self.reps[pos].astype(object)
+        out[~hit] = None
         return pa.array(out, type=pa.string())
