@@ -41,6 +41,8 @@ _CREDENTIAL_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "
 _CREDENTIAL_SUFFIXES = ("apikey", "accesskey", "secretkey", "privatekey", "token", "secret", "password")
 # A last word that says the field *names* or *locates* a secret rather than holding it.
 _POINTER_WORDS = {"env", "var", "name", "names", "file", "path", "dir", "column", "col", "field", "header"}
+# A first word that makes the field a switch about a secret, not the secret (require_api_key: true).
+_FLAG_WORDS = {"require", "requires", "use", "has", "needs", "enable", "send"}
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^\s/?#@]+)@")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -57,9 +59,9 @@ def _words(name: str) -> list[str]:
 
 def credential_name(name: str) -> bool:
     """True for OPENAI_API_KEY, HF_TOKEN, db_password, clientSecret; False for max_tokens, tokenizer,
-    api_key_env (it names the variable), secrets (a list of names)."""
+    api_key_env (it names the variable), require_api_key (a switch), secrets (a list of names)."""
     words = _words(str(name))
-    if not words or name == SECRETS_FIELD or words[-1] in _POINTER_WORDS:
+    if not words or name == SECRETS_FIELD or words[-1] in _POINTER_WORDS or words[0] in _FLAG_WORDS:
         return False
     return any(w in _CREDENTIAL_WORDS or w.endswith(_CREDENTIAL_SUFFIXES) for w in words)
 
