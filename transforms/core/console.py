@@ -124,9 +124,10 @@ def quiet_ray_logging(log_dir: Path, verbose: bool) -> Path | None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in ("ray", "ray.data", "ray._private", "ray.util"):
         logger = logging.getLogger(name)
+        for old in logger.handlers:  # the previous run's file: close it, do not leak one per run
+            old.close()
         logger.handlers = [handler]
         logger.propagate = False
-    os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
     return path
 
 

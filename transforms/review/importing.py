@@ -178,9 +178,13 @@ def write_import(lake: Lake, result: ImportResult, files: list[str | Path] | Non
                            parents=[p for p in [result.record.parent_run] if p],
                            config={"batch": result.record.batch, "rule": result.stats["rule"]})
     manifest.inputs = [fingerprint_file(Path(f)) for f in files or []]
+    # counted from the files just written, like every runner stage (the law holds on disk, not on intent)
+    from transforms.core.lake import count_rows, value_counts
+
+    on_disk_kept, on_disk_dropped = count_rows(paths["staged"]), value_counts(paths["rejected"], "drop_reason")
     manifest.stages = [StageRecord(index=0, name="review_import", kind="source", rows_in=0,
-                                   rows_created=table.num_rows, rows_kept=kept.num_rows,
-                                   rows_dropped=result.stats["dropped"], seconds=round(seconds, 3),
+                                   rows_created=on_disk_kept + sum(on_disk_dropped.values()),
+                                   rows_kept=on_disk_kept, rows_dropped=on_disk_dropped, seconds=round(seconds, 3),
                                    outputs={"kept": str(paths["staged"]), "rejected": str(paths["rejected"])})]
     manifest.outputs = {"curated": str(paths["curated"]), "rejected": str(lake.zone("rejected", dataset, run_id)),
                         "review_batch": str(folder)}
