@@ -132,8 +132,10 @@ def test_real_local_model_end_to_end(tmp_path, tiny_release):
     result = evaluate_job.run(config, run_id="real")
     out = Path(result["out"])
     preds = pq.read_table(out / "predictions.parquet")
-    # 2 items x (generate original + swapped) + 2 items x (acc + acc_norm)
-    assert preds.num_rows == 8
+    # 2 items x (generate original + swapped) + 2 items x (acc + acc_norm + acc_bytes)
+    assert preds.num_rows == 10
+    assert sorted(set(preds.column("method").to_pylist())) == ["generate", "loglik_acc", "loglik_acc_bytes",
+                                                               "loglik_acc_norm"]
     gen = preds.filter(pa.compute.equal(preds.column("method"), "generate"))
     assert set(gen.column("prompt").to_pylist()) == {"eval_generic/en@1+eval_loglik@1"}
     assert set(gen.column("status").to_pylist()) <= {"exact", "lenient", "refusal", "empty", "unparsable"}
@@ -143,11 +145,11 @@ def test_real_local_model_end_to_end(tmp_path, tiny_release):
     manifest = json.loads((tmp_path / "lake" / "runs" / "real" / "manifest.json").read_text())
     assert manifest["status"] == "succeeded" and manifest["extras"]["table"]
     assert Path(result["lm_eval"]).exists() and Path(result["plot"]).exists()
-    # the predictions are a run of stages: 8 items in, 2 sampled items consumed into 8 predictions
+    # the predictions are a run of stages: 8 items in, 2 sampled items consumed into 10 predictions
     predict = next(s for s in manifest["stages"] if s["name"] == "predict")
-    assert predict["rows_in"] == 8 and predict["rows_consumed"] == 2 and predict["rows_created"] == 8
+    assert predict["rows_in"] == 8 and predict["rows_consumed"] == 2 and predict["rows_created"] == 10
     assert predict["rows_dropped"] == {"not_sampled": 6} and predict["partitions"] == 8
     again = evaluate_job.run(config, run_id="real", resume=True)
     resumed = json.loads((tmp_path / "lake" / "runs" / "real" / "manifest.json").read_text())
     assert all(s["resumed"] for s in resumed["stages"])  # every stage reused, nothing rescored
-    assert pq.read_table(Path(again["out"]) / "predictions.parquet").num_rows == 8
+    assert pq.read_table(Path(again["out"]) / "predictions.parquet").num_rows == 10

@@ -75,6 +75,18 @@ class _Endpoint(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
+def fresh_ray(ray_local):
+    """Ray restarted for one test. A pooled worker that unpickled a stage keeps the secrets forwarded to it
+    in its environment for the rest of the driver's Ray job (the stage needs them there), so an earlier
+    test in this session would otherwise leave the canary in a worker this test's precondition asks."""
+    from transforms.core.runner import init_ray
+
+    ray_local.shutdown()
+    init_ray(num_cpus=2)
+    yield ray_local
+
+
+@pytest.fixture
 def canaries():
     return {place: f"cnry-{place}-{secrets.token_hex(8)}" for place in ("forwarded", "envvars", "url", "set")}
 
@@ -151,13 +163,13 @@ def check_run(lake: Path, run_id: str, handler: type[_Endpoint]) -> RunManifest:
 
 # -- the local run ----------------------------------------------------------------------------------------
 @pytest.mark.ray
-def test_no_canary_after_a_short_local_chain(ray_local, tmp_path, canaries, endpoint, monkeypatch, capfd, caplog):
+def test_no_canary_after_a_short_local_chain(fresh_ray, tmp_path, canaries, endpoint, monkeypatch, capfd, caplog):
     """Default tier: the same canaries through resolve_config and the runner, on read → normalize → ensemble."""
     from jobs import ko_piqa
 
     port, handler = endpoint
     monkeypatch.setenv(KEY_VAR, canaries["forwarded"])
-    assert ray_local.get(ray_local.remote(lambda: os.environ.get(KEY_VAR)).remote()) is None
+    assert fresh_ray.get(fresh_ray.remote(lambda: os.environ.get(KEY_VAR)).remote()) is None
     small, config_file, sets = job_files(tmp_path, canaries, port)
     lake = tmp_path / "lake"
     overrides = dict(item.split("=", 1) for item in sets[1::2])
@@ -175,14 +187,14 @@ def test_no_canary_after_a_short_local_chain(ray_local, tmp_path, canaries, endp
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_no_canary_anywhere_after_a_local_run(ray_local, tmp_path, canaries, endpoint, monkeypatch, capfd,
+def test_no_canary_anywhere_after_a_local_run(fresh_ray, tmp_path, canaries, endpoint, monkeypatch, capfd,
                                               caplog):
     from jobs.cli import main
 
     port, handler = endpoint
     # Ray and its workers started before the variable exists: only forwarding can bring it to them.
     monkeypatch.setenv(KEY_VAR, canaries["forwarded"])
-    assert ray_local.get(ray_local.remote(lambda: os.environ.get(KEY_VAR)).remote()) is None
+    assert fresh_ray.get(fresh_ray.remote(lambda: os.environ.get(KEY_VAR)).remote()) is None
     small, config, sets = job_files(tmp_path, canaries, port)
     lake = tmp_path / "lake"
     log_file = tmp_path / "piqaforge.log"
@@ -251,9 +263,11 @@ def test_no_canary_anywhere_after_piqaforge_submit(ray_head, tmp_path, canaries,
 
 # -- pieces -----------------------------------------------------------------------------------------------
 def test_credential_names_and_what_is_recorded():
-    for name in ("OPENAI_API_KEY", "HF_TOKEN", "db_password", "clientSecret", "AWS_SECRET_ACCESS_KEY", "api_key"):
+    for name in ("OPENAI_API_KEY", "HF_TOKEN", "db_password", "clientSecret", "AWS_SECRET_ACCESS_KEY", "api_key",
+                 "OPENAI_KEY", "key", "AZURE_SUBSCRIPTION_KEY"):
         assert S.credential_name(name), name
-    for name in ("max_tokens", "tokenizer", "api_key_env", "secrets", "TOKENIZERS_PARALLELISM", "sort_keys"):
+    for name in ("max_tokens", "tokenizer", "api_key_env", "secrets", "TOKENIZERS_PARALLELISM", "sort_keys",
+                 "Key_Properties_Materials", "cache_key", "key_points", "partition_key"):
         assert not S.credential_name(name), name
     config = {"resources": {"runtime_env": {"env_vars": {"A": "plain-value-1", "HF_TOKEN": "hf_abcdefgh"}},
                             "secrets": ["HF_TOKEN"]},

@@ -36,8 +36,13 @@ KEY_FILE = Path(".piqaforge") / "fingerprint.key"
 # they are still redacted wherever they sit under a credential-like key or in env_vars.
 MIN_SCRUB_CHARS = 6
 
-_CREDENTIAL_WORDS = {"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential",
+_CREDENTIAL_WORDS = {"apikey", "token", "secret", "password", "passwd", "pwd", "credential",
                      "credentials", "passphrase"}
+# "key" alone is a credential only as the field's last word (OPENAI_KEY, api_key, key) and not after a
+# word that makes it a data key (sort_key, cache_key); Key_Properties_Materials is a taxonomy category.
+_DATA_KEY_WORDS = {"sort", "sorts", "cache", "partition", "group", "join", "dedup", "primary", "foreign", "row",
+                   "hash", "lookup", "dict", "map", "id", "unique", "composite", "shard", "index", "match",
+                   "label", "item", "column", "field", "json", "order", "bucket", "record", "sample"}
 _CREDENTIAL_SUFFIXES = ("apikey", "accesskey", "secretkey", "privatekey", "token", "secret", "password")
 # A last word that says the field *names* or *locates* a secret rather than holding it.
 _POINTER_WORDS = {"env", "var", "name", "names", "file", "path", "dir", "column", "col", "field", "header"}
@@ -63,6 +68,8 @@ def credential_name(name: str) -> bool:
     words = _words(str(name))
     if not words or name == SECRETS_FIELD or words[-1] in _POINTER_WORDS or words[0] in _FLAG_WORDS:
         return False
+    if words[-1] in ("key", "keys") and (len(words) == 1 or words[-2] not in _DATA_KEY_WORDS):
+        return True
     return any(w in _CREDENTIAL_WORDS or w.endswith(_CREDENTIAL_SUFFIXES) for w in words)
 
 
