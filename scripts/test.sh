@@ -25,7 +25,7 @@ echo "== ruff"; .venv/bin/ruff check transforms jobs expectations tests benchmar
 echo "== mypy transforms/"; .venv/bin/mypy
 echo "== pytest -m '$MARK'"
 set +e
-.venv/bin/python -m pytest -m "$MARK" "${EXTRA[@]}"
+.venv/bin/python -m pytest -m "$MARK" --durations=30 "${EXTRA[@]}"
 rc=$?
 set -e
 # pytest exits 5 when nothing was collected: that is a failure for CI, not a pass.
