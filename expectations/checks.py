@@ -76,6 +76,11 @@ def derive(df: pd.DataFrame, suite: SuiteConfig) -> list[Derived]:
     if suite.length and any(v is not None for k, v in suite.length.model_dump().items() if k != "mostly"):
         checks.append(Derived("length_bounds", "_length_ok", _length_text(suite), ("goal", "sol1", "sol2"),
                               suite.length.mostly))
+    if suite.degenerate:
+        checks.append(Derived("not_degenerate", "_degenerate_ok",
+                              f"no {'/'.join(suite.degenerate.columns)} is one word repeated or ≥ "
+                              f"{suite.degenerate.max_share:.0%} one n-gram repeated ≥ "
+                              f"{suite.degenerate.min_repeats} times", tuple(suite.degenerate.columns)))
     if suite.require_provenance and "model" in df.columns:
         checks.append(Derived("generation_provenance", "_provenance_ok",
                               "generated rows (model set) record prompt_id and prompt_version", ("model",)))
@@ -108,7 +113,12 @@ def _minimal_pair(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
     dist, ok = [], []
     for a, b, lang in zip(_text(df, "sol1"), _text(df, "sol2"), _langs(df, suite), strict=True):
         limit_word, limit_char = mp.max_word_edits, mp.max_char_edits
-        d, unit = tc.pair_distance(a, b, lang, unit=mp.unit, cap=max(limit_word, limit_char) + 1)
+        if lang in mp.segmenters:  # words from the analyser the job used (a missing `lang` extra fails the check)
+            from transforms.piqa.japanese_words import word_distance
+
+            d, unit = word_distance(a, b, cap=limit_word + 1), "word"
+        else:
+            d, unit = tc.pair_distance(a, b, lang, unit=mp.unit, cap=max(limit_word, limit_char) + 1)
         dist.append(d)
         ok.append(d <= (limit_word if unit == "word" else limit_char))
     df["_minimal_pair_distance"] = dist
@@ -181,5 +191,18 @@ def _provenance(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
     df["_provenance_ok"] = [not g or (a and b) for g, a, b in zip(generated, pid, pver, strict=True)]
 
 
+def _degenerate(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
+    from expectations.degenerate import degenerate_rows
+
+    rule = suite.degenerate
+    assert rule is not None
+    why = degenerate_rows({c: _text(df, c) for c in rule.columns if c in df.columns}, _langs(df, suite), rule)
+    df["_degenerate_why"] = why
+    df["_degenerate_ok"] = [w is None for w in why]
+    check.details["examples"] = {str(i): w for i, w in zip(df["id"] if "id" in df.columns else df.index, why,
+                                                           strict=True) if w}
+
+
 _COMPUTE = {"no_duplicate_items": _exact, "minimal_pair": _minimal_pair, "no_near_duplicate_goals": _near_dup,
-            "language_purity": _language, "length_bounds": _length, "generation_provenance": _provenance}
+            "language_purity": _language, "length_bounds": _length, "generation_provenance": _provenance,
+            "not_degenerate": _degenerate}

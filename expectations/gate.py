@@ -36,6 +36,8 @@ class CheckResult(BaseModel):
     unexpected_count: int | None = None
     unexpected_percent: float | None = None
     failing_ids: list[str] = Field(default_factory=list)
+    examples: dict[str, str] = Field(default_factory=dict, description="Failing id → why (computed checks "
+                                     "that know, e.g. the repeated n-gram of degenerate text).")
     error: str | None = None
 
     def reason(self) -> str:
@@ -48,7 +50,9 @@ class CheckResult(BaseModel):
             ids = ", ".join(self.failing_ids[:5])
             more = f" (+{self.unexpected_count - 5} more)" if self.unexpected_count > 5 else ""
             pct = f" ({self.unexpected_percent:.1f}%)" if self.unexpected_percent is not None else ""
-            return f"{text} — {self.unexpected_count} row(s) fail{pct}: {ids}{more}"
+            why = "; e.g. " + "; ".join(f"{k}: {v}" for k, v in list(self.examples.items())[:3]) \
+                if self.examples else ""
+            return f"{text} — {self.unexpected_count} row(s) fail{pct}: {ids}{more}{why}"
         if self.observed is not None:
             return f"{text} — observed {self.observed}"
         return f"{text} — failed"
@@ -100,6 +104,10 @@ def run_gate(table: pa.Table, suite: SuiteConfig) -> GateResult:
     df = to_frame(table)
     derived = derive(df, suite)
     gx_version, results = _validate(df, suite, derived)
+    for r in results:  # computed checks that know why a row failed say so in the report
+        examples = next((d.details.get("examples") for d in derived if d.name == r.name), None)
+        if examples and not r.success:
+            r.examples = dict(list(examples.items())[:MAX_IDS])
     checks = pre + results
     for d in derived:
         if d.error:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from expectations.degenerate import DegenerateText
 from transforms.embed.base import EmbedderConfig
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
@@ -30,6 +31,10 @@ class MinimalPair(_Rule):
     max_char_edits: int = Field(6, ge=0, description="Character-level distance for languages without "
                                 "spaces (ja, zh, th): a proxy for ~2 words.")
     unit: Literal["auto", "word", "char"] = Field("auto", description="auto: words, chars for no-space text.")
+    segmenters: dict[str, Literal["fugashi"]] = Field(
+        default_factory=dict, description="Languages whose words come from a morphological analyser instead "
+        "of spaces or characters: {ja: fugashi} counts Japanese words as the j-piqa job does "
+        "(transforms/piqa/japanese_words.py); max_word_edits then applies to them.")
     mostly: float = Field(1.0, gt=0, le=1, description="Share of rows that must pass.")
 
 
@@ -75,6 +80,9 @@ class SuiteConfig(BaseModel):
     near_duplicates: NearDuplicates | None = Field(default_factory=NearDuplicates)
     language_purity: LanguagePurity | None = Field(default_factory=LanguagePurity)
     length: LengthBounds | None = Field(default_factory=LengthBounds)
+    degenerate: DegenerateText | None = Field(
+        default_factory=DegenerateText, description="Goals and solutions that are one word repeated or mostly "
+        "one repeated n-gram fail (expectations/degenerate.py).")
     solution_pattern: str | None = Field(None, description="Regex every solution must match (J-PIQA: '。$').")
     require_provenance: bool = Field(
         False, description="Generated rows (non-null `model`) must carry prompt_id and prompt_version.")

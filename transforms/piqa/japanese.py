@@ -1,15 +1,6 @@
-"""J-PIQA's constraints on Japanese minimal pairs, measured in words from a morphological analyser.
-
-Japanese has no spaces, so "the two options differ by one or two words" needs a segmenter. We use
-fugashi (MeCab) with unidic-lite (the `lang` extra): a 50 MB pip wheel with no download step, UniDic
-short units whose part-of-speech tags name particles (助詞) and punctuation (補助記号) directly
-(docs/j_piqa.md says why not SudachiPy).
-
-UniDic's short units are smaller than what a reader calls a word (冷蔵|庫, 洗わ|ない), so
-`unit="word"` (the default) merges them back: prefix + stem, stem + suffix, compound nouns, a verb
-noun + する, and a predicate + its inflecting auxiliaries (洗わない is one word, as "don't wash" is
-one change). Particles and punctuation always stay words of their own. `unit="morpheme"` counts
-UniDic units as they are.
+"""J-PIQA's stages: the per-item constraints on Japanese minimal pairs (words from
+transforms/piqa/japanese_words.py), the global duplicate checks, and the translation-set, lexicon and
+unchanged-variant stages of parts 1 and 2.
 
 `JapaneseConstraintFilter` checks one item at a time, one drop reason per rule (first failing rule
 wins, in the order of `REASONS`); `DuplicateTripletFilter` and `ParaphraseDuplicateFilter` are the
@@ -18,17 +9,13 @@ global checks across items.
 
 from __future__ import annotations
 
-import functools
 import unicodedata
-from collections import Counter
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field
 
 from transforms.core import columns as C
-from transforms.core.deps import require
 from transforms.core.stage import (
     GlobalStage,
     Stage,
@@ -38,123 +25,21 @@ from transforms.core.stage import (
     set_duplicate_of,
 )
 from transforms.embed.base import EmbedderConfig
-from transforms.piqa.textcheck import levenshtein
-
-PARTICLE, PUNCT, SUFFIX, PREFIX = "助詞", "補助記号", "接尾辞", "接頭辞"
-PREDICATE = frozenset({"動詞", "形容詞", "助動詞"})
-SENTENCE_END = "。"
-
-# Drop reasons, in the order the filter checks them.
-REASONS = ("invalid_correct", "empty_option", "options_identical", "options_differ_too_much",
-           "no_final_period", "not_full_sentence", "particles_changed", "punctuation_changed",
-           "word_order_changed")
-
-
-@dataclass(frozen=True)
-class Morpheme:
-    surface: str
-    pos: str  # UniDic pos1 (名詞, 動詞, 助詞, 補助記号, ...)
-    pos2: str
-
-
-@dataclass(frozen=True)
-class Word:
-    surface: str
-    pos: str  # part of speech of the word's head (its first content morpheme)
-
-
-@functools.cache
-def _tagger() -> Any:
-    fugashi = require("fugashi", "lang", "Japanese word segmentation")
-    require("unidic_lite", "lang", "the UniDic dictionary fugashi reads")
-    return fugashi.Tagger()
-
-
-def morphemes(text: str | None) -> list[Morpheme]:
-    """UniDic short units of `text` (NFKC-normalised first, so full-width digits and Latin agree)."""
-    return list(_morphemes(text)) if text else []
-
-
-@functools.lru_cache(maxsize=65536)
-def _morphemes(text: str) -> tuple[Morpheme, ...]:
-    # each option is segmented several times per check (distance, sentence end, particles): once here
-    norm = unicodedata.normalize("NFKC", text).strip()
-    return tuple(Morpheme(m.surface, m.feature.pos1, m.feature.pos2) for m in _tagger()(norm) if m.surface.strip())
-
-
-def _joins_previous(m: Morpheme, prev: Morpheme, head: str) -> bool:
-    if prev.pos == PREFIX or m.pos == SUFFIX:
-        return True
-    if m.pos == "名詞" and head == "名詞" and prev.pos == "名詞":
-        return True  # compound noun: 電子 レンジ, 洗濯 機
-    if m.pos == "動詞" and m.pos2 == "非自立可能" and m.surface in ("する", "し", "さ", "せ") and prev.pos == "名詞":
-        return True  # verb noun + する: 保存 する
-    # a predicate and its inflecting auxiliaries: 洗わ ない, 冷やし ます, きれい だ (not 水 だ)
-    return m.pos == "助動詞" and prev.pos in ("動詞", "形容詞", "形状詞", "助動詞")
-
-
-def words(text: str | None, unit: Literal["word", "morpheme"] = "word") -> list[Word]:
-    """The words of `text` (see the module docstring for what `unit="word"` merges)."""
-    out: list[Word] = []
-    prev: Morpheme | None = None
-    for m in morphemes(text):
-        if unit == "word" and out and prev is not None and _joins_previous(m, prev, out[-1].pos):
-            last = out[-1]
-            # a prefix takes its stem's part of speech; a verb noun + する is a verb
-            head = m.pos if last.pos == PREFIX or (m.pos == "動詞" and last.pos == "名詞") else last.pos
-            out[-1] = Word(last.surface + m.surface, head)
-        else:
-            out.append(Word(m.surface, m.pos))
-        prev = m
-    return out
-
-
-def word_distance(a: str | None, b: str | None, unit: Literal["word", "morpheme"] = "word",
-                  cap: int | None = None) -> int:
-    """Word-level edit distance (insert/delete/substitute one word)."""
-    return levenshtein([w.surface for w in words(a, unit)], [w.surface for w in words(b, unit)], cap)
-
-
-def is_full_sentence(text: str | None) -> bool:
-    """Ends in a predicate (verb, adjective, auxiliary) before its final 。 and closing brackets."""
-    ms = [m for m in morphemes(text) if m.pos != PUNCT]
-    while ms and ms[-1].pos == PARTICLE and ms[-1].pos2 == "終助詞":
-        ms.pop()  # 〜ね。〜よ。〜か。
-    if ms and ms[-1].pos2 == "準体助詞":
-        ms.pop()  # 〜のよ。〜のか。
-    return bool(ms) and ms[-1].pos in PREDICATE
-
-
-def check_pair(option1: str | None, option2: str | None, *, max_words: int = 2, min_words: int = 1,
-               unit: Literal["word", "morpheme"] = "word") -> tuple[str | None, int]:
-    """(first failing rule or None, word distance) for one pair of options (no `correct` check)."""
-    a, b = (option1 or "").strip(), (option2 or "").strip()
-    if not a or not b:
-        return "empty_option", -1
-    wa, wb = words(a, unit), words(b, unit)
-    sa, sb = [w.surface for w in wa], [w.surface for w in wb]
-    dist = levenshtein(sa, sb, cap=max_words + 1)
-    if dist < min_words:
-        return "options_identical", dist
-    if dist > max_words:
-        return "options_differ_too_much", dist
-    if not (a.endswith(SENTENCE_END) and b.endswith(SENTENCE_END)):
-        return "no_final_period", dist
-    if not (is_full_sentence(a) and is_full_sentence(b)):
-        return "not_full_sentence", dist
-    if [w.surface for w in wa if w.pos == PARTICLE] != [w.surface for w in wb if w.pos == PARTICLE]:
-        return "particles_changed", dist
-    if [w.surface for w in wa if w.pos == PUNCT] != [w.surface for w in wb if w.pos == PUNCT]:
-        return "punctuation_changed", dist
-    if Counter(sa) == Counter(sb):
-        return "word_order_changed", dist  # the same words, moved (a swap costs 2 substitutions)
-    return None, dist
-
-
-def correct_reason(value: Any) -> str | None:
-    """`correct` must be 1 or 2 (the CSV's convention; label = correct - 1)."""
-    text = unicodedata.normalize("NFKC", str(value)).strip() if value is not None else ""
-    return None if text in ("1", "2") else "invalid_correct"
+from transforms.piqa.japanese_words import (  # noqa: F401  (re-exported: the module's public names)
+    PARTICLE,
+    PUNCT,
+    REASONS,
+    SENTENCE_END,
+    Morpheme,
+    Word,
+    _tagger,
+    check_pair,
+    correct_reason,
+    is_full_sentence,
+    morphemes,
+    word_distance,
+    words,
+)
 
 
 class JapaneseConstraintFilter(Stage):
