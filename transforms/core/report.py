@@ -1,6 +1,7 @@
 """The run report: one self-contained HTML page from a RunManifest (inline SVG, no scripts, no
 CDN), so it opens offline and can be attached to a ticket. It shows the funnel (rows left after
-each stage, like Figure 1 of the Ko-PIQA paper) and the drop reasons of every stage."""
+each stage, like Figure 1 of the Ko-PIQA paper), the drop reasons of every stage, and example rows
+each stage kept and dropped, read back from the lake (report_examples.py, report_prompts.py)."""
 
 from __future__ import annotations
 
@@ -141,10 +142,13 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
         from transforms.judge.report import render_judges
 
         judges = render_judges(m.extras["judges"])
+    from transforms.core.report_examples import EXAMPLES_CSS, render_examples
+
+    examples = render_examples(m) if m.stages else ""
     git = m.code_version.get("git_sha", "unknown")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(m.run_id)}: run report</title>
-<style>{CSS}</style></head><body>
+<style>{CSS}{EXAMPLES_CSS}</style></head><body>
 <h1>{escape(m.job)} — {escape(m.dataset)}</h1>
 <p class="meta">run <code>{escape(m.run_id)}</code> · status <span class="{status_cls}">{escape(m.status)}</span>
  · started {escape(m.started_at)} · finished {escape(m.finished_at or '')} · code {escape(str(git))[:12]}
@@ -160,6 +164,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
 {conservation}
 <h2>Drop reasons per stage</h2>
 {''.join(drops) or '<p>No rows were dropped.</p>'}
+{examples}
 {judges}
 <h2>Inputs</h2><ul>{inputs}</ul>
 <h2>Outputs</h2><ul>{outputs}</ul>

@@ -1,0 +1,161 @@
+"""Prompts and replies of an LLM stage, for the run report.
+
+The answer cache (transforms/llm/cache.py) stores each reply under a key, the sha256 of the rendered
+conversation, the model and the sampling parameters, but not the conversation itself. So the report
+rebuilds it: it re-renders the stage's prompt (from the stage's config in the manifest) with a few
+of the stage's input rows, computes the key exactly as the stage does, and looks the key up in the
+stage's cache folder. A prompt is shown only when its key is found, which proves it is the very
+conversation the model was sent (the first attempt; a retry adds a follow-up turn). If the prompt
+file or the engine config changed since the run, no key matches and the report says so.
+
+Two shapes of LLM stage are known: an `LLMCall` (LLMTransform, LLMGenerate: `engine`, `prompt`,
+`variables`, `params`, `output` in the config) and a `Classifier` member (the ensemble's
+`classifiers`, the cultural tagger's `llm`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transforms.core import columns as C
+from transforms.core.lake import parquet_files
+from transforms.core.manifest import RunManifest, StageRecord
+from transforms.core.report_examples import cell, sample_zone, seeded
+
+N_INPUT_ROWS = 40        # input rows whose prompts are re-rendered
+N_SHOWN = 3              # prompts and replies shown per call
+CACHE_FILES_BUDGET = 2000  # cache files whose keys are read, at most, per call
+MESSAGE_CHARS = 2000
+
+
+@dataclass
+class Asked:
+    """One question a stage asked: the conversation, its cache key and the row it came from."""
+
+    row_id: str
+    messages: list[dict[str, str]]
+    key: str
+
+
+@dataclass
+class CallPlan:
+    label: str
+    folder: Path
+    asked: list[Asked]
+    reply_fields: tuple[str, ...]
+
+
+def _call_plans(rec: StageRecord, inputs: list[dict[str, Any]]) -> list[CallPlan]:
+    """Every kind of question the stage's config describes, with the keys of `inputs`' questions."""
+    from transforms.llm.cache import answer_key, namespace
+
+    cfg, cache_dir = rec.config, rec.config.get("cache_dir")
+    if not cache_dir:
+        return []
+    plans = []
+    if all(k in cfg for k in ("engine", "prompt", "variables", "params", "output")):
+        from transforms.llm.stage import LLMCall
+
+        call = LLMCall.model_validate({k: cfg[k] for k in LLMCall.model_fields if k in cfg})
+        prompt = call.prompt.load()
+        params = call.generation_params(prompt)
+        key_params = params.model_dump(exclude={"n"})
+        asked = []
+        for row in inputs:
+            variables = {var: ("" if row.get(col) is None else row[col]) for var, col in call.variables.items()}
+            messages = prompt.render(**variables).messages
+            asked.append(Asked(str(row.get(C.ID)), messages, answer_key(messages, call.engine, key_params, 0)))
+        plans.append(CallPlan(f"prompt {prompt.ref} · {call.engine.backend}:{call.engine.model}",
+                              Path(cache_dir) / namespace(rec.name, call.engine, prompt.ref), asked, ("reply",)))
+    members = [m for m in cfg.get("classifiers") or [] if isinstance(m, dict)]
+    if isinstance(cfg.get("llm"), dict):
+        members.append(cfg["llm"])
+    for member in members:
+        if "mode" not in member or "prompt" not in member:
+            continue  # a supervised member (kind: linear) asks no LLM
+        from transforms.llm.ensemble import Classifier
+
+        clf = Classifier.model_validate({k: member[k] for k in Classifier.model_fields if k in member})
+        prompt = clf.load_prompt()
+        clf_params = clf.gen_params(float(cfg.get("retry_temperature", 0.7))) | {"options": prompt.options}
+        column = cfg.get("text_column", C.TEXT)
+        asked = []
+        for row in inputs:
+            messages = prompt.render(text="" if row.get(column) is None else str(row[column])).messages
+            asked.append(Asked(str(row.get(C.ID)), messages, answer_key(messages, clf.engine, clf_params, 0)))
+        plans.append(CallPlan(f"classifier {clf.short_name} · prompt {prompt.ref} · {clf.mode}",
+                              Path(cache_dir) / clf.cache_key(prompt), asked, ("option", "score", "raw")))
+    return plans
+
+
+def find_answers(folder: Path, keys: set[str], want: int, budget: int = CACHE_FILES_BUDGET
+                 ) -> tuple[dict[str, dict[str, Any]], int]:
+    """Cached rows whose key is in `keys` (until `want` are found), and how many files were read."""
+    found: dict[str, dict[str, Any]] = {}
+    files = parquet_files(folder)
+    read = 0
+    for f in files[:budget]:
+        read += 1
+        got = pq.read_table(f, columns=["key"]).column(0).to_pylist()
+        if keys.intersection(got):
+            for row in pq.read_table(f).to_pylist():
+                if row["key"] in keys:
+                    found.setdefault(row["key"], row)
+        if len(found) >= want:
+            break
+    return found, read
+
+
+def _messages_html(messages: list[dict[str, str]]) -> str:
+    return "".join(f"<p class='meta'>{escape(m.get('role', ''))}</p><pre class='msg'>"
+                   f"{cell(m.get('content', ''), MESSAGE_CHARS)}</pre>" for m in messages)
+
+
+def llm_examples(manifest: RunManifest, rec: StageRecord) -> str:
+    """The section of one stage: a few prompts with the model's replies, or why there are none."""
+    cfg = rec.config
+    is_llm = "cache_dir" in cfg and ("prompt" in cfg or "classifiers" in cfg or cfg.get("llm"))
+    if not is_llm or rec.index == 0:
+        return ""
+    if not cfg.get("cache_dir"):
+        return ("<p class='meta'>This LLM stage kept its answers in memory only (no <code>cache_dir</code>), "
+                "so there are no prompts and replies on disk to show.</p>")
+    prev = manifest.stages[rec.index - 1]
+    rng = seeded(manifest.run_id, rec.name, "prompts")
+    table = sample_zone(Path(prev.outputs["kept"]) if prev.outputs.get("kept") else None, rng, max_files=3)
+    if table.num_rows > N_INPUT_ROWS:
+        table = table.take(pa.array(sorted(rng.sample(range(table.num_rows), N_INPUT_ROWS)), pa.int64()))
+    plans = _call_plans(rec, table.to_pylist())
+    out = []
+    for plan in plans:
+        keys = {a.key for a in plan.asked}
+        found, read = find_answers(plan.folder, keys, N_SHOWN)
+        shown = [a for a in plan.asked if a.key in found][:N_SHOWN]
+        head = f"<h4>{escape(plan.label)}</h4>"
+        if not shown:
+            out.append(head + f"<p class='meta'>None of the {len(plan.asked)} sampled input rows' re-rendered "
+                       f"prompts has an answer in <code>{escape(str(plan.folder))}</code> ({read} cache files "
+                       "read): the rows may not have been asked (a cascade stops early), or the prompt file or "
+                       "engine config changed since the run.</p>")
+            continue
+        items = []
+        for a in shown:
+            answer = found[a.key]
+            reply = "".join(f"<p><b>{escape(f)}</b>: {cell(answer.get(f), MESSAGE_CHARS)}</p>"
+                            for f in plan.reply_fields if answer.get(f) is not None)
+            items.append(f"<div class='llm-example'><p>row <code>{escape(a.row_id)}</code> · cache key "
+                         f"<code>{escape(a.key[:16])}</code> found</p>{_messages_html(a.messages)}"
+                         f"{reply or '<p><b>reply</b>: (empty)</p>'}</div>")
+        out.append(head + "".join(items))
+    if not out:
+        return ""
+    note = ("<p class='meta'>Prompts re-rendered from the stage's config and its input rows; each is shown only "
+            "where its cache key matches the one stored with the answer, i.e. it is exactly what the model "
+            "was sent.</p>")
+    return "<h3>Prompts and replies</h3>" + note + "".join(out)
