@@ -2,13 +2,17 @@
 
     .venv/bin/python benchmarks/bench_minhash.py                      # 100k rows, a few minutes
     .venv/bin/python benchmarks/bench_minhash.py --rows 1000000 --sweep 0.7
+    .venv/bin/python benchmarks/bench_minhash.py --speed-only           # the speed table alone (~1 min)
 
-Speed is measured in one process (one core: numpy, datasketch and rensa here are single-threaded,
-and rensa is pinned with RAYON_NUM_THREADS=1) on the same texts, the same character 5-gram
-shingles and the same number of permutations. Rates are rows per CPU-second (best of 3), which is
-what "per core" means and is robust to other processes sharing the machine; wall rates are printed
-beside them. Baselines get their shingles pre-built (Python lists of str / bytes, as their APIs
-take); ours starts from the raw Arrow text column, shingling included.
+Speed is measured in one process (one core: numpy, numba, datasketch and rensa here are
+single-threaded, and rensa is pinned with RAYON_NUM_THREADS=1) on the same texts, the same character
+5-gram shingles and the same number of permutations. Every method runs once per round and the
+rounds are interleaved (best of `--repeat`), so load from other processes hits all of them alike.
+Rates are rows per CPU-second (process time), which is what "per core" means and is robust to
+other processes sharing the machine; wall rates are printed beside them, with the CPU model and the
+load average. Baselines get their shingles pre-built (Python lists of str / bytes, as their APIs
+take, or our shingle hashes for rensa's flat-hash API); ours starts from the raw Arrow text column,
+shingling included.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")  # rensa per core; must be set b
 import argparse
 import contextlib
 import resource
+import subprocess
 import sys
 import threading
 import time
@@ -35,33 +40,60 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import build_crawl, score_clusters  # noqa: E402
 from transforms.dedup.minhash import MinHashDedup  # noqa: E402
-from transforms.dedup.minhash_signature import minhash_signatures, shingle_hashes  # noqa: E402
+from transforms.dedup.minhash_signature import minhash_signatures, permutations, shingle_hashes  # noqa: E402
 
 
-def timed(fn: Callable[[], Any], repeat: int = 3) -> tuple[float, float]:
-    """Best (cpu seconds, wall seconds) of `repeat` runs."""
-    best_cpu, best_wall = float("inf"), float("inf")
+def machine() -> str:
+    """The CPU model (`lscpu`'s "Model name"), LLVM's name for it, cores and the load average now."""
+    model = "?"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
+    llvm = "?"
+    with contextlib.suppress(ImportError):
+        import llvmlite.binding as llvm_binding
+
+        llvm = llvm_binding.get_host_cpu_name()
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return f"CPU {model!r} (LLVM: {llvm}), {os.cpu_count()} cores, load average {load}"
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, tuple[float, float]]:
+    """Best (cpu seconds, wall seconds) of `repeat` rounds; each round runs every function once, in
+    turn, so a burst of load from other processes hits all of them rather than one."""
+    best = {name: (float("inf"), float("inf")) for name in fns}
     for _ in range(repeat):
-        c0, w0 = time.process_time(), time.perf_counter()
-        fn()
-        best_cpu = min(best_cpu, time.process_time() - c0)
-        best_wall = min(best_wall, time.perf_counter() - w0)
-    return best_cpu, best_wall
+        for name, fn in fns.items():
+            c0, w0 = time.process_time(), time.perf_counter()
+            fn()
+            cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            best[name] = (min(best[name][0], cpu), min(best[name][1], wall))
+    return best
 
 
 def shingle_lists(texts: list[str], n: int) -> list[list[str]]:
     return [[t[i:i + n] for i in range(len(t) - n + 1)] if len(t) >= n else [t] for t in texts]
 
 
-def bench_signatures(texts: list[str], baseline_rows: int, num_perm: int, ngram: int) -> list[dict[str, Any]]:
+def bench_signatures(texts: list[str], baseline_rows: int, num_perm: int, ngram: int,
+                     repeat: int = 5) -> list[dict[str, Any]]:
     import rensa
     from datasketch import MinHash
+
+    from transforms.dedup.minhash_numba import signatures_numba
 
     arrow = pa.array(texts, pa.string())
     small = texts[:baseline_rows]
     sh = shingle_lists(texts, ngram)
     sh_small = sh[:baseline_rows]
     sh_bytes = [[s.encode("utf-8") for s in doc] for doc in sh_small]
+    hashes, counts = shingle_hashes(arrow, ngram)
+    offsets = np.zeros(len(counts) + 1, np.uint64)
+    np.cumsum(counts, out=offsets[1:])
+    hashes64 = hashes.astype(np.uint64)
+    a, b = permutations(num_perm, 42)
+    minhash_signatures(arrow[:10], num_perm=num_perm, ngram=ngram, backend="numba")  # JIT outside the timing
+    signatures_numba(hashes[:10], np.array([10]), a, b)
 
     def datasketch_per_doc() -> None:
         for doc in sh_bytes:
@@ -75,20 +107,25 @@ def bench_signatures(texts: list[str], baseline_rows: int, num_perm: int, ngram:
             m.update(doc)
             m.digest()
 
+    fns: dict[str, Callable[[], Any]] = {
+        "piqaforge numba (raw text -> signature)":
+            lambda: minhash_signatures(arrow, num_perm=num_perm, ngram=ngram, backend="numba"),
+        "piqaforge numpy (raw text -> signature)":
+            lambda: minhash_signatures(arrow, num_perm=num_perm, ngram=ngram, backend="numpy"),
+        "piqaforge shingle hashing only (numpy)": lambda: shingle_hashes(arrow, ngram),
+        "piqaforge numba on pre-hashed shingles": lambda: signatures_numba(hashes, counts, a, b),
+        "rensa digest_matrix_from_token_sets (bulk)":
+            lambda: rensa.RMinHash.digest_matrix_from_token_sets(sh, num_perm, 1),
+        "rensa digest_matrix_from_flat_token_hashes":
+            lambda: rensa.RMinHash.digest_matrix_from_flat_token_hashes(hashes64, offsets, num_perm, 1),
+        "rensa RMinHash.update per doc": rensa_per_doc,
+        "python shingling only (baselines' input)": lambda: shingle_lists(texts, ngram),
+    }
+    best = interleaved(fns, repeat)
+    best["datasketch MinHash.update_batch per doc"] = interleaved({"d": datasketch_per_doc}, 1)["d"]
     rows = []
-    for name, fn, n in [
-        ("piqaforge numpy (raw text -> signature)",
-         lambda: minhash_signatures(arrow, num_perm=num_perm, ngram=ngram, backend="numpy"), len(texts)),
-        ("piqaforge numba (raw text -> signature)",
-         lambda: minhash_signatures(arrow, num_perm=num_perm, ngram=ngram, backend="numba"), len(texts)),
-        ("piqaforge shingle hashing only (numpy)", lambda: shingle_hashes(arrow, ngram), len(texts)),
-        ("python shingling only (baselines' input)", lambda: shingle_lists(texts, ngram), len(texts)),
-        ("datasketch MinHash.update_batch per doc", datasketch_per_doc, len(small)),
-        ("rensa RMinHash.update per doc", rensa_per_doc, len(texts)),
-        ("rensa digest_matrix_from_token_sets (bulk)",
-         lambda: rensa.RMinHash.digest_matrix_from_token_sets(sh, num_perm, 1), len(texts)),
-    ]:
-        cpu, wall = timed(fn, repeat=1 if "datasketch" in name else 3)
+    for name, (cpu, wall) in best.items():
+        n = len(small) if "datasketch" in name else len(texts)
         rows.append({"method": name, "rows": n, "rows_per_cpu_s": n / cpu, "rows_per_wall_s": n / wall})
     return rows
 
@@ -168,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep", default="0.6,0.7,0.8", help="thresholds for the precision/recall table")
     p.add_argument("--no-ray", action="store_true", help="skip the distributed run")
     p.add_argument("--num-cpus", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=5, help="interleaved rounds of the speed table (best of)")
+    p.add_argument("--speed-only", action="store_true", help="only the signature speed table")
     args = p.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -179,18 +218,25 @@ def main(argv: list[str] | None = None) -> int:
           f"injected {sum(k != 'original' for k in crawl.table.column('kind').to_pylist()):,}")
 
     print(f"\n== signatures: {args.num_perm} permutations, character {args.ngram}-grams, one core ==")
-    speed = bench_signatures(texts[: args.speed_rows], args.baseline_rows, args.num_perm, args.ngram)
-    ours_np, ours_nb = speed[0]["rows_per_cpu_s"], speed[1]["rows_per_cpu_s"]
-    print(f"{'method':<46}{'rows':>9}{'rows/cpu-s':>13}{'rows/wall-s':>13}{'numpy/it':>10}{'numba/it':>10}")
+    print(f"   {machine()}")
+    speed = bench_signatures(texts[: args.speed_rows], args.baseline_rows, args.num_perm, args.ngram, args.repeat)
+    by = {r["method"]: r["rows_per_cpu_s"] for r in speed}
+    ours_nb, ours_np = by["piqaforge numba (raw text -> signature)"], by["piqaforge numpy (raw text -> signature)"]
+    print(f"   best of {args.repeat} interleaved rounds; rates per CPU-second (process time) and per wall-second")
+    print(f"{'method':<46}{'rows':>9}{'rows/cpu-s':>13}{'rows/wall-s':>13}{'numba/it':>10}{'numpy/it':>10}")
     for r in speed:
         print(f"{r['method']:<46}{r['rows']:>9,}{r['rows_per_cpu_s']:>13,.0f}{r['rows_per_wall_s']:>13,.0f}"
-              f"{ours_np / r['rows_per_cpu_s']:>9.1f}x{ours_nb / r['rows_per_cpu_s']:>9.1f}x")
-    shingling = speed[3]["rows_per_cpu_s"]
-    for r in speed[4:6]:
-        with_sh = 1 / (1 / r["rows_per_cpu_s"] + 1 / shingling)
-        print(f"  {r['method']} incl. python shingling: {with_sh:,.0f} rows/cpu-s -> ours numpy "
-              f"{ours_np / with_sh:.1f}x, numba {ours_nb / with_sh:.1f}x")
+              f"{ours_nb / r['rows_per_cpu_s']:>9.2f}x{ours_np / r['rows_per_cpu_s']:>9.2f}x")
+    shingling = by["python shingling only (baselines' input)"]
+    for name in ("rensa digest_matrix_from_token_sets (bulk)", "rensa RMinHash.update per doc",
+                 "datasketch MinHash.update_batch per doc"):
+        with_sh = 1 / (1 / by[name] + 1 / shingling)
+        print(f"  {name} incl. python shingling: {with_sh:,.0f} rows/cpu-s -> ours numba "
+              f"{ours_nb / with_sh:.1f}x, numpy {ours_np / with_sh:.1f}x")
+    print(f"   load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
+    if args.speed_only:
+        return 0
     print(f"\n== near-duplicates, {crawl.num_rows:,} rows, in-process path (process_table) ==")
     print(f"{'threshold':>9} {'fn_w':>5} {'b x r':>7} {'verify':>6} {'dropped':>8} {'precision':>9} {'prec(J)':>8} "
           f"{'recall':>7} {'rec(J>=t)':>9} {'rec near':>8} {'rec exact':>9} {'rows/s':>9}")

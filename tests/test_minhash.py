@@ -96,12 +96,29 @@ def test_signatures_follow_the_definition(kin_questions: list[str]) -> None:
     np.testing.assert_array_equal(minhash_signatures(pa.array(texts).slice(5, 10), num_perm=64, seed=7), sig[5:15])
 
 
-def test_numba_kernel_equals_numpy(kin_questions: list[str]) -> None:
+def test_numba_kernels_equal_numpy(kin_questions: list[str]) -> None:
+    """Both numba kernels (flat hashes; raw UTF-8 to signature) give numpy's signatures bit for bit,
+    on real Korean questions and the bundled mixed-language crawl sample, with 1-4 byte UTF-8,
+    short/empty/null texts, newlines, a text longer than the kernel's first buffer, and slices."""
     pytest.importorskip("numba", reason="the `fast` extra is not installed")
-    texts = [*kin_questions[:300], "", None, "국"]
-    numpy_sig = minhash_signatures(texts, backend="numpy")
-    np.testing.assert_array_equal(minhash_signatures(texts, backend="numba"), numpy_sig)
+    from transforms.dedup.minhash_numba import signatures_numba
+
+    sample = Path(__file__).resolve().parents[1] / "lake" / "samples" / "ko_crawl_sample.jsonl"
+    with open(sample, encoding="utf-8") as f:
+        crawl = [json.loads(line).get("text") for line in f if line.strip()]
+    texts = [*kin_questions[:300], *crawl, "", None, "국", "é😀x", "a\nb\tc", "가" * 700, "😀" * 3]
+    for ngram, num_perm in ((5, 128), (3, 64)):
+        numpy_sig = minhash_signatures(texts, num_perm=num_perm, ngram=ngram, backend="numpy")
+        np.testing.assert_array_equal(minhash_signatures(texts, num_perm=num_perm, ngram=ngram, backend="numba"),
+                                      numpy_sig)
+    sliced = pa.array(texts, pa.string()).slice(290, 40)
+    np.testing.assert_array_equal(minhash_signatures(sliced, backend="numba"),
+                                  minhash_signatures(sliced, backend="numpy"))
+    hashes, counts = shingle_hashes(texts, ngram=5)
+    a, b = permutations(128, seed=42)
+    np.testing.assert_array_equal(signatures_numba(hashes, counts, a, b), minhash_signatures(texts, backend="numpy"))
     assert minhash_signatures([], backend="numba").shape == (0, 128)
+    assert minhash_signatures(["", None], backend="numba").shape == (2, 128)
 
 
 def test_shingle_counts_match_text_lengths(kin_questions: list[str]) -> None:

@@ -1,10 +1,21 @@
-"""Optional numba kernel for the MinHash inner loop (the `fast` extra).
+"""Optional numba kernels for MinHash signatures (the `fast` extra).
 
-numpy needs three passes over a `(num_perm, chunk)` temporary (multiply, add, segmented min);
-this kernel does one pass with no temporary: for each shingle, `a*x + b (mod 2^32)` for every
-permutation, folded into the running minimum of its document. Same arithmetic, same result as
-`signatures_from_hashes` (tests/test_minhash.py checks they are equal). numba is an optional
-extra because vLLM's environment pins its own numba; without it the numpy path runs.
+Two kernels, both bit-identical to the numpy path in `minhash_signature.py` (tests/test_minhash.py
+checks): `signatures_numba` takes flat shingle hashes, `text_signatures_numba` starts from the
+Arrow string column itself: it decodes each text's UTF-8, hashes its character n-grams and folds
+them into the signature in one pass per document, so no array of code points or shingle hashes is
+ever materialised (the stage uses this one).
+
+Why the arithmetic is written in uint32: every permutation is `a*x + b (mod 2^32)` and the
+minimum is taken over uint32 values, so the inner loop over the `num_perm` lanes compiles to 32-bit
+SIMD (`vpmulld`, `vpaddd`, `vpminud`: 8 lanes per AVX2 instruction). The first version of this
+kernel widened to uint64 and masked, and branched on `v < row[p]`: LLVM then emitted 4-lane 64-bit
+multiplies and a compare-and-select, and on this machine's CPU (LLVM: znver1, AVX2 as 2x128-bit
+halves) it ran at ~110k rows/CPU-s, *slower* than numpy. Writing `min(row[p], uint32(a*x + b))`
+gives ~450k rows/CPU-s for the signature step alone (docs/minhash.md has the side-by-side run).
+`fastmath` does not apply (integer code) and `parallel` is not used: Ray already runs one task
+per core, and "per core" is what is measured. numba is an optional extra because vLLM's
+environment pins its own numba; without it the numpy path runs.
 """
 
 from __future__ import annotations
@@ -12,48 +23,117 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from transforms.core.deps import is_available
 
-_KERNEL: Any = None
+_KERNELS: dict[str, Any] = {}
 
 
 def available() -> bool:
     return is_available("numba")
 
 
-def _compile() -> Any:
+def _compile() -> dict[str, Any]:
     import numba
 
-    @numba.njit(cache=True, nogil=True, boundscheck=False)
-    def kernel(hashes: np.ndarray, bounds: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-        num_perm = a.shape[0]
-        mask = np.uint64(0xFFFFFFFF)
-        a64 = a.astype(np.uint64)
-        b64 = b.astype(np.uint64)
-        row = np.empty(num_perm, np.uint64)
-        for d in range(bounds.shape[0] - 1):
-            row[:] = mask
-            for s in range(bounds[d], bounds[d + 1]):
-                x = np.uint64(hashes[s])
-                for p in range(num_perm):
-                    v = (a64[p] * x + b64[p]) & mask
-                    if v < row[p]:
-                        row[p] = v
-            for p in range(num_perm):
-                out[d, p] = np.uint32(row[p])
+    u32 = np.uint32
+    full = u32(0xFFFFFFFF)
 
-    return kernel
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    def from_hashes(hashes: np.ndarray, bounds: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+        num_perm = a.shape[0]
+        for d in range(bounds.shape[0] - 1):
+            row = out[d]
+            row[:] = full
+            for s in range(bounds[d], bounds[d + 1]):
+                x = hashes[s]
+                for p in range(num_perm):
+                    row[p] = min(row[p], u32(a[p] * x + b[p]))
+
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    def from_utf8(data: np.ndarray, offsets: np.ndarray, ngram: int, poly: np.uint32, a: np.ndarray,
+                  b: np.ndarray, out: np.ndarray) -> None:
+        num_perm = a.shape[0]
+        cps = np.empty(256, u32)
+        row = np.empty(num_perm, u32)
+        m6 = u32(0x3F)
+        for d in range(offsets.shape[0] - 1):
+            lo, hi = offsets[d], offsets[d + 1]
+            if hi - lo + ngram > cps.shape[0]:
+                cps = np.empty(2 * (hi - lo + ngram), u32)
+            # UTF-8 -> code points (Arrow has validated the bytes).
+            m = 0
+            i = lo
+            while i < hi:
+                c0 = u32(data[i])
+                if c0 < 0x80:
+                    cp = c0
+                    i += 1
+                elif c0 < 0xE0:
+                    cp = ((c0 & u32(0x1F)) << u32(6)) | (u32(data[i + 1]) & m6)
+                    i += 2
+                elif c0 < 0xF0:
+                    cp = (((c0 & u32(0x0F)) << u32(12)) | ((u32(data[i + 1]) & m6) << u32(6))
+                          | (u32(data[i + 2]) & m6))
+                    i += 3
+                else:
+                    cp = (((c0 & u32(0x07)) << u32(18)) | ((u32(data[i + 1]) & m6) << u32(12))
+                          | ((u32(data[i + 2]) & m6) << u32(6)) | (u32(data[i + 3]) & m6))
+                    i += 4
+                cps[m] = cp
+                m += 1
+            while m < ngram:  # a short text is one shingle padded with NUL
+                cps[m] = 0
+                m += 1
+            row[:] = full
+            for s in range(m - ngram + 1):
+                # The polynomial of shingle_hashes: ((c0*P + c1)*P + ...)*P + c_{n-1}, then fmix32.
+                h = u32(cps[s] * poly)
+                for k in range(1, ngram):
+                    h = u32(h + cps[s + k])
+                    if k < ngram - 1:
+                        h = u32(h * poly)
+                h ^= h >> u32(16)
+                h = u32(h * u32(0x85EBCA6B))
+                h ^= h >> u32(13)
+                h = u32(h * u32(0xC2B2AE35))
+                h ^= h >> u32(16)
+                for p in range(num_perm):
+                    row[p] = min(row[p], u32(a[p] * h + b[p]))
+            out[d, :] = row
+
+    return {"from_hashes": from_hashes, "from_utf8": from_utf8}
+
+
+def _kernel(name: str) -> Any:
+    if not _KERNELS:
+        _KERNELS.update(_compile())
+    return _KERNELS[name]
 
 
 def signatures_numba(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`(n, num_perm)` uint32 signatures, like `signatures_from_hashes`, in one fused pass."""
-    global _KERNEL
-    if _KERNEL is None:
-        _KERNEL = _compile()
     n = len(counts)
     bounds = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=bounds[1:])
     out = np.empty((n, len(a)), np.uint32)
-    _KERNEL(np.ascontiguousarray(hashes, np.uint32), bounds, a, b, out)
+    _kernel("from_hashes")(np.ascontiguousarray(hashes, np.uint32), bounds, np.ascontiguousarray(a, np.uint32),
+                           np.ascontiguousarray(b, np.uint32), out)
+    return out
+
+
+def text_signatures_numba(arr: pa.Array, ngram: int, poly: np.uint32, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`(n, num_perm)` uint32 signatures straight from a null-free (large_)string Arrow array."""
+    n = len(arr)
+    out = np.empty((n, len(a)), np.uint32)
+    if n == 0:
+        return out
+    large = pa.types.is_large_string(arr.type)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if large else np.int32,
+                            count=arr.offset + n + 1)[arr.offset:].astype(np.int64)
+    data_buf = arr.buffers()[2]
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None and data_buf.size else np.zeros(1, np.uint8)
+    _kernel("from_utf8")(data, offsets, ngram, np.uint32(poly), np.ascontiguousarray(a, np.uint32),
+                         np.ascontiguousarray(b, np.uint32), out)
     return out
