@@ -149,7 +149,9 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     classified = P.run_chain(config, lake, f"{run_id}-classify", P.final_source(lake, opened),
                              [_with_engine(classify, config, cache)], resume, parents=[opened.run_id])
     # 5. one FAISS index of goals per non-empty combination
-    index, figures["combinations"] = P.combination_index(classified, embedder.encode, taxonomy, run_dir / "combos")
+    with P.phase("one FAISS index of goals per non-empty label combination"):
+        index, figures["combinations"] = P.combination_index(classified, embedder.encode, taxonomy,
+                                                             run_dir / "combos")
     # 6-8. sampled combinations + exemplars → generation rounds with validation and novelty
     gen_stages = {"generate": _with_engine(config.generate, config, cache), "validate": config.validate_items,
                   "novelty": config.novelty}
@@ -162,7 +164,11 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
         auto = config.auto_review
         if config.llm is not None:
             auto = auto.model_copy(update={"engines": [config.llm]})
-        reviewed, figures["review"] = P.review_auto(config.model_copy(update={"auto_review": auto}), lake, gen, run_id)
+        with P.phase(f"review=auto: {auto.annotators} LLM annotator(s) judge "
+                   f"{gen.stages[-1].rows_kept if gen.stages else 0} generated items"):
+            reviewed, figures["review"] = P.review_auto(config.model_copy(update={"auto_review": auto}), lake, gen,
+                                                        run_id)
+        print(f"pindic · review kept {figures['review']['kept']}, dropped {figures['review']['dropped']}", flush=True)
     # 9-11. translation → correction → release columns
     translation = config.translation
     if isinstance(translation, LLMTranslateConfig):

@@ -14,6 +14,9 @@ jobs/pindic.py strings them together; this module holds what each phase builds.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,16 @@ from transforms.core.stage import Stage
 from transforms.io.sources import RowsSource, RunSource
 from transforms.pindic.combos import ComboIndex, SamplingConfig, build_index, index_summary, sample_requests
 from transforms.pindic.taxonomy import Taxonomy, draft_from_clusters, write_taxonomy
+
+
+@contextmanager
+def phase(text: str) -> Iterator[None]:
+    """A console line before and after a step that is not a runner run (those print their own stage
+    lines): review=auto, the combination indices, the reference chrF, the release gate."""
+    print(f"pindic · {text} …", flush=True)
+    start = time.perf_counter()
+    yield
+    print(f"pindic · {text}: done in {time.perf_counter() - start:.1f} s", flush=True)
 
 
 def curated(manifest: RunManifest) -> str:

@@ -12,7 +12,7 @@ from transforms.core.lake import Lake, parquet_files, read_table
 from transforms.core.manifest import RunManifest
 from transforms.core.report import write_report
 from transforms.pindic import metrics
-from transforms.pindic.pipeline import nan_to_none, per_locale, round_manifests
+from transforms.pindic.pipeline import nan_to_none, per_locale, phase, round_manifests
 from transforms.pindic.taxonomy import CATEGORIES, COLUMN
 
 
@@ -37,7 +37,8 @@ def reference_quality(translate: Any, langs: list[str], n: int) -> dict[str, Any
     if n <= 0 or not targets:
         return {"skipped": "reference_sentences is 0 or no locale uses hi/bn/ta"}
     try:
-        return translate.quality(limit=n, targets=targets)
+        with phase(f"translation engine vs human references: {n} sentence(s) for {', '.join(targets)}"):
+            return translate.quality(limit=n, targets=targets)
     finally:
         translate.close()
 
@@ -72,10 +73,15 @@ def finish_report(config: Any, lake: Lake, final: RunManifest, gen: RunManifest,
             from jobs.cli import UserError
 
             try:
-                rel = release_run(ReleaseConfig(input=final.outputs["curated"], recipe="pindic", lake=config.lake,
-                                                dataset=config.dataset), run_id=f"{final.run_id}-release")
+                with phase(f"release gate (pindic suite) on {len(released_rows)} item(s)"):
+                    rel = release_run(ReleaseConfig(input=final.outputs["curated"], recipe="pindic",
+                                                    lake=config.lake, dataset=config.dataset),
+                                      run_id=f"{final.run_id}-release")
             except UserError as err:
                 rel = {"released": False, "exit_code": 1, "error": str(err)}
+            gate_run = lake.manifest_path(str(rel.get("run_id")))
+            if rel.get("run_id") and gate_run.exists():  # which expectations failed, naming the rows
+                rel["failed"] = RunManifest.load(gate_run).extras.get("gate", {}).get("failed", [])
         figures["release"] = rel
         out["release"] = rel.get("release")
         out["exit_code"] = rel.get("exit_code", 0)
