@@ -16,31 +16,30 @@ Runs, each an ordinary run of the runner (every stage's rows accounted for), cha
 5. `<run>`: the reviewed items → provenance columns → label balance → release (`j-piqa` suite), with
    the paper's appendix columns written next to it (`j-piqa-appendix.csv`).
 
-The helpers at the bottom (`run_chain`, `review_step`, `release_step`) are shared with jobs/ru_piqa.py.
+The run helpers (`run_chain`, `review_step`, `release_step`) are in jobs/recipe_runs.py, shared with
+jobs/ru_piqa.py.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
-from html import escape
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from jobs.config import JobConfig
+from jobs.recipe_runs import release_step, review_step, run_chain, run_output
 from transforms.core.lake import Lake, read_table
-from transforms.core.manifest import RunManifest
 from transforms.core.rounds import QuotaConfig, UnionSource, run_quota_rounds
-from transforms.core.runner import conservation_errors, init_ray, run_pipeline
+from transforms.core.runner import init_ray
 from transforms.dedup.semantic import SemanticDedup
 from transforms.io.sources import RowsSource
 from transforms.llm.base import EngineConfig, GenerationParams
 from transforms.llm.generate import LLMGenerate
 from transforms.llm.stage import LLMTransform
+from transforms.piqa.edit_pairs import MinimalPairFromEdit
 from transforms.piqa.japanese import (
     DuplicateTripletFilter,
     JapaneseConstraintFilter,
@@ -103,10 +102,23 @@ def _variants() -> LLMGenerate:
                        params=GenerationParams(max_tokens=160, temperature=0.0, seed=0))
 
 
-def _direct() -> LLMGenerate:
+DIRECT_ITEM = {"question": "str", "answer": "str", "word": "str", "wrong_word": "str"}
+
+
+def _direct_table() -> LLMGenerate:
+    """Many items per request as a CSV table (the paper's form, `direct_form: table`)."""
     return LLMGenerate(engine=local_engine(), prompt="j_piqa/direct_generation",  # type: ignore[arg-type]
                        variables={"request": "request", "n_items": "n_items"},
                        params=GenerationParams(max_tokens=480, temperature=0.7, seed=0))
+
+
+def _direct() -> LLMGenerate:
+    """One item per request as schema-constrained JSON (the local profile; the cluster config asks for a
+    CSV table of many items with j_piqa/direct_generation and `direct_form: table`)."""
+    return LLMGenerate(engine=local_engine(), prompt="j_piqa/direct_item",  # type: ignore[arg-type]
+                       variables={"category": "category", "request": "request"},
+                       output={"kind": "json", "fields": DIRECT_ITEM},  # type: ignore[arg-type]
+                       params=GenerationParams(max_tokens=96, temperature=0.8, seed=0))
 
 
 class Config(JobConfig):
@@ -114,13 +126,19 @@ class Config(JobConfig):
     piqa: str = Field("../shared/data/piqa_en/valid_labeled.jsonl", description="English PIQA items (JSONL with "
                       "labels); a relative path is tried from the working directory, then from the repository.")
     lexicon: str = Field("lake/samples/ja_lexicon.jsonl", description="Japanese lexicon for lexical variants.")
-    translation_n: int = Field(2, ge=1, description="PIQA items drawn for translation (the paper: 200).")
+    translation_n: int = Field(1, ge=1, description="PIQA items drawn for translation (the paper: 200; 1 "
+                               "locally: a judge call and three translation calls each, 1-4 min apiece here).")
     seed: int = Field(0, description="Seed of the draw and of the label balance.")
     judge: LLMTransform = Field(default_factory=_judge, description="Preference judge (j_piqa/preference_judge).")
     translate: TranslateStage = Field(default_factory=_translator, description="English → Japanese.")
     constraints: JapaneseConstraintFilter = Field(default_factory=JapaneseConstraintFilter)
     lexical: LLMGenerate = Field(default_factory=_variants, description="Lexical variants (j_piqa/lexical_variant).")
-    direct: LLMGenerate = Field(default_factory=_direct, description="Direct generation (j_piqa/direct_generation).")
+    direct: LLMGenerate = Field(default_factory=_direct, description="Direct generation (j_piqa/direct_item, "
+                                "or j_piqa/direct_generation with direct_form: table).")
+    direct_form: Literal["item", "table"] = Field(
+        "item", description="item: one request row per wanted item, one JSON item back (goal, correct solution, "
+        "the word to change and its wrong replacement; the pair is built by substitution): small and robust "
+        "for a 1.5B model. table: one request for many items as a CSV table (the paper's form).")
     categories: list[str] = Field(default_factory=lambda: ["台所", "掃除"],
                                   description="Categories of direct generation (balanced).")
     per_category: int = Field(1, ge=1, description="Accepted direct items wanted per category.")
@@ -136,6 +154,12 @@ class Config(JobConfig):
     consensus: ConsensusRule = Field(default_factory=lambda: ConsensusRule(rule="unanimous", relabel=False),
                                      description="relabel false: a consensus against the label drops the item.")
     version: str | None = Field(None, description="Release version (default: the run id).")
+
+    @model_validator(mode="after")
+    def _direct_follows_form(self) -> Config:
+        if self.direct_form == "table" and "direct" not in self.model_fields_set:
+            self.direct = _direct_table()  # the default stage of the other form
+        return self
 
 
 def resolve(path: str) -> str:
@@ -168,7 +192,8 @@ def parts(config: Config) -> dict[str, list[Any]]:
                                        "is_translation": False, "goal_gloss": None, "sol1_gloss": None,
                                        "sol2_gloss": None}),
                     config.constraints],
-        "direct": [direct, ParseTableReply(),
+        "direct": [direct, *([ParseTableReply()] if config.direct_form == "table" else
+                             [MinimalPairFromEdit(goal_column="question", seed=config.seed)]),
                    SetColumns(values={**ja, "is_cultural": True, "source": "piqa_original", "is_translation": False}),
                    config.constraints, DuplicateTripletFilter()],
     }
@@ -177,6 +202,17 @@ def parts(config: Config) -> dict[str, list[Any]]:
 def direct_request(deficits: dict[str, int], overshoot: float) -> tuple[str, int]:
     asks = {c: int(-(-d * overshoot // 1)) for c, d in deficits.items()}
     return "\n".join(f"カテゴリー「{c}」: {n} 問" for c, n in asks.items()), sum(asks.values())
+
+
+def direct_rows(k: int, deficits: dict[str, int], overshoot: float, form: str) -> list[dict[str, Any]]:
+    """Round k's request rows: one row asking for every missing item (table), or one row per item (item;
+    its `request` numbers the item so each asks a distinct question, whose answer is cached apart)."""
+    if form == "table":
+        request, n_items = direct_request(deficits, overshoot)
+        return [{"id": f"direct-r{k}", "request": request, "n_items": n_items}]
+    asks = {c: int(-(-d * overshoot // 1)) for c, d in deficits.items()}
+    return [{"id": f"direct-r{k}-{c}-{j}", "category": c, "request": f"ラウンド {k}、{c} の {j + 1} 問目", "n_items": 1}
+            for c, n in asks.items() for j in range(n)]
 
 
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
@@ -191,8 +227,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
                     chains["lexical"], resume=resume, parents=[tr.run_id])
 
     def make_round(k: int, deficits: dict[str, int], accepted: list[str]) -> tuple[Any, list[Any]]:
-        request, n_items = direct_request(deficits, config.overshoot)
-        return RowsSource(records=[{"id": f"direct-r{k}", "request": request, "n_items": n_items}]), chains["direct"]
+        return RowsSource(records=direct_rows(k, deficits, config.overshoot, config.direct_form)), chains["direct"]
 
     quota = QuotaConfig(group_column="category", quotas={c: config.per_category for c in config.categories},
                         max_rounds=config.max_rounds)
@@ -209,7 +244,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     if reviewed is None:
         return {"run_id": run_id, "awaiting_review": f"review-{union.run_id}"}
     final = run_chain(lake, config, run_id, run_output(lake, reviewed),
-                      [ProvenanceColumns(), BalanceLabels(seed=config.seed)], resume=resume, parents=[reviewed])
+                      [ProvenanceColumns(), BalanceLabels(seed=config.seed, drop_odd_below=11)], resume=resume, parents=[reviewed])
     items = read_table(Path(final.outputs["curated"]))
     direct_items = items.filter(_is(items, "source", "piqa_original")) if items.num_rows else \
         pa.table({"category": pa.array([], pa.string())})
@@ -231,77 +266,3 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
 
 def _is(table: Any, column: str, value: str) -> Any:
     return pa.array([v == value for v in table.column(column).to_pylist()])
-
-
-# -- run helpers shared with jobs/ru_piqa.py ---------------------------------------------------------
-def run_output(lake: Lake, run_id: str) -> UnionSource:
-    """An earlier run's curated rows as a source; unlike RunSource, a run that kept nothing gives an
-    empty source (every later stage then sees 0 rows) instead of an error. The caller names the run
-    among its `parents`."""
-    return UnionSource(paths=[RunManifest.load(lake.manifest_path(run_id)).outputs["curated"]])
-
-
-def run_chain(lake: Lake, config: JobConfig, run_id: str, source: Any, stages: list[Any], *, resume: bool = False,
-              parents: list[str] | None = None) -> RunManifest:
-    """One run of the runner; its report is written and the conservation law checked from disk."""
-    from transforms.core.report import write_report
-
-    manifest = run_pipeline(job=config.dataset, dataset=config.dataset, source=source, stages=stages, lake=lake,
-                            config=config.model_dump(mode="json"), run_id=run_id, resume=resume,
-                            parents=parents or [])
-    if errors := conservation_errors(manifest):
-        raise RuntimeError(f"run {run_id}: rows not accounted for: {errors}")
-    write_report(manifest, lake.run_dir(run_id) / "report.html")
-    return manifest
-
-
-def review_step(lake: Lake, config: Any, items_run: str) -> str | None:
-    """The review of `items_run`'s curated items: the reviewed run's id, or None while people review."""
-    from transforms.review.auto import auto_review
-    from transforms.review.batch import export_run
-
-    if config.review == "none" or RunManifest.load(lake.manifest_path(items_run)).stages[-1].rows_kept == 0:
-        return items_run  # nothing to review: the release gate reports the empty table
-    from transforms.review.batch import load_batch
-
-    batch = f"review-{items_run}"
-    if (lake.root / "review" / batch / "batch.json").exists():
-        record, _ = load_batch(lake, batch)
-        if record.imports:  # reviewed already (a resumed run, or people's judgments imported)
-            return str(record.imports[-1]["run_id"])
-    else:
-        export_run(lake, items_run, to="csv", annotators=config.auto_review.annotators, batch=batch,
-                   rule=config.consensus)
-    if config.review == "export":
-        print(f"{config.dataset}: review batch {batch} written under {lake.root / 'review' / batch}; fill it, run "
-              f"`piqaforge review import {batch} --from FILE`, then rerun with --resume", file=sys.stderr)
-        return None
-    _, manifest = auto_review(lake, batch, config.auto_review)  # the review run, its parent items_run
-    return manifest.run_id
-
-
-def release_step(lake: Lake, config: Any, final: RunManifest, *, recipe: str, card_md: str,
-                 extras: dict[str, Any]) -> dict[str, Any]:
-    """Gate and write the release, then add the job's tables to the card, the run report and manifest."""
-    from jobs import release
-    from transforms.core.report import write_report
-
-    if final.stages[-1].rows_kept == 0:  # nothing to gate: say so instead of failing inside the release
-        final.extras.update({**extras, "release": "no items reached the release"})
-        final.write(lake.manifest_path(final.run_id))
-        print(f"{config.dataset}: no items reached the release (see {lake.run_dir(final.run_id)} and the earlier "
-              "runs' reports for where they were dropped)", file=sys.stderr)
-        return {"run_id": final.run_id, "released": False, "release": None, "exit_code": 1}
-    result = release.run(release.Config(input=final.outputs["curated"], recipe=recipe, dataset=config.dataset,
-                                        lake=config.lake, version=config.version or final.run_id),
-                         run_id=f"{final.run_id}-release")
-    card = Path(result["release"]) / "README.md"
-    card.write_text(card.read_text(encoding="utf-8") + "\n## Recipe tables\n\n" + card_md, encoding="utf-8")
-    final.extras.update({**extras, "release": result})
-    final.write(lake.manifest_path(final.run_id))
-    report = lake.run_dir(final.run_id) / "report.html"
-    write_report(final, report)
-    html = report.read_text(encoding="utf-8")
-    section = f"<h2>Recipe tables</h2><pre>{escape(card_md)}</pre><pre>{escape(json.dumps(extras, ensure_ascii=False, indent=1, default=str))}</pre>"
-    report.write_text(html.replace("</body>", section + "</body>"), encoding="utf-8")
-    return {"run_id": final.run_id, **result, "report": str(report)}

@@ -28,7 +28,8 @@ import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
 from jobs.config import JobConfig
-from jobs.j_piqa import local_engine, release_step, resolve, review_step, run_chain, run_output
+from jobs.j_piqa import local_engine, resolve
+from jobs.recipe_runs import release_step, review_step, run_chain, run_output
 from transforms.core.lake import Lake, read_table
 from transforms.core.rounds import UnionSource
 from transforms.core.runner import init_ray
@@ -36,6 +37,7 @@ from transforms.io.documents import AttachChunks, DocumentSource
 from transforms.io.sources import ProductSource
 from transforms.llm.base import EngineConfig, GenerationParams
 from transforms.llm.generate import LLMGenerate
+from transforms.piqa.edit_pairs import MinimalPairFromEdit
 from transforms.piqa.japanese import DuplicateTripletFilter
 from transforms.piqa.provenance import (
     BalanceLabels,
@@ -51,6 +53,9 @@ from transforms.review.consensus import ConsensusRule
 
 log = logging.getLogger("piqaforge")
 ITEM_FIELDS = {"goal": "str", "sol1": "str", "sol2": "str", "label": "int"}
+EDIT_FIELDS = {"goal": "str", "answer": "str", "word": "str", "wrong_word": "str"}
+PROMPTS = {("list", True): "ru_piqa/grounded_generation", ("list", False): "ru_piqa/no_source",
+           ("edit", True): "ru_piqa/grounded_item", ("edit", False): "ru_piqa/no_source_item"}
 
 
 class Arm(BaseModel):
@@ -61,16 +66,24 @@ class Arm(BaseModel):
     name: str = Field(..., description="Recorded as the items' `model` (say what it is: model, prompt, temperature).")
     grounded: bool = Field(True, description="False: the paper's no-source arm (a topic seed, no document).")
     engine: EngineConfig = Field(default_factory=local_engine, description="The model.")
-    prompt: str = Field("ru_piqa/grounded_generation", description="Prompt id (ru_piqa/no_source for no source).")
-    params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=420, temperature=0.3))
+    form: Literal["edit", "list"] = Field(
+        "edit", description="edit: one item per reply (n_items samples per request), the model writes the goal, "
+        "the correct solution, one word of it and a wrong replacement, and the pair is built by substitution "
+        "(small and robust for a 1.5B model); list: n_items items as one JSON list (the paper's form).")
+    prompt: str | None = Field(None, description="Prompt id; unset: ru_piqa/grounded_item or no_source_item "
+                               "(edit), ru_piqa/grounded_generation or no_source (list).")
+    params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=160, temperature=0.3))
+
+    def prompt_id(self) -> str:
+        return self.prompt or PROMPTS[(self.form, self.grounded)]
 
 
 def _local_arms() -> list[Arm]:
-    return [Arm(name="qwen2.5-coder-1.5b:grounded:t0.3", params=GenerationParams(max_tokens=420, temperature=0.3)),
-            Arm(name="qwen2.5-coder-1.5b:grounded:t0.8", params=GenerationParams(max_tokens=420, temperature=0.8,
+    return [Arm(name="qwen2.5-coder-1.5b:grounded:t0.3", params=GenerationParams(max_tokens=160, temperature=0.3)),
+            Arm(name="qwen2.5-coder-1.5b:grounded:t0.8", params=GenerationParams(max_tokens=160, temperature=0.8,
                                                                                    seed=1)),
-            Arm(name="qwen2.5-coder-1.5b:no-source:t0.3", grounded=False, prompt="ru_piqa/no_source",
-                params=GenerationParams(max_tokens=420, temperature=0.3))]
+            Arm(name="qwen2.5-coder-1.5b:no-source:t0.3", grounded=False,
+                params=GenerationParams(max_tokens=160, temperature=0.3))]
 
 
 def _eval_engines() -> dict[str, EngineConfig]:
@@ -118,15 +131,24 @@ def _documents(config: Config, kind: str) -> DocumentSource:
 def arm_chain(config: Config, arm: Arm) -> tuple[ProductSource, list[Any]]:
     """An arm's requests and stages (tests run it with an engine double)."""
     kind = "document" if arm.grounded else "topic_seeds"
-    variables = {"n_items": "n_items", "title": "title", "subject": "subject", "grade": "grade", "chunk": "text"} \
-        if arm.grounded else {"n_items": "n_items", "topic": "text"}
-    fields = {**ITEM_FIELDS, **({"fact": "str"} if arm.grounded else {})}
-    generate = LLMGenerate(engine=arm.engine, prompt=arm.prompt, variables=variables,  # type: ignore[arg-type]
-                           output={"kind": "json", "items": True, "fields": fields},  # type: ignore[arg-type]
-                           params=arm.params, cache_dir=str(Path(config.lake).resolve() / "cache" / "llm"))
+    variables = {"title": "title", "subject": "subject", "grade": "grade", "chunk": "text"} \
+        if arm.grounded else {"topic": "text"}
+    cache = str(Path(config.lake).resolve() / "cache" / "llm")
+    if arm.form == "edit":  # one item per reply, n_items samples (seed + k) per request
+        generate = LLMGenerate(engine=arm.engine, prompt=arm.prompt_id(), variables=variables,  # type: ignore[arg-type]
+                               output={"kind": "json", "fields": EDIT_FIELDS},  # type: ignore[arg-type]
+                               params=arm.params.model_copy(update={"n": config.n_items}), cache_dir=cache)
+        build: list[Any] = [MinimalPairFromEdit(seed=config.seed)]
+    else:
+        fields = {**ITEM_FIELDS, **({"fact": "str"} if arm.grounded else {})}
+        generate = LLMGenerate(engine=arm.engine, prompt=arm.prompt_id(),  # type: ignore[arg-type]
+                               variables={"n_items": "n_items", **variables},
+                               output={"kind": "json", "items": True, "fields": fields},  # type: ignore[arg-type]
+                               params=arm.params, cache_dir=cache)
+        build = []
     source = ProductSource(axes={"chunk_id": chunk_ids(config, kind)},
                            constants={"arm": arm.name, "n_items": config.n_items})
-    return source, [AttachChunks(documents=_documents(config, kind)), generate,
+    return source, [AttachChunks(documents=_documents(config, kind)), generate, *build,
                     SetColumns(values={"model": arm.name, "lang": "ru", "is_cultural": False},
                                copy_columns={"source": "doc_source"})]
 
@@ -154,7 +176,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     if reviewed is None:
         return {"run_id": run_id, "awaiting_review": f"review-{checks.run_id}"}
     final = run_chain(lake, config, run_id, run_output(lake, reviewed),
-                      [ProvenanceColumns(), BalanceLabels(seed=config.seed)], resume=resume, parents=[reviewed])
+                      [ProvenanceColumns(), BalanceLabels(seed=config.seed, drop_odd_below=11)], resume=resume, parents=[reviewed])
     items = read_table(Path(final.outputs["curated"]))
     tables = provenance_tables(items, ("source", "source_document", "grade", "model"))
     md = provenance_markdown(tables) + (_figures_md(length_share(items), repeated_openings(items, by="model"))

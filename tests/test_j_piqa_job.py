@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("fugashi", reason="the `lang` extra (fugashi, unidic-lite) is not installed")
 
-from jobs.j_piqa import Config, direct_request, parts  # noqa: E402
+from jobs.j_piqa import Config, direct_request, direct_rows, parts  # noqa: E402
 from transforms.core import columns as C  # noqa: E402
 from transforms.core.creating import ROLE, is_creating  # noqa: E402
 from transforms.core.stage import GlobalStage  # noqa: E402
@@ -55,6 +55,14 @@ CSV = "\n".join([
     "4,旅行,切符を買いたい。,券売機で買う。,券売機で売る。,1,買う。,Buy a ticket.,Buy.,Sell.",
 ])
 
+# What a model might answer to j_piqa/direct_item: a good item, a word that is not in the answer, and a
+# replacement that breaks the particle (に → を: the constraint filter's particles_changed).
+ITEMS_JA = [
+    {"question": "ご飯を早く冷ましたい。", "answer": "ご飯をうちわであおぐ。", "word": "うちわ", "wrong_word": "布団"},
+    {"question": "鍋の焦げを落としたい。", "answer": "重曹を入れて煮る。", "word": "酢", "wrong_word": "砂糖"},
+    {"question": "靴を乾かしたい。", "answer": "靴に新聞紙を詰める。", "word": "靴に", "wrong_word": "靴を"},
+]
+
 
 class RecipeEngine(LLMEngine):
     """Test double of the engine interface: replies written in this test, chosen by the prompt."""
@@ -85,6 +93,9 @@ class RecipeEngine(LLMEngine):
             return json.dumps({"goal": goal, "sol1": sols[0], "sol2": sols[1], "replacements": [],
                                "changed": False}, ensure_ascii=False)
         self.asked["direct"] += 1
+        if "一問だけ" in system:  # j_piqa/direct_item: one JSON item, chosen by the request's number
+            return json.dumps(ITEMS_JA[int(re.search(r"(\d+) 問目", user).group(1)) - 1],  # type: ignore[union-attr]
+                              ensure_ascii=False)
         return "以下が表です。\n```csv\n" + CSV + "\n```\n以上です。"
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
@@ -118,7 +129,25 @@ def with_double(stages: list[Any], engine: RecipeEngine) -> list[Any]:
 
 @pytest.fixture()
 def chains(tmp_path: Path) -> dict[str, list[Any]]:
-    return parts(Config(lake=str(tmp_path / "lake"), translation_n=10))
+    return parts(Config(lake=str(tmp_path / "lake"), translation_n=10, direct_form="table"))
+
+
+def test_direct_generation_one_item_per_request(tmp_path: Path):
+    rows = direct_rows(1, {"台所": 2}, 1.5, "item")
+    assert [r["request"] for r in rows] == ["ラウンド 1、台所 の 1 問目", "ラウンド 1、台所 の 2 問目",
+                                            "ラウンド 1、台所 の 3 問目"]
+    assert {r["category"] for r in rows} == {"台所"} and len({r["id"] for r in rows}) == 3
+    table, dropped = pa.Table.from_pylist(rows), Counter()
+    for stage in with_double(parts(Config(lake=str(tmp_path / "lake")))["direct"], RecipeEngine()):
+        table, why = apply(stage, table)
+        dropped += why
+    assert dropped == {"edit_word_missing": 1, "particles_changed": 1}
+    (item,) = table.to_pylist()
+    assert item["goal"] == "ご飯を早く冷ましたい。" and item["category"] == "台所"
+    assert {item["sol1"], item["sol2"]} == {"ご飯をうちわであおぐ。", "ご飯を布団であおぐ。"}
+    assert (item["sol1"] if item["label"] == 0 else item["sol2"]) == "ご飯をうちわであおぐ。"
+    assert item["correct"] == str(item["label"] + 1) and item["option_word_distance"] == 1
+    assert item[C.PROMPT].startswith("j_piqa/direct_item@") and item["source"] == "piqa_original"
 
 
 def test_translation_then_lexical_chain_with_reasons(chains):
@@ -173,6 +202,19 @@ def test_balance_labels_swaps_as_few_items_as_needed():
     for row in out.to_pylist():  # a swapped item still names the same correct text
         correct = row["sol1"] if row["label"] == 0 else row["sol2"]
         assert correct.startswith("a") or row["id"] == "x6"
+
+
+def test_an_odd_count_too_small_to_balance_drops_one_item():
+    table = pa.table({"id": ["x0", "x1", "x2"], "sol1": ["a0", "a1", "a2"], "sol2": ["b0", "b1", "b2"],
+                      "label": [0, 0, 0]})
+    out = BalanceLabels(seed=0, drop_odd_below=11).process_table(table)
+    reasons = out.column(C.DROP_REASON).to_pylist()
+    assert reasons.count("label_balance_odd") == 1 and out.column("id").to_pylist() == ["x0", "x1", "x2"]
+    kept = [r for r, why in zip(out.to_pylist(), reasons, strict=True) if why is None]
+    assert sorted(r["label"] for r in kept) == [0, 1]  # 1 of 2: inside the gate's 0.45-0.55
+    assert BalanceLabels(seed=0).process_table(table).column("label").to_pylist().count(1) == 1  # default: no drop
+    eleven = pa.table({"id": [f"y{i}" for i in range(11)], "sol1": ["a"] * 11, "sol2": ["b"] * 11, "label": [0] * 11})
+    assert C.DROP_REASON not in BalanceLabels(drop_odd_below=11).process_table(eleven).column_names
 
 
 @pytest.mark.slow

@@ -42,6 +42,15 @@ NO_SOURCE = [
      "sol1": "Наденьте ребёнку сухие варежки.", "sol2": "Наденьте ребёнку мокрые варежки.", "label": 0},
 ]
 
+# What a model might answer in the edit form: a good item, and a word that is not in the answer.
+EDITS = [
+    {"goal": "Летом на даче нужно быстро охладить бутылку воды, а холодильника нет; у колодца есть ведро "
+             "холодной воды и тень под деревом.", "answer": "Опустите бутылку в ведро с холодной водой.",
+     "word": "холодной", "wrong_word": "горячей"},
+    {"goal": "Нужно открыть тугую металлическую крышку стеклянной банки с огурцами.",
+     "answer": "Подержите крышку под горячей водой.", "word": "тёплой", "wrong_word": "ледяной"},
+]
+
 
 class RussianItemsEngine(LLMEngine):
     """Test double of the engine interface: JSON items written in this test, by prompt."""
@@ -55,6 +64,9 @@ class RussianItemsEngine(LLMEngine):
         for conv in conversations:
             grounded = "<document>" in conv[-1]["content"]
             self.asked["grounded" if grounded else "no_source"] += 1
+            if "одно задание" in conv[0]["content"]:  # the edit form: one item per reply, by sample seed
+                out.append(json.dumps(EDITS[(params.seed or 0) % len(EDITS)], ensure_ascii=False))
+                continue
             out.append(json.dumps({"items": GROUNDED if grounded else NO_SOURCE}, ensure_ascii=False))
         return out
 
@@ -75,8 +87,32 @@ def _run(stages: list, table: pa.Table) -> tuple[pa.Table, Counter[str]]:
     return table, dropped
 
 
+def test_arms_in_the_edit_form_build_minimal_pairs(tmp_path: Path):
+    config = Config(lake=str(tmp_path / "lake"), chunks=1, n_items=2)
+    engine, items, dropped = RussianItemsEngine(), [], Counter()
+    for arm in config.arms:
+        source, stages = arm_chain(config, arm)
+        for s in stages:
+            if s.name == "llm_generate":
+                assert s.prompt.id == ("ru_piqa/grounded_item" if arm.grounded else "ru_piqa/no_source_item")
+                s.use_engine(engine)
+        out, why = _run(stages, source.rows())
+        items.append(out)
+        dropped += why
+    assert engine.asked == {"grounded": 4, "no_source": 2}  # 1 request per arm, 2 samples each
+    assert dropped == {"edit_word_missing": 3}  # the second sample of every arm
+    union = pa.concat_tables(items, promote_options="permissive")
+    checked, why = _run(check_stages(config), union)
+    assert why == {"duplicate_triplet": 2} and checked.num_rows == 1  # the same item from every arm
+    (item,) = checked.to_pylist()
+    assert {item["sol1"], item["sol2"]} == {"Опустите бутылку в ведро с холодной водой.",
+                                            "Опустите бутылку в ведро с горячей водой."}
+    assert item["contrast_type"] == "word_substitution" and item["label"] in (0, 1)
+
+
 def test_arms_then_checks_with_provenance(tmp_path: Path):
-    config = Config(lake=str(tmp_path / "lake"), chunks=2, n_items=4)
+    base = Config(lake=str(tmp_path / "lake"), chunks=2, n_items=4)  # the paper's form: a JSON list per request
+    config = base.model_copy(update={"arms": [a.model_copy(update={"form": "list"}) for a in base.arms]})
     engine, items = RussianItemsEngine(), []
     for arm in config.arms:
         source, stages = arm_chain(config, arm)

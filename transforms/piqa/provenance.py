@@ -137,8 +137,28 @@ class BalanceLabels(GlobalStage):
     writes: ClassVar[tuple[str, ...]] = ("options_swapped",)
 
     seed: int = Field(0, description="Seed of the draw of items to swap.")
+    drop_odd_below: int = Field(0, ge=0, description="An odd count below this drops one item (seeded draw, "
+                                "`label_balance_odd`): 1 of 3 labels is 0.33, outside the gate's 0.45-0.55; "
+                                "from 11 items up an odd count balances (5 of 11 = 0.45).")
 
     def process_table(self, table: pa.Table) -> pa.Table:
+        import xxhash
+
+        out_reason: list[str | None] = [None] * table.num_rows
+        if table.num_rows % 2 == 1 and table.num_rows < self.drop_odd_below:
+            ids = [str(v) for v in table.column("id").to_pylist()]
+            odd = min(range(table.num_rows), key=lambda i: xxhash.xxh3_64_intdigest(f"{self.seed}\x1fodd\x1f{ids[i]}".encode()))
+            out_reason[odd] = "label_balance_odd"
+            kept = self.process_table_even(table.filter(pa.array([i != odd for i in range(table.num_rows)])))
+            # the dropped row goes back in its place, unswapped, with its reason
+            rows = kept.to_pylist()
+            dropped = {**table.slice(odd, 1).to_pylist()[0], "options_swapped": False}
+            rows.insert(odd, dropped)
+            out = pa.Table.from_pylist(rows, schema=kept.schema)
+            return set_drop_reason(out, pa.array(out_reason, pa.string()))
+        return self.process_table_even(table)
+
+    def process_table_even(self, table: pa.Table) -> pa.Table:
         import xxhash
 
         labels = table.column("label").to_pylist()

@@ -1,0 +1,85 @@
+"""Minimal pairs built by substitution: a small model writes the correct solution, one word of it and a
+wrong replacement; the wrong solution is the correct one with that word replaced.
+
+A 1.5B model asked for two options "that differ in one or two words" writes two unrelated sentences
+or two copies of one (docs/j_piqa.md, docs/ru_piqa.md); asked for one sentence and one word, it
+mostly does what it is told, and the substitution guarantees the pair differs where the model said.
+The recipe's constraint checks still run on the result (a substitution can break a particle or a
+case ending). Which solution comes first is drawn by a seeded hash of the row id, so the model's
+habit of writing the correct one first does not become the label.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import ClassVar
+
+import pyarrow as pa
+from pydantic import Field
+
+from transforms.core import columns as C
+from transforms.core.stage import Stage, put_column, set_drop_reason
+
+REASONS = ("edit_empty", "edit_no_change", "edit_word_missing")
+
+
+def substitute(answer: str | None, word: str | None, wrong: str | None) -> tuple[str | None, str | None]:
+    """(the wrong solution, None) or (None, drop reason): `word`'s first occurrence in `answer` replaced
+    by `wrong`. Matched as written, else ignoring case (Russian sentence-initial capitals)."""
+    a, w, x = ((unicodedata.normalize("NFKC", s or "")).strip() for s in (answer, word, wrong))
+    if not a or not w or not x:
+        return None, "edit_empty"
+    if w == x:
+        return None, "edit_no_change"
+    if w in a:
+        return a.replace(w, x, 1), None
+    m = re.search(re.escape(w), a, flags=re.IGNORECASE)
+    if m is None:
+        return None, "edit_word_missing"
+    repl = x[:1].upper() + x[1:] if m.group(0)[:1].isupper() else x
+    return a[:m.start()] + repl + a[m.end():], None
+
+
+class MinimalPairFromEdit(Stage):
+    """(`answer`, `word`, `wrong_word`) → `sol1`, `sol2`, `label` (0/1) and `correct` (1/2).
+
+    Drop reasons: `edit_empty` (a field is empty), `edit_no_change` (the replacement is the word),
+    `edit_word_missing` (the word is not in the answer). The goal column is copied from `goal_column`
+    when it is not `goal` (the Japanese prompt calls it `question`)."""
+
+    name: ClassVar[str] = "pair_from_edit"
+    reads: ClassVar[tuple[str, ...]] = (C.ID, "answer", "word", "wrong_word")
+    writes: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "correct")
+
+    goal_column: str = Field("goal", description="Column holding the goal (`question` for j_piqa/direct_item).")
+    seed: int = Field(0, description="Seed of the draw of which solution comes first.")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        import xxhash
+
+        ids = [str(v) for v in batch.column(C.ID).to_pylist()]
+        sol1, sol2, label, reasons = [], [], [], []
+        for rid, a, w, x in zip(ids, *(batch.column(c).to_pylist() for c in ("answer", "word", "wrong_word")),
+                                strict=True):
+            wrong, reason = substitute(a, w, x)
+            right = unicodedata.normalize("NFKC", a or "").strip()
+            second = xxhash.xxh3_64_intdigest(f"{self.seed}\x1f{rid}".encode()) % 2 == 1
+            if reason is not None:
+                first_text, second_text, lab = right or None, None, None
+            elif second:
+                first_text, second_text, lab = wrong, right, 1
+            else:
+                first_text, second_text, lab = right, wrong, 0
+            sol1.append(first_text)
+            sol2.append(second_text)
+            label.append(lab)
+            reasons.append(reason)
+        out = batch
+        if self.goal_column != "goal":
+            out = put_column(out, "goal", batch.column(self.goal_column).cast(pa.string()))
+        out = put_column(out, "sol1", pa.array(sol1, pa.string()))
+        out = put_column(out, "sol2", pa.array(sol2, pa.string()))
+        out = put_column(out, "label", pa.array(label, pa.int64()))
+        out = put_column(out, "correct", pa.array([None if v is None else str(v + 1) for v in label], pa.string()))
+        return set_drop_reason(out, pa.array(reasons, pa.string()))
