@@ -23,11 +23,31 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     overrides = run_overrides(args, extra)
     module = load_job_module(args.job)
     config = resolve_config(args.job, args.config, overrides)
+    if os.environ.get("PIQAFORGE_VERBOSE") != "1":
+        from transforms.core.console import hold_ray_logs
+
+        hold_ray_logs()  # Ray's start-up lines go to the run's logs/ray.log, not the console
     result = module.run(config, run_id=args.run_id or args.resume, resume=bool(args.resume))
     print(f"\n{args.job}: done")
-    for key, value in (result or {}).items():
-        print(f"  {key:<10} {scrub_text(str(value))}")
-    return int((result or {}).get("exit_code", 0))
+    result = result or {}
+    shown: dict[str, str] = {}  # key → value already printed by the summary
+    if result.get("manifest") and os.path.exists(str(result["manifest"])):
+        # the funnel, outputs, report and judges' figures of the job's (last) run
+        from pathlib import Path
+
+        from transforms.core.console import run_summary
+        from transforms.core.manifest import RunManifest
+
+        manifest = RunManifest.load(Path(str(result["manifest"])))
+        report = Path(str(result["report"])) if result.get("report") else None
+        print(scrub_text(run_summary(manifest, report)))
+        shown = {"run_id": manifest.run_id, **manifest.outputs}
+        if report is not None and report.exists():
+            shown["report"] = str(report)
+    for key, value in result.items():
+        if shown.get(key) != str(value):  # what the summary did not print (a second run, a release ...)
+            print(f"  {key:<10} {scrub_text(str(value))}")
+    return int(result.get("exit_code", 0))
 
 
 def run_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:

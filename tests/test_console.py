@@ -6,17 +6,19 @@ once under a pseudo-terminal and once with a pipe; `piqaforge runs` and `show` r
 
 from __future__ import annotations
 
+import io
 import os
 import pty
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from transforms.core.console import stage_line
-from transforms.core.manifest import StageRecord
+from transforms.core.console import StageConsole, progress, run_summary, stage_line
+from transforms.core.manifest import RunManifest, StageRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"
@@ -47,6 +49,66 @@ def test_a_stage_line_names_the_stage_its_counts_and_reasons():
     made = StageRecord(index=2, name="generate", kind="expand", rows_in=10, rows_created=40, rows_consumed=9,
                        rows_kept=35, rows_dropped={"generation_failed": 1, "invalid_output": 5}, seconds=3)
     assert "10 rows → 40 created from 9, 35 kept, 6 dropped" in stage_line(2, 4, made)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class Langid:
+    name = "langid"
+
+
+def test_a_long_stage_shows_a_live_bar_in_a_terminal_and_nothing_more_without_one():
+    done = StageRecord(index=2, name="langid", kind="filter", rows_in=4207, rows_kept=4121,
+                       rows_dropped={"lang:ja": 86}, seconds=7.7)
+    screen = Terminal()
+    console = StageConsole(10, screen, bar_after_s=0)
+    console.before(2, Langid())
+    progress(0, 4207)  # what the writer calls as partitions are written
+    for _ in range(3):
+        progress(1000)
+        time.sleep(0.6)  # the bar redraws at most every 0.5 s
+    console.after(done)
+    progress(500)  # after the stage: no bar to move, nothing printed
+    out = screen.getvalue()
+    assert re.search(r"\[3/10\] langid\s+\d+%\|.*\| [12]000/4207 rows \[.*rows/s\]", out), out
+    assert out.endswith("\r\x1b[2K[3/10] langid             4,207 rows → 4,121 kept, 86 dropped (lang:ja 86)  7.7 s\n")
+    piped = io.StringIO()
+    console = StageConsole(10, piped, bar_after_s=0)
+    console.before(2, Langid())
+    progress(0, 4207)
+    progress(4207)
+    console.after(done)
+    assert piped.getvalue().splitlines() == ["[3/10] langid             running …", stage_line(2, 10, done)]
+
+
+def test_the_end_of_a_run_prints_the_funnel_outputs_report_and_judges(tmp_path):
+    report = tmp_path / "report.html"
+    report.write_text("<html></html>", encoding="utf-8")
+    m = RunManifest(run_id="r1", job="ko-piqa", dataset="ko", config={}, code_version={}, status="succeeded",
+                    outputs={"curated": "/lake/curated/ko/r1"})
+    m.stages = [StageRecord(index=0, name="read", kind="source", rows_in=0, rows_created=300, rows_kept=300, seconds=1.0),
+                StageRecord(index=1, name="ensemble", kind="filter", rows_in=300, rows_kept=88,
+                            rows_dropped={"ensemble_rejected:gemma-ko": 212}, seconds=52.0)]
+    m.extras["judges"] = {
+        "run": {"kept_rows": 88, "kept_stage": "ensemble", "kept_from_negative_sources": 2,
+                "kept_share_from_negative_sources": 0.0227,
+                "groups": {"kin held-out": {"rows": 120, "positives": 30, "tp": 27, "fp": 40, "precision": 0.403,
+                                            "recall": 0.9, "auc": 0.81}}},
+        "judge_eval": {"rows": 400, "positives": 90,
+                       "judges": {"prefilter": {"kind": "supervised", "precision": 0.24, "recall": 0.92,
+                                                "auc": 0.84, "pass_rate": 0.31}}}}
+    text = run_summary(m, report)
+    lines = text.splitlines()
+    assert lines[0] == "run r1  succeeded"
+    assert re.search(r"^ensemble\s+filter\s+300\s+0\s+88\s+212\s+0\s+52\.0$", text, re.M), text
+    assert "curated    /lake/curated/ko/r1" in lines and f"report     {report}" in lines
+    assert "kept rows against the labels: 88 kept after ensemble; from 3i4k/chatbot 2 (0.023)" in text
+    assert re.search(r"kin held-out\s+120\s+30\s+67\s+0\.403\s+0\.900\s+0\.810", text), text
+    assert re.search(r"prefilter\s+supervised\s+0\.240\s+0\.920\s+0\.840\s+0\.310", text), text
+    assert "judge" not in run_summary(m.model_copy(update={"extras": {}}), None)
 
 
 def _small_input(tmp_path: Path) -> Path:

@@ -1,9 +1,12 @@
 """What a person sees in the terminal: one line per stage in our words, a funnel table, run lists.
 
 While a job runs, `StageConsole` prints `[3/10] langid  4,207 rows → 4,121 kept, 86 dropped (lang:ja 40 …)  7.7 s`
-when a stage ends (and `[3/10] langid …` when it starts, in a terminal as a live line). Ray's own
-logs go to `runs/<run_id>/logs/` unless `--verbose` (see `quiet_ray_logging`). `piqaforge runs` and
-`piqaforge show RUN_ID` read the lake's manifests.
+when a stage ends, and `[3/10] langid  running …` when it starts. In a terminal the running line is
+a live bar (rows written / rows in, rate, ETA) fed by the writer (`progress`), and is replaced by
+the end line; without one, each stage prints one plain line at its start and one at its end. Ray's
+own logs and progress bars go to `runs/<run_id>/logs/` unless `--verbose` (see `quiet_ray_logging`).
+At the end of `piqaforge run`, `run_summary` prints the funnel, the outputs, the report and the
+judges' figures. `piqaforge runs` and `piqaforge show RUN_ID` read the lake's manifests.
 """
 
 from __future__ import annotations
@@ -42,28 +45,65 @@ def stage_line(index: int, total: int, rec: StageRecord, top: int = 3) -> str:
 
 
 class StageConsole:
-    """Runner hooks (`before_stage`, `after_stage`) that print one line per stage."""
+    """Runner hooks (`before_stage`, `after_stage`) that print one line per stage, with a live bar in a terminal."""
 
-    def __init__(self, total: int, stream: IO[str] | None = None):
+    def __init__(self, total: int, stream: IO[str] | None = None, bar_after_s: float = 1.0):
         self.total, self.stream = total, stream or sys.stdout
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.bar_after_s = bar_after_s
         self.started = 0.0
         self.records: list[StageRecord] = []
+        self.bar: Any = None
+        self.label = ""
 
     def before(self, index: int, stage: Any) -> None:
+        global _ACTIVE
         self.started = time.perf_counter()
-        text = f"[{index + 1}/{self.total}] {stage.name:<18} running …"
+        self.label = f"[{index + 1}/{self.total}] {stage.name:<18}"
+        text = f"{self.label} running …"
         if self.tty:
             self.stream.write("\r\033[2K" + text)
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+        _ACTIVE = self
+
+    def progress(self, rows: int = 0, total: int | None = None) -> None:
+        """Rows of the running stage written so far (the writer calls this); a bar in a terminal only."""
+        if not self.tty:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=self.label, unit=" rows", unit_scale=total is None or total >= 10_000, file=self.stream,
+                            leave=False, delay=self.bar_after_s, dynamic_ncols=True, mininterval=0.5,
+                            bar_format="{desc} {percentage:3.0f}%|{bar:24}| {n_fmt}/{total_fmt} rows "
+                                       "[{elapsed}<{remaining}, {rate_fmt}]" if total else None)
+        elif total is not None and self.bar.total != total:
+            self.bar.total = total
+        if rows:
+            self.bar.update(rows)
 
     def after(self, rec: StageRecord) -> None:
+        global _ACTIVE
+        _ACTIVE = None
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
         self.records.append(rec)
         line = stage_line(rec.index, self.total, rec)
         self.stream.write(("\r\033[2K" if self.tty else "") + line + "\n")
         self.stream.flush()
+
+
+# The console of the stage that is running in this process (the driver), for `progress`.
+_ACTIVE: StageConsole | None = None
+
+
+def progress(rows: int = 0, total: int | None = None) -> None:
+    """Called by the writer as a stage's rows are written: advances the live bar, if there is one."""
+    if _ACTIVE is not None:
+        _ACTIVE.progress(rows, total)
 
 
 def funnel_table(manifest: RunManifest) -> str:
@@ -76,6 +116,56 @@ def funnel_table(manifest: RunManifest) -> str:
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _table(rows: list[tuple[str, ...]], left: int = 1, indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
+
+
+def _f(x: Any) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return "nan" if x != x else f"{x:.3f}"
+    return _n(x) if isinstance(x, int) else str(x)
+
+
+def judges_lines(judges: dict[str, Any]) -> list[str]:
+    """The judges' figures against the labels (manifest extras `judges`, docs/judges.md), as text."""
+    out: list[str] = []
+    run = judges.get("run") or {}
+    if run:
+        out.append(f"kept rows against the labels: {_f(run.get('kept_rows'))} kept after {run.get('kept_stage')}; "
+                   f"from 3i4k/chatbot {_f(run.get('kept_from_negative_sources'))} "
+                   f"({_f(run.get('kept_share_from_negative_sources'))})")
+        rows: list[tuple[str, ...]] = [("group", "rows", "physical", "kept", "precision", "recall", "AUC")]
+        for group, m in (run.get("groups") or {}).items():
+            kept = (m.get("tp") or 0) + (m.get("fp") or 0)
+            rows.append((group, _f(m.get("rows")), _f(m.get("positives")), _f(kept), _f(m.get("precision")),
+                         _f(m.get("recall")), _f(m.get("auc"))))
+        out += _table(rows) if len(rows) > 1 else []
+    ev = judges.get("judge_eval") or {}
+    if ev.get("judges"):
+        out.append(f"judge-eval on {_f(ev.get('rows'))} labelled rows ({_f(ev.get('positives'))} physical):")
+        table: list[tuple[str, ...]] = [("judge", "kind", "precision", "recall", "AUC", "pass rate")]
+        for name, j in ev["judges"].items():
+            table.append((name, str(j.get("kind", "")), _f(j.get("precision")), _f(j.get("recall")), _f(j.get("auc")),
+                          _f(j.get("pass_rate"))))
+        out += _table(table, left=2)
+    return out
+
+
+def run_summary(manifest: RunManifest, report: Path | None = None) -> str:
+    """What `piqaforge run` prints at the end: the funnel, the outputs, the report, the judges' figures."""
+    out = [f"run {manifest.run_id}  {manifest.status}", "", funnel_table(manifest), ""]
+    out += [f"{k:<10} {v}" for k, v in manifest.outputs.items()]
+    if report is not None and report.exists():
+        out.append(f"{'report':<10} {report}")
+    if manifest.extras.get("judges"):
+        out += ["", *judges_lines(manifest.extras["judges"])]
+    return "\n".join(out)
 
 
 def show_run(manifest: RunManifest, report: Path | None = None) -> str:
@@ -114,21 +204,57 @@ def list_runs(runs_dir: Path) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
+RAY_LOGGERS = ("ray", "ray.data", "ray._private", "ray.util")
+
+
+def hold_ray_logs() -> None:
+    """Before Ray starts (`piqaforge run`): keep Ray's log lines, such as its start-up warnings, in
+    memory until `quiet_ray_logging` knows the run's log folder, instead of printing them."""
+    from logging.handlers import MemoryHandler
+
+    import ray  # noqa: F401  (importing ray installs its console handler, which this replaces)
+
+    # If no run takes them (the job fails before its first stage), they reach stderr at exit, and
+    # an error is printed at once: nothing Ray says is lost.
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    held = MemoryHandler(capacity=100_000, flushLevel=logging.ERROR, target=console)
+    for name in RAY_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers = [held]
+        logger.propagate = False
+
+
 def quiet_ray_logging(log_dir: Path, verbose: bool) -> Path | None:
     """Send Ray's and Ray Data's log lines to `log_dir/ray.log` (not the console) unless verbose."""
     if verbose:
         return None
+    from logging.handlers import MemoryHandler
+
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / "ray.log"
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in ("ray", "ray.data", "ray._private", "ray.util"):
+    for name in RAY_LOGGERS:
         logger = logging.getLogger(name)
         for old in logger.handlers:  # the previous run's file: close it, do not leak one per run
+            if isinstance(old, MemoryHandler):  # lines held since Ray started go to this run's file
+                old.setTarget(handler)
+                old.flush()
             old.close()
         logger.handlers = [handler]
         logger.propagate = False
     return path
+
+
+def quiet_ray_progress() -> None:
+    """Ray Data's own progress bars name its operators (`MapBatches(_StageActor)`), not our stages:
+    off unless verbose; our bar shows the running stage instead."""
+    from ray.data import DataContext
+
+    ctx = DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.enable_operator_progress_bars = False
 
 
 def with_console(run_dir: Path, run_id: str, total: int, before: Callable[[int, Any], None] | None,
@@ -136,7 +262,10 @@ def with_console(run_dir: Path, run_id: str, total: int, before: Callable[[int, 
                                                                      Callable[[StageRecord], None]]:
     """One line per stage on the console (unless PIQAFORGE_CONSOLE=0); Ray's log lines to runs/<id>/logs/."""
     quiet = os.environ.get("PIQAFORGE_CONSOLE", "1") == "0"
-    logs = quiet_ray_logging(run_dir / "logs", verbose=os.environ.get("PIQAFORGE_VERBOSE") == "1")
+    verbose = os.environ.get("PIQAFORGE_VERBOSE") == "1"
+    logs = quiet_ray_logging(run_dir / "logs", verbose=verbose)
+    if not verbose:
+        quiet_ray_progress()
     console = None if quiet else StageConsole(total)
     if console is not None:
         where = f"; Ray's log lines: {logs}" if logs else ""

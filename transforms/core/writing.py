@@ -175,12 +175,16 @@ def write_dataset(ds: Any, ledger: PartitionLedger, expected: dict[int, int] | N
     """
     writer = BlockWriter(ledger.kept_dir, ledger.rejected_dir, row_group_rows, ledger.lineage_dir, stage_name)
     counts = ds.map_batches(writer, batch_format="pyarrow", batch_size=None)
+    from transforms.core.console import progress  # the running stage's live bar (in a terminal)
+
+    progress(0, sum(expected.values()) if expected is not None else None)
     seen: dict[int, int] = {}
     files: dict[int, tuple[list[str], list[str], list[str]]] = {}
     for batch in counts.iter_batches(batch_format="pyarrow", batch_size=None):
         for row in batch.to_pylist():
             part = int(row["part"])
             seen[part] = seen.get(part, 0) + int(row["rows"])
+            progress(int(row["rows"]))
             listed = files.setdefault(part, ([], [], []))
             for i, key in enumerate(("kept_file", "rejected_file", "lineage_file")):
                 if row[key]:
