@@ -102,6 +102,13 @@ def _variants() -> LLMGenerate:
                        params=GenerationParams(max_tokens=160, temperature=0.0, seed=0))
 
 
+Part = Literal["translation", "lexical", "direct"]
+
+
+def _all_parts() -> list[Part]:
+    return ["translation", "lexical", "direct"]
+
+
 DIRECT_ITEM = {"question": "str", "answer": "str", "word": "str", "wrong_word": "str"}
 
 
@@ -128,6 +135,9 @@ class Config(JobConfig):
     lexicon: str = Field("lake/samples/ja_lexicon.jsonl", description="Japanese lexicon for lexical variants.")
     translation_n: int = Field(1, ge=1, description="PIQA items drawn for translation (the paper: 200; 1 "
                                "locally: a judge call and three translation calls each, 1-4 min apiece here).")
+    translation_max_words: int | None = Field(12, ge=1, description="Longest goal or solution drawn for "
+                                              "translation, in words (a 1.5B model keeps short pairs minimal "
+                                              "more often); null: any (the cluster config).")
     seed: int = Field(0, description="Seed of the draw and of the label balance.")
     judge: LLMTransform = Field(default_factory=_judge, description="Preference judge (j_piqa/preference_judge).")
     translate: TranslateStage = Field(default_factory=_translator, description="English → Japanese.")
@@ -154,9 +164,14 @@ class Config(JobConfig):
     consensus: ConsensusRule = Field(default_factory=lambda: ConsensusRule(rule="unanimous", relabel=False),
                                      description="relabel false: a consensus against the label drops the item.")
     version: str | None = Field(None, description="Release version (default: the run id).")
+    run_parts: list[Part] = Field(
+        default_factory=_all_parts, min_length=1,
+        description="Parts to run (lexical needs translation); the slow test runs a part at a time.")
 
     @model_validator(mode="after")
     def _direct_follows_form(self) -> Config:
+        if "lexical" in self.run_parts and "translation" not in self.run_parts:
+            raise ValueError("run_parts: lexical variants are made from the translation part; add translation")
         if self.direct_form == "table" and "direct" not in self.model_fields_set:
             self.direct = _direct_table()  # the default stage of the other form
         return self
@@ -177,7 +192,8 @@ def parts(config: Config) -> dict[str, list[Any]]:
     translate = config.translate.model_copy(update={"engine": engine})
     ja = {"lang": "ja", "is_cultural": False}
     return {
-        "translation": [TranslationSetSelector(n=config.translation_n, seed=config.seed), CorrectFromLabel(),
+        "translation": [TranslationSetSelector(n=config.translation_n, seed=config.seed,
+                                               max_words=config.translation_max_words), CorrectFromLabel(),
                         judge, DropWhere(column="verdict", values=["preference"], reason="personal_preference"),
                         SetColumns(copy_columns={"goal_gloss": "goal", "sol1_gloss": "sol1", "sol2_gloss": "sol2"}),
                         translate,
@@ -221,10 +237,14 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     init_ray(config.ray_address, config.num_cpus)
     cfg = config.model_dump(mode="json")
     chains = parts(config)
-    tr = run_chain(lake, config, f"{run_id}-translation", ItemsSource(path=resolve(config.piqa)),
-                   chains["translation"], resume=resume)
-    lex = run_chain(lake, config, f"{run_id}-lexical", run_output(lake, tr.run_id),
-                    chains["lexical"], resume=resume, parents=[tr.run_id])
+    runs = {}  # part → its run, in the union's order: lexical variants, translations, direct items
+    if "translation" in config.run_parts:
+        tr = run_chain(lake, config, f"{run_id}-translation", ItemsSource(path=resolve(config.piqa)),
+                       chains["translation"], resume=resume)
+        if "lexical" in config.run_parts:
+            runs["lexical"] = run_chain(lake, config, f"{run_id}-lexical", run_output(lake, tr.run_id),
+                                        chains["lexical"], resume=resume, parents=[tr.run_id])
+        runs["translation"] = tr
 
     def make_round(k: int, deficits: dict[str, int], accepted: list[str]) -> tuple[Any, list[Any]]:
         return RowsSource(records=direct_rows(k, deficits, config.overshoot, config.direct_form)), chains["direct"]
@@ -232,14 +252,17 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     quota = QuotaConfig(group_column="category", quotas={c: config.per_category for c in config.categories},
                         max_rounds=config.max_rounds)
     direct = run_quota_rounds(job="j-piqa-direct", dataset=config.dataset, lake=lake, run_id=f"{run_id}-direct",
-                              quota=quota, make_round=make_round, config=cfg, resume=resume)
+                              quota=quota, make_round=make_round, config=cfg, resume=resume) \
+        if "direct" in config.run_parts else None
+    if direct is not None:
+        runs["direct"] = direct
     # Lexical variants first: where a variant's goal is a near duplicate of its translation's, the
     # culturally adapted item is the one kept (the gate allows only one of them).
     union = run_chain(lake, config, f"{run_id}-union", UnionSource(paths=[
-        lex.outputs["curated"], tr.outputs["curated"], direct.outputs["curated"]]),
+        r.outputs["curated"] for r in runs.values()]),
         [DuplicateTripletFilter(), config.paraphrase,
          SemanticDedup(column="goal", threshold=config.goal_near_duplicates, keep="first")],
-        resume=resume, parents=[tr.run_id, lex.run_id, direct.run_id])
+        resume=resume, parents=[r.run_id for r in runs.values()])
     reviewed = review_step(lake, config, union.run_id)
     if reviewed is None:
         return {"run_id": run_id, "awaiting_review": f"review-{union.run_id}"}
@@ -250,7 +273,8 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
         pa.table({"category": pa.array([], pa.string())})
     balance = category_balance(direct_items, categories=config.categories, target_per_category=config.per_category)
     extras = {"category_balance": balance.to_pylist(), "balance_summary": balance_summary(balance),
-              "rounds": direct.extras.get("rounds"), "stop_reason": direct.extras.get("stop_reason"),
+              "rounds": direct.extras.get("rounds") if direct else None,
+              "stop_reason": direct.extras.get("stop_reason") if direct else None,
               "parts": {p: int(sum(1 for s in items.column("source").to_pylist() if s == p)) if items.num_rows else 0
                         for p in ("piqa_translation", "piqa_lexical_variation", "piqa_original")}}
     tables = provenance_tables(items, ("source", "model"))

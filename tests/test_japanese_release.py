@@ -42,6 +42,10 @@ def test_translation_set_on_piqa_valid(piqa_valid):
         set(kept.column("id").to_pylist())
     everyone = TranslationSetSelector(n=None)(piqa_valid)
     assert everyone.column("drop_reason").null_count == 1134
+    short = TranslationSetSelector(n=None, max_words=12)(piqa_valid)  # the local profile's short items
+    assert Counter(short.column("drop_reason").to_pylist()) == {None: 586, "too_long": 548, "not_minimal_pair": 704}
+    for row in short.filter(pc.equal(short.column("_status"), "kept")).to_pylist():
+        assert all(sum(any(ch.isalnum() for ch in w) for w in row[c].split()) <= 12 for c in ("goal", "sol1", "sol2"))
 
 
 def test_a_real_one_word_pair_is_selected_and_a_rewritten_one_is_not(piqa_valid):
