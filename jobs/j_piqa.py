@@ -73,7 +73,9 @@ QWEN = "qwen2.5-coder-1.5b-instruct"
 
 def local_engine(**options: Any) -> EngineConfig:
     """The local instruct model (llama.cpp, Qwen2.5-Coder-1.5B-Instruct Q4_K_M). One thread: on a shared,
-    oversubscribed machine llama.cpp's threads spin at barriers (measured: 2 threads ~8x slower here)."""
+    oversubscribed machine llama.cpp's threads spin at barriers (measured: 2 threads ~8x slower here).
+    The local stages ask one conversation per engine call (`chunk_size=1`), so every answer is cached as
+    soon as it is written and a stopped run resumes without asking it again."""
     return EngineConfig(backend="llamacpp", model=QWEN, options={"threads": 1, "ctx_size": 4096, **options})
 
 
@@ -82,7 +84,7 @@ def _judge() -> LLMTransform:
                         variables={"goal": "goal", "sol1": "sol1", "sol2": "sol2", "correct": "correct"},
                         output={"kind": "json", "fields": {  # type: ignore[arg-type]
                             "verdict": {"type": "str", "choices": ["physical", "preference"]}, "reason": "str"}},
-                        params=GenerationParams(max_tokens=64, temperature=0.0, seed=0))
+                        params=GenerationParams(max_tokens=64, temperature=0.0, seed=0), chunk_size=1)
 
 
 def _translator() -> TranslateStage:
@@ -99,7 +101,7 @@ def _variants() -> LLMGenerate:
                        output={"kind": "json", "fields": {  # type: ignore[arg-type]
                            "goal": "str", "sol1": "str", "sol2": "str", "replacements": "list[str]",
                            "changed": "bool"}},
-                       params=GenerationParams(max_tokens=160, temperature=0.0, seed=0))
+                       params=GenerationParams(max_tokens=160, temperature=0.0, seed=0), chunk_size=1)
 
 
 Part = Literal["translation", "lexical", "direct"]
@@ -125,7 +127,7 @@ def _direct() -> LLMGenerate:
     return LLMGenerate(engine=local_engine(), prompt="j_piqa/direct_item",  # type: ignore[arg-type]
                        variables={"category": "category", "request": "request"},
                        output={"kind": "json", "fields": DIRECT_ITEM},  # type: ignore[arg-type]
-                       params=GenerationParams(max_tokens=96, temperature=0.8, seed=0))
+                       params=GenerationParams(max_tokens=96, temperature=0.8, seed=0), chunk_size=1)
 
 
 class Config(JobConfig):

@@ -137,7 +137,8 @@ def arm_chain(config: Config, arm: Arm) -> tuple[ProductSource, list[Any]]:
     if arm.form == "edit":  # one item per reply, n_items samples (seed + k) per request
         generate = LLMGenerate(engine=arm.engine, prompt=arm.prompt_id(), variables=variables,  # type: ignore[arg-type]
                                output={"kind": "json", "fields": EDIT_FIELDS},  # type: ignore[arg-type]
-                               params=arm.params.model_copy(update={"n": config.n_items}), cache_dir=cache)
+                               params=arm.params.model_copy(update={"n": config.n_items}), cache_dir=cache,
+                               chunk_size=1)  # each request's answers cached as soon as they are written
         build: list[Any] = [MinimalPairFromEdit(seed=config.seed)]
     else:
         fields = {**ITEM_FIELDS, **({"fact": "str"} if arm.grounded else {})}

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -219,27 +220,34 @@ def test_an_odd_count_too_small_to_balance_drops_one_item():
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_j_piqa_job_end_to_end_on_the_local_model(tmp_path):
-    """The whole job with its defaults (Qwen 1.5B through llama.cpp, review=auto): every run conserves its
-    rows (run_chain raises otherwise) and, when items reach the release, it passes the j-piqa suite with the
-    appendix written. With the 1.5B model few or no items survive the checks (docs/j_piqa.md): then the
-    job must say so. Takes 15-30 min on this loaded 2-core machine."""
+def test_j_piqa_direct_part_end_to_end_on_the_local_model(tmp_path):
+    """The direct part on Qwen 1.5B through llama.cpp, tiny: one item per category over two categories
+    (two generation requests), review=auto (two annotators), release. Every run conserves its rows
+    (run_chain raises otherwise); both replies are schema-valid JSON (constrained decoding) and become
+    items; what the checks, review and gate then keep is the model's business, but the job must either
+    release a set that passes the j-piqa suite with the appendix, or say why nothing was released."""
     from jobs.config import resolve_config
     from jobs.j_piqa import run
+    from transforms.core.lake import Lake
+    from transforms.core.manifest import RunManifest
     from transforms.llm.prepare import gguf_path
 
     try:
         gguf_path("qwen2.5-coder-1.5b-instruct")
     except Exception as err:  # the model is assembled by scripts/setup.sh
         pytest.skip(f"local Qwen GGUF not prepared: {err}")
-    config = resolve_config("j-piqa", None, {"lake": str(tmp_path / "lake"), "num_cpus": 2})
+    config = resolve_config("j-piqa", None, {"lake": str(tmp_path / "lake"), "num_cpus": 2,
+                                             "run_parts": ["direct"], "categories": ["台所", "掃除"],
+                                             "per_category": 1, "overshoot": 1.0, "max_rounds": 1})
     result = run(config, run_id="jp-e2e")  # type: ignore[arg-type]
-    from transforms.core.lake import Lake
-    from transforms.core.manifest import RunManifest
-
-    final = RunManifest.load(Lake(config.lake).manifest_path("jp-e2e"))
-    if final.stages[-1].rows_kept == 0:
-        assert result["released"] is False and final.extras["release"] == "no items reached the release"
+    lake = Lake(config.lake)
+    generate = next(s for s in RunManifest.load(lake.manifest_path("jp-e2e-direct-r1")).stages
+                    if s.name == "llm_generate")
+    assert generate.rows_in == 2 and generate.rows_created == 2, generate  # two JSON items, none failed
+    final = RunManifest.load(lake.manifest_path("jp-e2e"))
+    if result.get("released"):
+        appendix = pd.read_csv(Path(result["release"]) / "j-piqa-appendix.csv")
+        assert list(appendix.columns)[:4] == ["prompt", "solution0", "solution1", "label"]
+        assert len(appendix) == final.stages[-1].rows_kept and set(appendix["source"]) == {"piqa_original"}
     else:
-        assert result["released"], result
-        assert (Path(result["release"]) / "j-piqa-appendix.csv").exists()
+        assert result["released"] is False and final.extras["release"], result

@@ -153,22 +153,33 @@ def test_chunk_draw_is_seeded_and_follows_subjects(tmp_path: Path):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_ru_piqa_job_end_to_end_on_the_local_model(tmp_path):
-    """The whole job with its defaults (three arms on Qwen 1.5B, review=auto, evaluation): every run
-    conserves its rows; when the release passes its suite it is evaluated with the paper's protocol."""
+    """One grounded arm on Qwen 1.5B, tiny: one chunk, two items (two samples of one request), review=auto,
+    release and the zero-shot evaluation. Every run conserves its rows; both replies are schema-valid JSON;
+    a release passes the ru-piqa suite and is evaluated (answered + refusals + unparsable = items, the
+    random baseline in the table), or the job says why nothing was released."""
     from jobs.config import resolve_config
     from jobs.ru_piqa import run
+    from transforms.core.lake import Lake
+    from transforms.core.manifest import RunManifest
     from transforms.llm.prepare import gguf_path
 
     try:
         gguf_path("qwen2.5-coder-1.5b-instruct")
     except Exception as err:
         pytest.skip(f"local Qwen GGUF not prepared: {err}")
-    config = resolve_config("ru-piqa", None, {"lake": str(tmp_path / "lake"), "num_cpus": 2})
+    config = resolve_config("ru-piqa", None, {"lake": str(tmp_path / "lake"), "num_cpus": 2, "chunks": 1,
+                                              "n_items": 2, "arms": [{"name": "qwen2.5-coder-1.5b:grounded:t0.3"}]})
     result = run(config, run_id="ru-e2e")  # type: ignore[arg-type]
-    if result.get("release") is None:  # the 1.5B model's items can all fail the checks (docs/ru_piqa.md)
-        assert result["released"] is False
+    lake = Lake(config.lake)
+    generate = next(s for s in RunManifest.load(lake.manifest_path("ru-e2e-arm0")).stages if s.name == "llm_generate")
+    assert generate.rows_in == 1 and generate.rows_created == 2, generate
+    if not result.get("released"):
+        assert result["released"] is False and RunManifest.load(lake.manifest_path("ru-e2e")).extras["release"]
         return
     card = (Path(result["release"]) / "README.md").read_text(encoding="utf-8")
-    assert "Items per model" in card
-    if result["released"]:
-        assert result["evaluation"]["table"][-1]["model"].startswith("random baseline")
+    assert "### Provenance" in card and "### Zero-shot evaluation" in card
+    table = result["evaluation"]["table"]
+    assert table[-1]["model"].startswith("random baseline")
+    row = table[0]
+    answered, n = (int(x) for x in row["answered"].split("/"))
+    assert answered + row["refusals"] + row["unparsable"] == n
