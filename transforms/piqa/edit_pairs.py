@@ -26,7 +26,8 @@ REASONS = ("edit_empty", "edit_no_change", "edit_word_missing")
 
 def substitute(answer: str | None, word: str | None, wrong: str | None) -> tuple[str | None, str | None]:
     """(the wrong solution, None) or (None, drop reason): `word`'s first occurrence in `answer` replaced
-    by `wrong`. Matched as written, else ignoring case (Russian sentence-initial capitals)."""
+    by `wrong`. Matched as written, else ignoring case (Russian sentence-initial capitals), else another
+    inflected form of a single word (the model named the lemma: интеграция for интеграции)."""
     a, w, x = ((unicodedata.normalize("NFKC", s or "")).strip() for s in (answer, word, wrong))
     if not a or not w or not x:
         return None, "edit_empty"
@@ -34,11 +35,31 @@ def substitute(answer: str | None, word: str | None, wrong: str | None) -> tuple
         return None, "edit_no_change"
     if w in a:
         return a.replace(w, x, 1), None
-    m = re.search(re.escape(w), a, flags=re.IGNORECASE)
+    m = re.search(re.escape(w), a, flags=re.IGNORECASE) or _inflected(a, w)
     if m is None:
         return None, "edit_word_missing"
     repl = x[:1].upper() + x[1:] if m.group(0)[:1].isupper() else x
     return a[:m.start()] + repl + a[m.end():], None
+
+
+def _inflected(answer: str, word: str) -> re.Match[str] | None:
+    """Another form of a one-word `word` in `answer` (Russian inflects: интеграция → интеграции): the
+    word of the answer sharing the longest prefix with it, at least max(4, len − 3) letters."""
+    if " " in word or len(word) < 5:
+        return None
+    best, best_len = None, max(4, len(word) - 3)
+    for m in re.finditer(r"\w+", answer):
+        n = len(_common_prefix(m.group(0).lower(), word.lower()))
+        if n >= best_len:
+            best, best_len = m, n + 1  # a later word must share more to win
+    return best
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
 
 
 class MinimalPairFromEdit(Stage):
