@@ -218,3 +218,20 @@ def test_novelty_drops_items_near_the_pool_and_each_other(tmp_path):
     assert out.column("near_id")[0].as_py() == pool[3]["id"] and out.column("near_id")[2].as_py() == "c1"
     assert out.column("near_text")[1].as_py() in {r["goal"] for r in pool}   # nearest pool goal recorded
     assert 0 < out.column("near_similarity")[1].as_py() < 0.9
+
+
+@pytest.mark.parametrize("name", ["pindic-cluster.yaml", "pindic-local-hi.yaml"])
+def test_shipped_profiles_validate_against_the_job_config(name):
+    """The GPU config and the local release profile are merged over the defaults and validated as the
+    CLI does (no lake touched); the GPU one names only GPU engines, the local one keeps review=auto."""
+    from jobs.config import resolve_config
+
+    cfg = resolve_config("pindic", str(ROOT / "jobs" / "configs" / name), bind_lake=False)
+    if name == "pindic-cluster.yaml":
+        assert cfg.llm.backend == "vllm" and cfg.translation.backend == "ctranslate2"
+        assert cfg.clustering.kmeans.backend == "cuml" and cfg.quota == 100
+        assert cfg.translate_resources.gpus == 1 and cfg.generate.resources.gpus == 1
+    else:
+        assert [loc.lang for loc in cfg.locales] == ["hi"] and cfg.review == "auto"
+        assert cfg.review_rule.rule == "unanimous" and not cfg.review_rule.relabel
+        assert cfg.release_checks.min_goal_plus_solution_words == 25   # the suite's rule, not relaxed
