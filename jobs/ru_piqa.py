@@ -139,7 +139,7 @@ def arm_chain(config: Config, arm: Arm) -> tuple[ProductSource, list[Any]]:
                                output={"kind": "json", "fields": EDIT_FIELDS},  # type: ignore[arg-type]
                                params=arm.params.model_copy(update={"n": config.n_items}), cache_dir=cache,
                                chunk_size=1)  # each request's answers cached as soon as they are written
-        build: list[Any] = [MinimalPairFromEdit(seed=config.seed)]
+        build: list[Any] = [MinimalPairFromEdit(seed=config.seed, examples_from=arm.prompt_id())]
     else:
         fields = {**ITEM_FIELDS, **({"fact": "str"} if arm.grounded else {})}
         generate = LLMGenerate(engine=arm.engine, prompt=arm.prompt_id(),  # type: ignore[arg-type]

@@ -86,3 +86,16 @@ def test_model_mistakes_are_dropped_with_their_reason():
     assert out.column(C.DROP_REASON).to_pylist() == [None, "edit_word_missing", "edit_no_change", "edit_empty"]
     assert out.column("goal").to_pylist()[0] == "靴を乾かしたい。"
     assert out.column("label").to_pylist()[1:] == [None, None, None]
+
+
+def test_copies_of_the_prompts_worked_examples_are_dropped():
+    from transforms.piqa.edit_pairs import prompt_examples
+
+    assert len(prompt_examples("j_piqa/direct_item")) == 3 and len(prompt_examples("ru_piqa/grounded_item")) == 1
+    rows = [  # the local run's reply that reused the example's 沿って / 逆らって, an exact copy, and a new item
+        {"id": "a", "question": "照明の部屋を掃除したい。", "answer": "照明の部屋に沿って掃除機をかける。",
+         "word": "沿って", "wrong_word": "逆らって"},
+        {"id": "b", "question": "q", "answer": "ご飯をうちわであおぐ。", "word": "ご飯", "wrong_word": "麺"},
+        {"id": "c", "question": "q", "answer": "靴に新聞紙を詰める。", "word": "新聞紙", "wrong_word": "水"}]
+    out = MinimalPairFromEdit(goal_column="question", examples_from="j_piqa/direct_item")(pa.Table.from_pylist(rows))
+    assert out.column(C.DROP_REASON).to_pylist() == ["copies_prompt_example", "copies_prompt_example", None]

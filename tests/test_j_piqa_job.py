@@ -59,7 +59,7 @@ CSV = "\n".join([
 # What a model might answer to j_piqa/direct_item: a good item, a word that is not in the answer, and a
 # replacement that breaks the particle (に → を: the constraint filter's particles_changed).
 ITEMS_JA = [
-    {"question": "ご飯を早く冷ましたい。", "answer": "ご飯をうちわであおぐ。", "word": "うちわ", "wrong_word": "布団"},
+    {"question": "麦茶を早く冷やしたい。", "answer": "やかんを氷水につける。", "word": "氷水", "wrong_word": "熱湯"},
     {"question": "鍋の焦げを落としたい。", "answer": "重曹を入れて煮る。", "word": "酢", "wrong_word": "砂糖"},
     {"question": "靴を乾かしたい。", "answer": "靴に新聞紙を詰める。", "word": "靴に", "wrong_word": "靴を"},
 ]
@@ -144,9 +144,9 @@ def test_direct_generation_one_item_per_request(tmp_path: Path):
         dropped += why
     assert dropped == {"edit_word_missing": 1, "particles_changed": 1}
     (item,) = table.to_pylist()
-    assert item["goal"] == "ご飯を早く冷ましたい。" and item["category"] == "台所"
-    assert {item["sol1"], item["sol2"]} == {"ご飯をうちわであおぐ。", "ご飯を布団であおぐ。"}
-    assert (item["sol1"] if item["label"] == 0 else item["sol2"]) == "ご飯をうちわであおぐ。"
+    assert item["goal"] == "麦茶を早く冷やしたい。" and item["category"] == "台所"
+    assert {item["sol1"], item["sol2"]} == {"やかんを氷水につける。", "やかんを熱湯につける。"}
+    assert (item["sol1"] if item["label"] == 0 else item["sol2"]) == "やかんを氷水につける。"
     assert item["correct"] == str(item["label"] + 1) and item["option_word_distance"] == 1
     assert item[C.PROMPT].startswith("j_piqa/direct_item@") and item["source"] == "piqa_original"
 

@@ -21,7 +21,21 @@ from pydantic import Field
 from transforms.core import columns as C
 from transforms.core.stage import Stage, put_column, set_drop_reason
 
-REASONS = ("edit_empty", "edit_no_change", "edit_word_missing")
+REASONS = ("edit_empty", "edit_no_change", "edit_word_missing", "copies_prompt_example")
+
+
+def prompt_examples(prompt_id: str) -> list[dict[str, str]]:
+    """The worked examples of a prompt: the lines of its system text that are JSON objects."""
+    import json
+
+    from transforms.llm.prompts import load_prompt
+
+    out = []
+    for line in load_prompt(prompt_id).system.splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            out.append(json.loads(line))
+    return out
 
 
 def substitute(answer: str | None, word: str | None, wrong: str | None) -> tuple[str | None, str | None]:
@@ -40,6 +54,10 @@ def substitute(answer: str | None, word: str | None, wrong: str | None) -> tuple
         return None, "edit_word_missing"
     repl = x[:1].upper() + x[1:] if m.group(0)[:1].isupper() else x
     return a[:m.start()] + repl + a[m.end():], None
+
+
+def _key(text: str | None) -> str:
+    return "".join(unicodedata.normalize("NFKC", text or "").split()).lower()
 
 
 def _inflected(answer: str, word: str) -> re.Match[str] | None:
@@ -66,7 +84,7 @@ class MinimalPairFromEdit(Stage):
     """(`answer`, `word`, `wrong_word`) → `sol1`, `sol2`, `label` (0/1) and `correct` (1/2).
 
     Drop reasons: `edit_empty` (a field is empty), `edit_no_change` (the replacement is the word),
-    `edit_word_missing` (the word is not in the answer). The goal column is copied from `goal_column`
+    `edit_word_missing` (the word is not in the answer), `copies_prompt_example` (with `examples_from`). The goal column is copied from `goal_column`
     when it is not `goal` (the Japanese prompt calls it `question`)."""
 
     name: ClassVar[str] = "pair_from_edit"
@@ -75,15 +93,23 @@ class MinimalPairFromEdit(Stage):
 
     goal_column: str = Field("goal", description="Column holding the goal (`question` for j_piqa/direct_item).")
     seed: int = Field(0, description="Seed of the draw of which solution comes first.")
+    examples_from: str | None = Field(None, description="Prompt id whose worked examples (JSON lines of its "
+                                      "system text) a reply must not copy: the same answer, or the same word and "
+                                      "replacement, is `copies_prompt_example` (a 1.5B model often does).")
 
     def process(self, batch: pa.Table) -> pa.Table:
         import xxhash
 
         ids = [str(v) for v in batch.column(C.ID).to_pylist()]
+        examples = prompt_examples(self.examples_from) if self.examples_from else []
+        seen = {_key(e.get("answer")) for e in examples} | {(_key(e.get("word")), _key(e.get("wrong_word")))
+                                                            for e in examples}
         sol1, sol2, label, reasons = [], [], [], []
         for rid, a, w, x in zip(ids, *(batch.column(c).to_pylist() for c in ("answer", "word", "wrong_word")),
                                 strict=True):
             wrong, reason = substitute(a, w, x)
+            if reason is None and (_key(a) in seen or (_key(w), _key(x)) in seen):
+                wrong, reason = None, "copies_prompt_example"
             right = unicodedata.normalize("NFKC", a or "").strip()
             second = xxhash.xxh3_64_intdigest(f"{self.seed}\x1f{rid}".encode()) % 2 == 1
             if reason is not None:
