@@ -65,7 +65,7 @@ class Config(JobConfig, ItemsConfig):
 
 
 def make_items(lake: Lake, crawl_run: str, cfg: ItemsConfig, dataset: str, resume: bool,
-               engine: Any = None) -> str:
+               engine: Any = None, run_id: str | None = None) -> str:
     """Run 2: the crawl's sample → refinement (LLM, JSON) → solution placement → structural checks.
 
     `engine` (an LLMEngine, not set up) replaces the configured refinement engine (tests).
@@ -84,13 +84,15 @@ def make_items(lake: Lake, crawl_run: str, cfg: ItemsConfig, dataset: str, resum
     refine.resources.batch_size = 8
     if engine is not None:
         refine.use_engine(engine)
-    run_id = f"{crawl_run}-items"
+    run_id = run_id or f"{crawl_run}-items"
     source = RunSource(lake=str(lake.root), run_id=crawl_run)
     stages: list[Any] = [refine, PlaceSolutions(prefix="refined_"), StructuralChecks()]
     if cfg.max_items:
         from transforms.llm.sampling import SampleGeneralAndCultural
 
-        stages.insert(0, SampleGeneralAndCultural(n_general=cfg.max_items, n_cultural=0))
+        # the paper's mix (600 general + 158 cultural of 758), so the cultural subset is evaluated too
+        n_cultural = max(1, round(cfg.max_items * 158 / 758)) if cfg.max_items >= 2 else 0
+        stages.insert(0, SampleGeneralAndCultural(n_general=cfg.max_items - n_cultural, n_cultural=n_cultural))
     run_pipeline(job="ko-piqa-items", dataset=dataset, source=source, stages=stages, lake=lake,
                  config={"recipe": "ko-piqa", **cfg.model_dump()}, run_id=run_id, resume=resume,
                  parents=[crawl_run])
@@ -125,11 +127,12 @@ def finish(lake: Lake, review_run: str, cfg: ItemsConfig, dataset: str, resume: 
 
 
 def run_back_half(lake: Lake, crawl_run: str, cfg: ItemsConfig, dataset: str = "ko-piqa",
-                  resume: bool = False) -> dict[str, Any]:
+                  resume: bool = False, run_id: str | None = None) -> dict[str, Any]:
+    """`run_id` names the items run (default `<crawl run>-items`); the runs after it are named from it."""
     from transforms.review.auto import auto_review
     from transforms.review.batch import export_run
 
-    items_run = make_items(lake, crawl_run, cfg, dataset, resume)
+    items_run = make_items(lake, crawl_run, cfg, dataset, resume, run_id=run_id)
     batch = f"review-{items_run}"
     record = export_run(lake, items_run, to=cfg.review_to, annotators=cfg.annotators, batch=batch,
                         rule=cfg.consensus)
@@ -154,6 +157,9 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     init_ray(config.ray_address, config.num_cpus)
     items = ItemsConfig.model_validate({k: getattr(config, k) for k in ItemsConfig.model_fields})
     if config.review_run:
+        if run_id:
+            log.warning("--run-id %s is not used with review_run: the runs are named after %s", run_id,
+                        config.review_run)
         return finish(lake, config.review_run, items, config.dataset, resume)
     assert config.from_run is not None
-    return run_back_half(lake, config.from_run, items, config.dataset, resume)
+    return run_back_half(lake, config.from_run, items, config.dataset, resume, run_id=run_id)

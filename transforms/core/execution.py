@@ -29,6 +29,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     import ray
 
     if ray.is_initialized():
+        _configure_data_context()
         return
     global _FIXED_CPUS
     address = address or os.environ.get("RAY_ADDRESS")
@@ -45,8 +46,23 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
                  resources=env_resources,
                  object_store_memory=int(os.environ.get("PIQAFORGE_OBJECT_STORE_BYTES", 2 * 2**30)))
+    _configure_data_context()
+
+
+# Ray Data fails a dataset that moved no block for 30 min. One batch of an LLM stage on a CPU (8 items of a
+# 1.5B model on a loaded 2-core machine) or of a large model behind a queue can take longer than that, and
+# the whole stage would fail with work in flight: our stages' liveness is their own, so the limit is 6 h here.
+NO_PROGRESS_TIMEOUT_S = 6 * 3600
+
+
+def _configure_data_context() -> None:
+    import ray
+
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = os.environ.get("PIQAFORGE_PROGRESS", "1") != "0"
+    if hasattr(ctx, "execution_no_progress_timeout_s"):  # Ray >= 2.5x
+        ctx.execution_no_progress_timeout_s = float(os.environ.get("PIQAFORGE_NO_PROGRESS_TIMEOUT_S",
+                                                                   NO_PROGRESS_TIMEOUT_S))
 
 
 def fixed_cpus() -> bool:
