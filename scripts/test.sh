@@ -2,16 +2,18 @@
 # README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests.
 #   scripts/test.sh            default tier (< 15 min)
 #   scripts/test.sh --slow     adds the slow tier (SIGKILL + resume, node loss, real Jobs API head, real-model runs); .ci/run uses it
+#   scripts/test.sh --all      adds the recipes tier too: whole recipe jobs end to end on the local Qwen 1.5B
 #   scripts/test.sh --vllm     the vLLM-on-CPU tier, in its own environment (.venv-vllm)
 #   scripts/test.sh -- ARGS    extra pytest arguments
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-MARK="not slow and not vllm and not gpu"
+MARK="not slow and not recipes and not vllm and not gpu"
 EXTRA=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --slow) MARK="not vllm and not gpu"; shift ;;
+    --slow) MARK="not recipes and not vllm and not gpu"; shift ;;
+    --all) MARK="not vllm and not gpu"; shift ;;
     --vllm) exec bash scripts/test_vllm.sh ;;
     --) shift; EXTRA=("$@"); break ;;
     *) EXTRA+=("$1"); shift ;;
@@ -20,7 +22,7 @@ done
 bash scripts/setup.sh
 # The slow tier's Label Studio round trip runs a real server from its own venv (it pins many packages).
 # So does the lm-eval comparison (lm-evaluation-harness in .venv-lmeval).
-if [[ "$MARK" == "not vllm and not gpu" ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
+if [[ "$MARK" != "not slow and not recipes and not vllm and not gpu" ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
 echo "== ruff"; .venv/bin/ruff check transforms jobs expectations tests benchmarks
 echo "== mypy transforms/"; .venv/bin/mypy
 echo "== pytest -m '$MARK'"
