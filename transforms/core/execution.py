@@ -43,10 +43,24 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
 
         env_resources = {k: 1000.0 for p in PRESETS.values() for k in p.custom_resources}
         # address="local": never join some other Ray instance recorded in /tmp/ray by `ray start`
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                 resources=env_resources,
-                 object_store_memory=int(os.environ.get("PIQAFORGE_OBJECT_STORE_BYTES", 2 * 2**30)))
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                         resources=env_resources,
+                         object_store_memory=int(os.environ.get("PIQAFORGE_OBJECT_STORE_BYTES", 2 * 2**30)))
+                break
+            except Exception as exc:  # Ray raises a bare Exception when its raylet registers too late
+                if "timed out during startup" not in str(exc) or attempt == START_ATTEMPTS:
+                    raise
+                log.warning("Ray's raylet did not register within Ray's fixed 30 s (a loaded machine?): "
+                            "starting Ray again (%d/%d)", attempt + 1, START_ATTEMPTS)
+                ray.shutdown()
     _configure_data_context()
+
+
+# A local Ray start gives its raylet a fixed 30 s to register with the GCS (ray/_private/node.py, not
+# configurable); on a loaded machine that fails now and then, and a second start usually succeeds.
+START_ATTEMPTS = 3
 
 
 # Ray Data fails a dataset that moved no block for 30 min. One batch of an LLM stage on a CPU (8 items of a
