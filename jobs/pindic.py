@@ -160,7 +160,9 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     figures["rounds"] = {"stop_reason": gen.extras.get("stop_reason"), "quota_met": gen.extras.get("quota_met"),
                          "sampled": gen.extras.get("sampled_combinations")}
     reviewed = gen
-    if config.review == "auto":
+    if not P.has_rows(gen):
+        figures["review"] = {"skipped": "generation accepted no item (see the rounds table)"}
+    elif config.review == "auto":
         auto = config.auto_review
         if config.llm is not None:
             auto = auto.model_copy(update={"engines": [config.llm]})
@@ -181,6 +183,10 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     chain = [CopyColumns(mapping={"_model": "gen_model", "_prompt": "gen_prompt", "_gen_params": "gen_params"}),
              translate, AttachFixes(), _with_engine(config.correct, config, cache), config.release_checks,
              ReleaseColumns(), config.balance]
-    final = P.run_chain(config, lake, run_id, P.final_source(lake, reviewed), chain, resume,
-                        parents=[reviewed.run_id])
+    if P.has_rows(reviewed):
+        final = P.run_chain(config, lake, run_id, P.final_source(lake, reviewed), chain, resume,
+                            parents=[reviewed.run_id])
+    else:  # nothing to translate: the final run says so instead of failing on an empty input
+        final = P.empty_final(config, lake, run_id, reviewed, f"run {reviewed.run_id} kept no item")
+        print(f"pindic · no item reached translation: {final.extras['empty']}", flush=True)
     return finish_report(config, lake, final, gen, translate, embedder.encode, figures)

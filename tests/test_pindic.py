@@ -189,7 +189,7 @@ def test_generation_and_validation():
     kids = children(out)
     assert kids.num_rows == 4 and set(kids.column("parent_id").to_pylist()) == {r["id"] for r in reqs}
     assert set(kids.column("locale").to_pylist()) == {"IN-KA"}     # request columns are inherited
-    assert kids.column("_prompt")[0].as_py() == "pindic/generate@2"
+    assert kids.column("_prompt")[0].as_py() == "pindic/generate@3"
     # validation: a copy of an exemplar, equal solutions and a label of 2 are dropped with reasons
     rows = kids.to_pylist()
     rows[0]["goal"] = rows[0]["exemplar_goals"][0].upper() + "!"

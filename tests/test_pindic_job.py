@@ -64,6 +64,9 @@ def test_pindic_job_end_to_end(tmp_path):
     assert figures["taxonomy"]["classes"]["Key_Properties_Materials"] == 39
     assert figures["combinations"]["non_empty_combinations"] >= 1
     assert "IN-DL" in {r["locale"] for r in figures["rounds_table"]}
+    for r in figures["rounds_table"]:   # every generated item is accounted for by a drop or acceptance
+        assert r["generated"] == r["invalid_output"] + r["validation_drops"] + r["novelty_drops"] + \
+            r["quota_full"] + r["accepted"], r
     report = Path(out["report"]).read_text()
     assert "Elbow curves" in report and "<svg" in report
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from transforms.core.lake import Lake, read_table
+from transforms.core.lake import Lake, parquet_files, read_table
 from transforms.core.manifest import RunManifest
 from transforms.core.rounds import QuotaConfig, run_quota_rounds
 from transforms.core.runner import run_pipeline
@@ -121,6 +121,28 @@ def review_auto(cfg: Any, lake: Lake, gen: RunManifest, run_id: str) -> tuple[Ru
     stats = {k: result.stats.get(k) for k in ("kept", "dropped", "automatic", "judgments_valid", "rule")}
     stats["agreement"] = (result.stats.get("agreement") or {}).get("percent_agreement")
     return manifest, stats
+
+
+def has_rows(run: RunManifest) -> bool:
+    folder = Path(curated(run))
+    return bool(parquet_files(folder)) and read_table(folder).num_rows > 0
+
+
+def empty_final(cfg: Any, lake: Lake, run_id: str, parent: RunManifest, why: str) -> RunManifest:
+    """The final run when nothing reached it (e.g. generation accepted no item): a run without stages
+    whose manifest says why, so the figures, the report and the exit code are still written."""
+    import datetime as dt
+
+    from transforms.core.manifest import code_version
+
+    folder = lake.zone("curated", cfg.dataset, run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = RunManifest(run_id=run_id, job="pindic", dataset=cfg.dataset, code_version=code_version(),
+                           config=cfg.model_dump(mode="json"), parents=[parent.run_id], status="succeeded",
+                           outputs={"curated": str(folder)}, extras={"empty": why},
+                           finished_at=dt.datetime.now(dt.UTC).isoformat())
+    manifest.write(lake.manifest_path(run_id))
+    return manifest
 
 
 def final_source(lake: Lake, run: RunManifest) -> RunSource:
