@@ -111,6 +111,21 @@ def test_the_end_of_a_run_prints_the_funnel_outputs_report_and_judges(tmp_path):
     assert "judge" not in run_summary(m.model_copy(update={"extras": {}}), None)
 
 
+def test_warnings_from_rays_code_go_to_the_runs_log_and_ours_stay_on_the_console(tmp_path, recwarn):
+    import warnings
+
+    import ray.data._internal.execution.operators.actor_pool_map_operator as ray_code
+
+    from transforms.core.console import quiet_ray_logging
+
+    log = quiet_ray_logging(tmp_path / "logs", verbose=False)
+    warnings.warn_explicit("actors are idle", UserWarning, ray_code.__file__, 551)
+    warnings.warn("a warning of ours", UserWarning, stacklevel=1)
+    shown = [str(w.message) for w in recwarn]  # what reached the console's warning display
+    assert log is not None and "actor_pool_map_operator.py:551: UserWarning: actors are idle" in log.read_text()
+    assert "actors are idle" not in shown and "a warning of ours" in shown
+
+
 def _small_input(tmp_path: Path) -> Path:
     lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:300]
     path = tmp_path / "small.jsonl"

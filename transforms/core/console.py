@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
 from transforms.core.manifest import RunManifest, StageRecord
 
@@ -225,11 +225,35 @@ def hold_ray_logs() -> None:
         logger.propagate = False
 
 
+def _route_ray_warnings() -> None:
+    """Python warnings raised inside Ray's own code (e.g. Ray Data's actor pool sizing) go to the
+    `ray` logger, so to the run's ray.log; every other warning is shown as before."""
+    import warnings
+
+    import ray
+
+    if getattr(warnings.showwarning, "piqaforge", False):
+        return
+    ray_dir, shown = os.path.dirname(ray.__file__), warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        if filename.startswith(ray_dir):
+            logging.getLogger("ray").warning("%s:%s: %s: %s", filename, lineno, category.__name__, message)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.piqaforge = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
 def quiet_ray_logging(log_dir: Path, verbose: bool) -> Path | None:
     """Send Ray's and Ray Data's log lines to `log_dir/ray.log` (not the console) unless verbose."""
     if verbose:
         return None
     from logging.handlers import MemoryHandler
+
+    import ray  # noqa: F401  (first: importing ray adds its console handler, replaced below)
 
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / "ray.log"
@@ -244,6 +268,7 @@ def quiet_ray_logging(log_dir: Path, verbose: bool) -> Path | None:
             old.close()
         logger.handlers = [handler]
         logger.propagate = False
+    _route_ray_warnings()
     return path
 
 

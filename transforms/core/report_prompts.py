@@ -30,7 +30,7 @@ from transforms.core.report_examples import cell, sample_zone, seeded
 
 N_INPUT_ROWS = 40        # input rows whose prompts are re-rendered
 N_SHOWN = 3              # prompts and replies shown per call
-CACHE_FILES_BUDGET = 2000  # cache files whose keys are read, at most, per call
+CACHE_FILES_BUDGET = 500  # cache files whose keys are read, at most, per call
 MESSAGE_CHARS = 2000
 
 
