@@ -22,7 +22,7 @@ from transforms.core.manifest import RunManifest, StageRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"
-RAY_INTERNALS = ("MapBatches(", "Dataset dataset_", "execution finished", "Queued blocks", "logging_progress",
+RAY_INTERNALS = ("MapBatches(", "Dataset dataset_", "execution finished", "Queued blocks", "logging_progress", "core_worker",
                  "is deprecated")
 
 JOB = """
@@ -124,6 +124,49 @@ def test_warnings_from_rays_code_go_to_the_runs_log_and_ours_stay_on_the_console
     shown = [str(w.message) for w in recwarn]  # what reached the console's warning display
     assert log is not None and "actor_pool_map_operator.py:551: UserWarning: actors are idle" in log.read_text()
     assert "actors are idle" not in shown and "a warning of ours" in shown
+
+
+NATIVE = """
+import os, sys
+from pathlib import Path
+from transforms.core.native_stderr import filter_native_stderr
+print("filtering", filter_native_stderr(Path(sys.argv[1])), flush=True)
+os.write(2, b"[2026-11-23 08:45:23,362 E 5920 5920] core_worker.cc:2465: Actor with class name: "
+            b"'MapWorker(MapBatches(_StageActor))' has constructor arguments in the object store\\n")
+sys.stderr.write("a line of ours on stderr\\n")
+os.write(2, b" 50%|#####     | 5/10\\r")
+raise RuntimeError("stopped on purpose")
+"""
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)
+
+
+def test_rays_native_log_lines_leave_a_terminals_stderr_for_the_runs_log(tmp_path):
+    log = tmp_path / "ray.log"
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", NATIVE, str(log)], cwd=ROOT, env=_env(), stdin=slave,
+                            stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    screen = _read_all(master).decode("utf-8", "replace")
+    proc.wait(timeout=60)
+    os.close(master)
+    assert "filtering True" in screen and "a line of ours on stderr" in screen and " 50%|#####" in screen
+    assert "RuntimeError: stopped on purpose" in screen and "Traceback" in screen  # errors still show
+    assert "core_worker.cc" not in screen and "core_worker.cc:2465: Actor with class name" in log.read_text()
+    piped = subprocess.run([sys.executable, "-c", NATIVE, str(tmp_path / "piped.log")], cwd=ROOT, env=_env(),
+                           capture_output=True, text=True, timeout=60)
+    assert "filtering False" in piped.stdout and "core_worker.cc" in piped.stderr  # no terminal: unchanged
 
 
 def _small_input(tmp_path: Path) -> Path:

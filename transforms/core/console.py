@@ -289,8 +289,11 @@ def with_console(run_dir: Path, run_id: str, total: int, before: Callable[[int, 
     quiet = os.environ.get("PIQAFORGE_CONSOLE", "1") == "0"
     verbose = os.environ.get("PIQAFORGE_VERBOSE") == "1"
     logs = quiet_ray_logging(run_dir / "logs", verbose=verbose)
-    if not verbose:
+    if logs is not None:
+        from transforms.core.native_stderr import filter_native_stderr
+
         quiet_ray_progress()
+        filter_native_stderr(logs)  # Ray's C++ log lines on a terminal's stderr, too
     console = None if quiet else StageConsole(total)
     if console is not None:
         where = f"; Ray's log lines: {logs}" if logs else ""
