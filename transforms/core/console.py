@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,10 +80,18 @@ class StageConsole:
                             leave=False, delay=self.bar_after_s, dynamic_ncols=True, mininterval=0.5,
                             bar_format="{desc} {percentage:3.0f}%|{bar:24}| {n_fmt}/{total_fmt} rows "
                                        "[{elapsed}<{remaining}, {rate_fmt}]" if total else None)
+            # rows arrive per written block, so a slow stage may go long without one: keep the clock moving
+            threading.Thread(target=self._tick, args=(self.bar,), daemon=True, name="stage-bar").start()
         elif total is not None and self.bar.total != total:
             self.bar.total = total
         if rows:
             self.bar.update(rows)
+
+    def _tick(self, bar: Any) -> None:
+        time.sleep(self.bar_after_s)
+        while self.bar is bar:
+            bar.refresh()  # a no-op once the bar is closed
+            time.sleep(1.0)
 
     def after(self, rec: StageRecord) -> None:
         global _ACTIVE
