@@ -42,6 +42,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         from transforms.core.envs import PRESETS
 
         env_resources = {k: 1000.0 for p in PRESETS.values() for k in p.custom_resources}
+        # The raylet waits this long for its agents' port files before it aborts; on a loaded machine the
+        # Python agents take longer than Ray's default to start (raylet.out: "Timed out waiting for file").
+        os.environ.setdefault("RAY_raylet_start_wait_time_s", "120")
         # address="local": never join some other Ray instance recorded in /tmp/ray by `ray start`
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
