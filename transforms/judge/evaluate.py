@@ -33,8 +33,7 @@ def prefilter_scores(rows: Sequence[LabelledRow], fitted: FittedLinear, training
     for i, r in enumerate(rows):
         scores[i] = oof.get((r.id, r.text), np.nan)
     if fresh:
-        emb = embedder.encode([prepare(rows[i].text, fitted.embed_chars) for i in fresh])
-        scores[fresh] = fitted.scores(emb)
+        scores[fresh] = fitted.score_texts([rows[i].text for i in fresh], embedder)
     return scores, len(rows) - len(fresh)
 
 
@@ -150,7 +149,7 @@ def injection(rows: Sequence[LabelledRow], fitted: FittedLinear, embedder: Any, 
     texts = [r.text for r in subset]
 
     def gate(batch: list[str]) -> np.ndarray:
-        return fitted.scores(embedder.encode([prepare(t, fitted.embed_chars) for t in batch])) >= fitted.threshold
+        return fitted.score_texts(batch, embedder) >= fitted.threshold
 
     def member(clf: Any) -> Any:
         def ask(batch: list[str]) -> np.ndarray:

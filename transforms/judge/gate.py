@@ -28,7 +28,7 @@ from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.stage import GlobalStage, put_column, set_drop_reason
-from transforms.judge.linear import FittedLinear, LinearJudge, prepare, train
+from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, train
 
 log = logging.getLogger("piqaforge.prefilter")
 DROP = "prefilter_rejected"
@@ -64,11 +64,10 @@ class SupervisedPrefilter(GlobalStage):
         return train(self.judge, self.embed_cache_dir)
 
     def score(self, table: pa.Table, fitted: FittedLinear, embedder: Any = None) -> pa.Table:
-        from transforms.embed.cache import CachedEmbedder
-
-        embedder = embedder or CachedEmbedder(fitted.embedder, self.embed_cache_dir)
-        texts = [prepare(t, fitted.embed_chars) for t in table.column(C.TEXT).to_pylist()]
-        scores = fitted.scores(embedder.encode(texts)) if texts else np.zeros(0)
+        """`prefilter_score`; with views, the minimum over a row's prefix views for the rows whose
+        window reaches the threshold (the others keep their window's score: they are rejected anyway)."""
+        embedder = embedder or embedder_for(self.judge, self.embed_cache_dir)
+        scores = fitted.score_texts(table.column(C.TEXT).to_pylist(), embedder, lazy_below=fitted.threshold)
         return put_column(table, "prefilter_score", pa.array(scores, pa.float64()))
 
     def decide(self, fitted: FittedLinear, scores: np.ndarray) -> float:
@@ -154,11 +153,9 @@ def _fit_task(stage: SupervisedPrefilter) -> FittedLinear:
 
 class _ScoreActor:
     def __init__(self, stage: SupervisedPrefilter, fitted: FittedLinear):
-        from transforms.embed.cache import CachedEmbedder
-
         stage.exit_actor_if_finished()
         self.stage, self.fitted = stage, fitted
-        self.embedder = CachedEmbedder(fitted.embedder, stage.embed_cache_dir)  # loads the model once
+        self.embedder = embedder_for(stage.judge, stage.embed_cache_dir)  # loads the model once
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if isinstance(batch, pa.RecordBatch):

@@ -4,6 +4,10 @@
 highest score that keeps `target_recall` of the positives the model did not see while fitting.
 The model used afterwards is refitted on every seed; its threshold is the cross-validated one, so the
 recall promise is an estimate from unseen rows, not from the rows it was fitted to.
+
+With `views` (the default) a text's score is the minimum over its prefix views (transforms/judge/views.py),
+so text appended at a segment boundary cannot raise it; the out-of-fold scores, and so the threshold,
+are computed the same way, so the recall promise holds for the score the job applies.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from transforms.embed.base import EmbedderConfig
 from transforms.judge.metrics import judge_metrics
 from transforms.judge.seeds import LabelError, LabelledRow, load_labels
+from transforms.judge.views import min_over_views, normalise, prefix_views
 
 
 def default_embedder() -> EmbedderConfig:
@@ -41,10 +47,17 @@ class LinearJudge(BaseModel):
     target_recall: float = Field(0.9, gt=0, le=1, description="Recall on out-of-fold seed positives.")
     seed: int = Field(0, description="Fold assignment seed.")
     min_per_class: int = Field(10, ge=2, description="Fewest positives and negatives the labels must hold.")
+    views: bool = Field(True, description="Score a text by the minimum over its window and its prefixes at "
+                        "sentence ends, line breaks and tags, so appended text cannot raise it (docs/judges.md).")
+    view_min_chars: int = Field(40, ge=0, description="views: prefixes shorter than this are not scored (short "
+                                "ones such as a bare title cost precision; texts shorter than it are not covered).")
+    train_on_views: bool = Field(True, description="views: also fit the model on each seed's prefix views, with "
+                                 "the seed's label (so a physical question's first sentences score as physical).")
 
 
 def prepare(text: Any, chars: int) -> str:
-    return " ".join(str(text or "").split())[:chars]
+    """The window a judge reads: whitespace-normalised, cut to `chars` (the last prefix view)."""
+    return normalise(text)[:chars]
 
 
 class FittedLinear(BaseModel):
@@ -55,18 +68,32 @@ class FittedLinear(BaseModel):
     threshold: float
     embedder: EmbedderConfig
     embed_chars: int
+    views: bool = Field(False, description="Score = minimum over the text's prefix views.")
+    view_min_chars: int = Field(0, ge=0, description="Shortest prefix view scored.")
     labels_sha: str = Field("", description="sha256 of the labels file the model was fitted on.")
     cv: dict[str, Any] = Field(default_factory=dict, description="Out-of-fold metrics at the threshold.")
     oof_scores: list[float] = Field(default_factory=list)
     oof_labels: list[bool] = Field(default_factory=list)
 
     def key(self) -> str:
-        ident = json.dumps([self.coef, self.intercept, self.embedder.model_dump(), self.embed_chars])
+        ident = json.dumps([self.coef, self.intercept, self.embedder.model_dump(), self.embed_chars]
+                           + ([self.view_min_chars] if self.views else []))
         return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
     def scores(self, embeddings: np.ndarray) -> np.ndarray:
+        """P(positive) of already embedded (prepared) texts."""
         z = embeddings.astype(np.float64) @ np.asarray(self.coef) + self.intercept
         return 1.0 / (1.0 + np.exp(-z))
+
+    def score_texts(self, texts: Sequence[Any], embedder: Any, lazy_below: float | None = None) -> np.ndarray:
+        """P(positive) of raw texts: of their window, or with `views` the minimum over its prefix views
+        (only for rows whose window scores >= `lazy_below`: under it the verdict cannot change)."""
+        if not len(texts):
+            return np.zeros(0)
+        if not self.views:
+            return self.scores(embedder.encode([prepare(t, self.embed_chars) for t in texts]))
+        return min_over_views(lambda batch: self.scores(embedder.encode(batch)), texts, self.embed_chars,
+                              self.view_min_chars, lazy_below=lazy_below)
 
     def recall_at(self, threshold: float) -> float:
         """Out-of-fold recall if the threshold were moved (the budget check uses it)."""
@@ -84,9 +111,13 @@ def threshold_for_recall(scores: np.ndarray, labels: np.ndarray, target: float) 
 
 
 def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: float, folds: int = 5,
-               C: float = 1.0, seed: int = 0, min_per_class: int = 10,
-               groups: list[str] | None = None) -> tuple[list[float], float, float, dict[str, Any], np.ndarray]:
-    """(coef, intercept, threshold, out-of-fold report, out-of-fold scores)."""
+               C: float = 1.0, seed: int = 0, min_per_class: int = 10, groups: list[str] | None = None,
+               views: tuple[np.ndarray, np.ndarray] | None = None, train_on_views: bool = False,
+               ) -> tuple[list[float], float, float, dict[str, Any], np.ndarray]:
+    """(coef, intercept, threshold, out-of-fold report, out-of-fold scores). The model learns the
+    rows' window embeddings; `views` = (embeddings of the other prefix views, their row index) makes
+    each out-of-fold score the minimum over the row's views under the fold's model; `train_on_views`
+    adds the views of the training rows to the fit, labelled as their row."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
 
@@ -99,32 +130,70 @@ def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: flo
     def model() -> Any:
         return LogisticRegression(C=C, class_weight="balanced", max_iter=5000, random_state=seed)
 
+    def fit(rows: np.ndarray) -> Any:
+        if views is None or not train_on_views or not len(views[1]):
+            return model().fit(embeddings[rows], y[rows])
+        extra = np.isin(views[1], rows)
+        return model().fit(np.vstack([embeddings[rows], views[0][extra]]),
+                           np.concatenate([y[rows], y[views[1][extra]]]))
+
     oof = np.zeros(len(y))
     for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(embeddings, y):
-        oof[test] = model().fit(embeddings[train], y[train]).predict_proba(embeddings[test])[:, 1]
+        fold = fit(train)
+        oof[test] = fold.predict_proba(embeddings[test])[:, 1]
+        if views is not None and len(views[1]):
+            held = np.isin(views[1], test)
+            if held.any():
+                np.minimum.at(oof, views[1][held], fold.predict_proba(views[0][held])[:, 1])
     threshold = threshold_for_recall(oof, y, target_recall)
     report = judge_metrics(y, oof >= threshold, oof)
     report.update(threshold=threshold, target_recall=target_recall, folds=folds, C=C)
     if groups is not None:  # pass rate per source: how many chit-chat rows would get through
         g = np.asarray(groups)
         report["pass_rate_by_source"] = {str(s): float((oof[g == s] >= threshold).mean()) for s in sorted(set(groups))}
-    final = model().fit(embeddings, y)
+    final = fit(np.arange(len(y)))
     return final.coef_[0].tolist(), float(final.intercept_[0]), threshold, report, oof
+
+
+def bundle_path(config: LinearJudge) -> Path:
+    """The bundled embeddings of the labels' texts: `<labels>.<backend>.parquet` beside the labels."""
+    return Path(config.labels).with_suffix(f".{config.embedder.backend}.parquet")
+
+
+def embedder_for(config: LinearJudge, cache_dir: str | Path | None = None) -> Any:
+    """A CachedEmbedder over the disk cache and, when present, the labels' bundled embeddings."""
+    from transforms.embed.cache import CachedEmbedder
+
+    return CachedEmbedder(config.embedder, cache_dir, bundles=[bundle_path(config)])
+
+
+def seed_views(config: LinearJudge) -> list[str]:
+    """Every text `train` embeds for these labels (the windows and, with views, their prefixes)."""
+    views = [prefix_views(r.text, config.embed_chars, config.view_min_chars) for r in load_labels(config.labels)]
+    return [x for v in views for x in (v if config.views else v[-1:])]
 
 
 def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLinear:
     """Embed the labelled rows (through the embedding cache) and fit; odd-docId KiN rows are refused."""
-    from transforms.embed.cache import CachedEmbedder
-
     rows: list[LabelledRow] = load_labels(config.labels)
     labels = np.array([getattr(r, config.label) for r in rows], dtype=bool)
-    embedder = CachedEmbedder(config.embedder, cache_dir)
-    emb = embedder.encode([prepare(r.text, config.embed_chars) for r in rows])
+    embedder = embedder_for(config, cache_dir)
+    per_row = [prefix_views(r.text, config.embed_chars, config.view_min_chars) for r in rows]
+    emb = embedder.encode([v[-1] for v in per_row])
+    extra = None
+    if config.views:
+        owner = np.array([i for i, v in enumerate(per_row) for _ in v[:-1]], dtype=np.int64)
+        flat = [x for v in per_row for x in v[:-1]]
+        extra = (embedder.encode(flat) if flat else np.zeros((0, emb.shape[1]), np.float32), owner)
     coef, intercept, threshold, report, oof = fit_linear(
         emb, labels, target_recall=config.target_recall, folds=config.folds, C=config.C, seed=config.seed,
-        min_per_class=config.min_per_class, groups=[r.source for r in rows])
-    report.update(seed_rows=len(rows), embedded=embedder.misses, embeddings_from_cache=embedder.hits)
+        min_per_class=config.min_per_class, groups=[r.source for r in rows], views=extra,
+        train_on_views=config.train_on_views)
+    report.update(seed_rows=len(rows), views=config.views, view_min_chars=config.view_min_chars,
+                  train_on_views=config.train_on_views, embedded=embedder.misses,
+                  embeddings_from_cache=embedder.hits)
     sha = hashlib.sha256(Path(config.labels).read_bytes()).hexdigest()
     return FittedLinear(coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
-                        embed_chars=config.embed_chars, labels_sha=sha, cv=report, oof_scores=oof.tolist(),
-                        oof_labels=labels.tolist())
+                        embed_chars=config.embed_chars, views=config.views, view_min_chars=config.view_min_chars,
+                        labels_sha=sha, cv=report,
+                        oof_scores=oof.tolist(), oof_labels=labels.tolist())

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from transforms.judge.linear import FittedLinear, LinearJudge, prepare, train
+from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, train
 from transforms.llm.prompts import PromptTemplate
 
 
@@ -76,17 +76,15 @@ class LinearClassifier(BaseModel):
         return {"member": self.name, "mode": "linear", "threshold": self.cut_off()}
 
     def scores(self, texts: Sequence[str]) -> list[float]:
-        from transforms.embed.cache import CachedEmbedder
-
+        """P(positive) per text; with views, the minimum over its prefix views where it matters (a text
+        whose window scores under the cut-off keeps that score: its verdict is "no" either way)."""
         fitted = self.fitted()
         if self._embedder is None:
-            self._embedder = CachedEmbedder(fitted.embedder, self.embed_cache_dir)
-        if not texts:
-            return []
-        return fitted.scores(self._embedder.encode([prepare(t, fitted.embed_chars) for t in texts])).tolist()
+            self._embedder = embedder_for(self.judge, self.embed_cache_dir)
+        return fitted.score_texts(list(texts), self._embedder, lazy_below=self.cut_off()).tolist()
 
     def ask(self, stage: Any, ids: Sequence[str], texts: Sequence[str], retry_temperature: float = 0.0) -> list[Any]:
-        from transforms.llm.ensemble import Answer  # the ensemble imports this module
+        from transforms.llm.classifier import Answer  # the ensemble imports this module
 
         cut = self.cut_off()
         return [Answer(score=s, option="yes" if s >= cut else "no", raw=None, calls=0) for s in self.scores(texts)]

@@ -23,11 +23,8 @@ A member is anything with `ask(stage, ids, texts) -> list[Answer]`; `Classifier`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import math
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -40,127 +37,16 @@ from transforms.core import columns as C
 from transforms.core.lake import read_table
 from transforms.core.stage import put_column, set_drop_reason
 from transforms.judge.member import LinearClassifier
-from transforms.llm.answers import match_choice
-from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
-from transforms.llm.cache import answer_key
-from transforms.llm.prompts import PromptTemplate
-from transforms.llm.stage import EngineUnavailableError, LLMStage, PromptRef
+from transforms.llm.base import LLMEngine
+from transforms.llm.classifier import ANSWER_SCHEMA, Answer, Classifier, _positive_share
+from transforms.llm.stage import EngineUnavailableError, LLMStage
 
 log = logging.getLogger("piqaforge.ensemble")
 
 UNPARSABLE = "llm_unparsable"
 REJECTED_PREFIX = "ensemble_rejected:"
-ANSWER_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("score", pa.float64()),
-                           ("option", pa.string()), ("raw", pa.string()), ("calls", pa.int32())])
-__all__ = ["ANSWER_SCHEMA", "Answer", "Classifier", "EngineUnavailableError", "EnsembleClassify", "Vote"]
-
-class Answer(BaseModel):
-    score: float | None
-    option: str | None
-    raw: str | None
-    calls: int
-
-
-class Classifier(BaseModel):
-    """An LLM member of the ensemble: asks its prompt of its engine and turns the reply into a verdict."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str | None = Field(None, description="Short name for columns and drop reasons; default: the "
-                             "engine's short name. Must be unique within the ensemble.")
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-    prompt: str = Field("classify_piqa/ko", description="Prompt id under prompts/ ('id' or 'id@version').")
-    mode: Literal["logprob", "generate"] = Field(
-        "logprob", description="logprob: compare the options' log-probabilities; generate: parse a reply.")
-    threshold: float = Field(0.5, ge=0, le=1, description="logprob mode: yes when P(positive option) >= this.")
-    max_tokens: int = Field(8, ge=1, description="generate mode: reply length cap.")
-
-    @property
-    def short_name(self) -> str:
-        return self.name or self.engine.short_name
-
-    @property
-    def column_key(self) -> str:
-        return re.sub(r"[^0-9a-zA-Z]+", "_", self.short_name).strip("_").lower()
-
-    @property
-    def cost_order(self) -> float:
-        return self.engine.params_b if self.engine.params_b is not None else math.inf
-
-    def load_prompt(self) -> PromptTemplate:
-        return PromptRef.model_validate(self.prompt).load()
-
-    def cache_key(self, prompt: PromptTemplate) -> str:
-        """The folder of this classifier's answers (one per model, prompt version and mode)."""
-        # The threshold is applied on read, so changing it reuses the cached scores.
-        ident = json.dumps([self.engine.backend, self.engine.model, self.engine.options, prompt.ref, self.mode,
-                            self.max_tokens if self.mode == "generate" else None], sort_keys=True, default=str)
-        return f"{self.column_key}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
-
-    def verdict(self, answer: Answer, prompt: PromptTemplate) -> bool:
-        if self.mode == "logprob":
-            return answer.score is not None and answer.score >= self.threshold
-        return answer.option == prompt.options[0]
-
-    def gen_params(self, retry_temperature: float) -> dict[str, Any]:
-        if self.mode == "logprob":
-            return {"member": self.short_name, "mode": "logprob"}
-        return {"member": self.short_name, "mode": "generate", "temperature": 0.0, "max_tokens": self.max_tokens,
-                "n": 1, "seed": 0, "retry": {"temperature": retry_temperature, "seed": 1}}
-
-    # -- asking --------------------------------------------------------------------------------------
-    def ask(self, stage: LLMStage, ids: Sequence[str], texts: Sequence[str],
-            retry_temperature: float = 0.7) -> list[Answer]:
-        """One answer per text, from `stage`'s answer cache or this classifier's engine."""
-        prompt = self.load_prompt()
-        cache = stage.answer_cache(self.cache_key(prompt), ANSWER_SCHEMA)
-        convs = [prompt.render(text=t).messages for t in texts]
-        params = self.gen_params(retry_temperature) | {"options": prompt.options}
-        keys = [answer_key(c, self.engine, params, 0) for c in convs]
-        stage.counters.cache_hits += sum(k in cache for k in keys)
-        todo, seen = [], set()
-        for j, k in enumerate(keys):  # an equal question on two rows is asked once
-            if k not in cache and k not in seen:
-                seen.add(k)
-                todo.append(j)
-        for start in range(0, len(todo), stage.chunk_size):
-            chunk = todo[start:start + stage.chunk_size]
-            stage.counters.requests += len(chunk)
-            fresh = self._answer(stage, prompt, [convs[j] for j in chunk], retry_temperature)
-            cache.put([{"key": keys[j], "id": str(ids[j]), **a.model_dump()} for j, a in zip(chunk, fresh, strict=True)])
-        return [Answer.model_validate({f: cache.get(k)[f] for f in Answer.model_fields}) for k in keys]  # type: ignore[index]
-
-    def _answer(self, stage: LLMStage, prompt: PromptTemplate, convs: list[list[ChatMessage]],
-                retry_temperature: float) -> list[Answer]:
-        engine = stage.engine_for(self.short_name, self.engine)
-        label = f"classifier {self.short_name!r}"
-        if self.mode == "logprob":
-            prompts = [engine.render_chat(m) for m in convs]
-            lps = stage.call_engine(label, self.engine, lambda: engine.option_logprobs(prompts, prompt.options))
-            answers = []
-            for row in lps:
-                score = _positive_share(row)
-                option = None if score is None else prompt.options[int(np.nanargmax(np.asarray(row, float)))]
-                answers.append(Answer(score=score, option=option,
-                                      raw=None if score is not None else json.dumps(row), calls=1))
-            return answers
-        params = GenerationParams(max_tokens=self.max_tokens, temperature=0.0)
-        replies = stage.call_engine(label, self.engine, lambda: engine.chat(convs, params))
-        options = [match_choice(r, prompt.options, prompt.aliases) for r in replies]
-        retry = [j for j, o in enumerate(options) if o is None]
-        calls = [1] * len(convs)
-        if retry:  # a second, sampled try of the same question
-            again = GenerationParams(max_tokens=self.max_tokens, temperature=retry_temperature, seed=1)
-            second = stage.call_engine(label, self.engine, lambda: engine.chat([convs[j] for j in retry], again))
-            for j, reply in zip(retry, second, strict=True):
-                calls[j] = 2
-                options[j] = match_choice(reply, prompt.options, prompt.aliases)
-                replies[j] = reply if options[j] is None else replies[j]
-        return [Answer(score=None if o is None else float(o == prompt.options[0]), option=o,
-                       raw=None if o is not None else (r or ""), calls=c)
-                for o, r, c in zip(options, replies, calls, strict=True)]
-
-
+__all__ = ["ANSWER_SCHEMA", "Answer", "Classifier", "EngineUnavailableError", "EnsembleClassify", "Vote",
+           "_positive_share"]
 class Vote(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -308,16 +194,6 @@ class EnsembleClassify(LLMStage):
 
 def _model_of(clf: Classifier | LinearClassifier) -> str:
     return clf.model_label if isinstance(clf, LinearClassifier) else clf.engine.model
-
-
-def _positive_share(logprobs: Sequence[float]) -> float | None:
-    """P(first option) normalised over the options; None when no option has a finite log-probability."""
-    arr = np.asarray(logprobs, dtype=np.float64)
-    if arr.size == 0 or not np.isfinite(arr).any():
-        return None
-    arr = np.where(np.isfinite(arr), arr, -np.inf)
-    p = np.exp(arr - arr.max())
-    return float(p[0] / p.sum())
 
 
 def summarise_run(*paths: Path) -> dict[str, Any]:
