@@ -32,15 +32,38 @@ sys.path.insert(0, str(ROOT))
 
 
 class MemorySampler:
-    """Peak RSS of this process, and peak PSS / RSS summed over it and all its descendants."""
+    """Peak RSS of this process, and peak PSS / RSS summed over it and all its descendants; and the
+    CPU seconds (user + system) those processes used, as a timeline, so each stage's share can be
+    read off (a process that lives less than one period is missed: CPU figures are lower bounds)."""
 
     def __init__(self, every: float = 1.0):
         import psutil
 
         self.proc, self.every = psutil.Process(), every
         self.peak: dict[str, float] = {"driver_rss": 0, "total_pss": 0, "total_rss": 0, "largest_worker_rss": 0}
+        self._cpu: dict[int, float] = {}
+        self._cpu_start = {p: c for p, c in self._cpu_times().items()}
+        self.timeline: list[tuple[float, float]] = []  # (perf_counter, CPU seconds so far)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _cpu_times(self) -> dict[int, float]:
+        import psutil
+
+        out = {}
+        for p in [self.proc, *self.proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                out[p.pid] = t.user + t.system
+        return out
+
+    def cpu_seconds(self) -> float:
+        return sum(v - self._cpu_start.get(pid, 0.0) for pid, v in self._cpu.items())
+
+    def cpu_at(self, when: float) -> float:
+        """CPU seconds used up to `when` (perf_counter), from the nearest earlier sample."""
+        before = [c for t, c in self.timeline if t <= when]
+        return before[-1] if before else 0.0
 
     def sample(self) -> dict[str, float]:
         import psutil
@@ -62,6 +85,9 @@ class MemorySampler:
             with contextlib.suppress(Exception):
                 for key, value in self.sample().items():
                     self.peak[key] = max(self.peak[key], value)
+                for pid, cpu in self._cpu_times().items():
+                    self._cpu[pid] = max(cpu, self._cpu.get(pid, 0.0))
+                self.timeline.append((time.perf_counter(), self.cpu_seconds()))
             self._stop.wait(self.every)
 
     def __enter__(self) -> MemorySampler:
@@ -71,6 +97,60 @@ class MemorySampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def start_ray(num_cpus: int | None, attempts: int = 6) -> float:
+    """Start local Ray (the job's init_ray then finds it running); returns the seconds it took.
+
+    Ray gives its raylet a fixed 30 s to register, which a heavily loaded machine can miss
+    ("The current node timed out during startup"): try again a few times rather than lose the run.
+    """
+    import ray
+
+    from transforms.core.runner import init_ray
+
+    t0 = time.perf_counter()
+    for attempt in range(1, attempts + 1):
+        try:
+            init_ray(None, num_cpus)
+            return time.perf_counter() - t0
+        except Exception as exc:  # noqa: BLE001 (Ray raises a bare Exception for this)
+            if "timed out during startup" not in str(exc) or attempt == attempts:
+                raise
+            print(f"Ray start-up timed out (attempt {attempt}, load average {os.getloadavg()[0]:.0f}); retrying",
+                  flush=True)
+            ray.shutdown()
+            time.sleep(10)
+    raise AssertionError("unreachable")
+
+
+def machine() -> str:
+    """`lscpu`'s model name and the core count."""
+    model = "?"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def git_head() -> str:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    return "?"
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    print(f"\n{results['machine']}; load average before {results['load_average_before']}, after "
+          f"{results['load_average_after']}; commit {results['commit']}; {results['command']}")
+    print(f"{'stage':<16}{'in':>11}{'kept':>11}{'seconds':>9}{'rows/s':>10}{'CPU-s':>8}")
+    for s in results["stages"]:
+        rate = f"{s['rows_per_s']:,}" if s["rows_per_s"] else "-"
+        print(f"{s['name']:<16}{s['rows_in']:>11,}{s['kept']:>11,}{s['seconds']:>9.1f}{rate:>10}{s['cpu_s']:>8.1f}")
+    print(f"total: {results['rows']:,} rows in {results['wall_s']} s wall (Ray start-up before it: "
+          f"{results['ray_start_s']} s) = {results['rows_per_s']:,} rows/s; "
+          f"{results['cpu_s']} CPU-s over the driver and every Ray process = {results['rows_per_cpu_s']:,} rows/CPU-s; "
+          f"peak PSS {results['all_processes_peak_pss_gib']} GiB, driver RSS {results['driver_peak_rss_gib']} GiB")
 
 
 def build_crawl_file(rows: int, path: Path, seed: int) -> None:
@@ -117,7 +197,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cut = next(i for i, s in enumerate(chain) if isinstance(s, MinHashDedup))
     front = chain[: cut + 1]
     run_id = f"scale-{args.rows}-{time.strftime('%Y%m%dT%H%M%S')}"
+    load_before = os.getloadavg()
     with MemorySampler(args.sample_every) as mem:
+        ray_start = start_ray(args.num_cpus)
         started = time.perf_counter()
         result = run_stages(config, front, run_id=run_id)  # type: ignore[arg-type]
         wall = time.perf_counter() - started
@@ -127,17 +209,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     manifest = RunManifest.load(Path(result["manifest"]))
     gib = 2**30
+    # Stages run one after another; each one's CPU is read off the sampler's timeline between the
+    # end of the previous stage and its own end (stage seconds from the manifest; the time between
+    # stages, a few seconds, goes to the next stage).
+    per_stage, end = [], started + wall - sum(s.seconds for s in manifest.stages)
+    for s in manifest.stages:
+        begin, end = end, end + s.seconds
+        cpu = mem.cpu_at(end) - mem.cpu_at(begin)
+        per_stage.append({"name": s.name, "rows_in": s.rows_in, "kept": s.rows_kept, "dropped": s.rows_dropped,
+                       "seconds": s.seconds, "rows_per_s": round(s.rows_in / s.seconds) if s.seconds else None,
+                       "cpu_s": round(cpu, 1), "partitions": s.partitions})
     return {
         "rows": args.rows, "run_id": run_id, "num_cpus": args.num_cpus or os.cpu_count(),
+        "machine": machine(), "load_average_before": [round(x, 1) for x in load_before],
+        "load_average_after": [round(x, 1) for x in os.getloadavg()],
+        "command": " ".join([".venv/bin/python", "benchmarks/bench_scale.py", *sys.argv[1:]]),
+        "commit": git_head(),
         "partition_rows": int(os.environ.get("PIQAFORGE_PARTITION_ROWS", 100_000)),
-        "wall_s": round(wall, 1), "rows_per_s": round(args.rows / wall),
+        "ray_start_s": round(ray_start, 1), "wall_s": round(wall, 1), "rows_per_s": round(args.rows / wall),
+        "cpu_s": round(mem.cpu_seconds(), 1), "rows_per_cpu_s": round(args.rows / max(mem.cpu_seconds(), 1e-9)),
         "driver_peak_rss_gib": round(mem.peak["driver_rss"] / gib, 3),
         "all_processes_peak_pss_gib": round(mem.peak["total_pss"] / gib, 3),
         "all_processes_peak_rss_sum_gib": round(mem.peak["total_rss"] / gib, 3),
         "largest_worker_peak_rss_gib": round(mem.peak["largest_worker_rss"] / gib, 3),
         **spill,
-        "stages": [{"name": s.name, "rows_in": s.rows_in, "kept": s.rows_kept, "dropped": s.rows_dropped,
-                    "seconds": s.seconds, "partitions": s.partitions} for s in manifest.stages],
+        "stages": per_stage,
         "conservation_errors": conservation_errors(manifest),
     }
 
@@ -170,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
+    print_summary(results)
     return 0 if not results["conservation_errors"] else 1
 
 
