@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,6 +58,8 @@ def prompt_tokens(stage: EnsembleClassify, engine: Any, texts: list[str]) -> dic
     """Mean prompt tokens per classifier: whole prompt, and the row part after the shared prefix."""
     out = {}
     for clf in stage.classifiers:
+        if getattr(clf, "kind", None) == "linear":
+            continue  # a supervised member reads embeddings, no prompt
         prompt = load_prompt(clf.prompt)
         full = [len(engine.encode(engine.render_chat(prompt.render(text=t).messages))) for t in texts]
         empty = len(engine.encode(engine.render_chat(prompt.render(text="").messages)))
@@ -100,11 +103,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     n = subset.num_rows
     calls_made = int(np.sum(judged.column("ens_calls").to_numpy()))
     order = [c.column_key for c in ensemble.ordered()]
-    asked = {k: np.array([v is not None for v in judged.column(f"ens_{k}_verdict").to_pylist()]) for k in order}
-    every = {k: np.ones(n, dtype=bool) for k in order}
-    engine = ensemble._engines[ensemble.ordered()[0].short_name]
+    llms = [c for c in ensemble.ordered() if getattr(c, "kind", None) != "linear"]
+    asked = {c.column_key: np.array([v is not None for v in judged.column(f"ens_{c.column_key}_verdict").to_pylist()])
+             for c in llms}
+    every = {c.column_key: np.ones(n, dtype=bool) for c in llms}
+    engine = ensemble._engines[llms[0].short_name]
     tokens = prompt_tokens(ensemble, engine, subset.column(C.TEXT).to_pylist())
-    params = {c.column_key: c.engine.params_b or 0.27 for c in ensemble.classifiers}
+    params = {c.column_key: c.engine.params_b or 0.27 for c in llms}
     passed = np.array(judged.column("ens_pass").to_pylist(), dtype=bool)
     stage_pass = []  # P(yes at stage i | asked at stage i)
     for k in order:
@@ -125,15 +130,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         pre_stage = DistilledPrefilter(teacher=ensemble, sample_size=args.rows, seed=args.seed, target_recall=0.98,
                                        holdout_fraction=0.4, embed_chars=128, max_pass_rate=0.04)
         sample_share = args.rows / table.num_rows  # the distillation sample is classified once, up front
-    pre_stage(table)
+    gated = pre_stage(table)
     pre_s = time.perf_counter() - t0
     rep = pre_stage.report
     pass_rate = rep["pass_rate"]
+    # Supervised members come before any LLM: the rows that reach the LLMs are the prefilter's passes that
+    # every supervised member also passes (measured on the sample; same model as the prefilter, stricter cut).
+    passed_texts = gated.filter(pc.is_null(gated.column(C.DROP_REASON))).column(C.TEXT).to_pylist()
+    linear_yes = 1.0
+    for clf in ensemble.ordered():
+        if getattr(clf, "kind", None) == "linear" and passed_texts:
+            if isinstance(pre_stage, SupervisedPrefilter) and pre_stage._fitted is not None:
+                clf.use_fitted(pre_stage._fitted)
+            clf.embed_cache_dir = str(ROOT / "lake" / "cache" / "embeddings")
+            yes = np.asarray(clf.scores(passed_texts)) >= clf.cut_off()
+            linear_yes *= float(yes.mean())
+            passed_texts = [t for t, y in zip(passed_texts, yes, strict=True) if y]
+    llm_pass_rate = pass_rate * linear_yes
 
     cascade = cost(asked, tokens, params, n)
     full = cost(every, tokens, params, n)
-    with_pre = (sample_share * cascade[0] + pass_rate * cascade[0], sample_share * cascade[1] + pass_rate * cascade[1])
-    full_pre = (sample_share * full[0] + pass_rate * full[0], sample_share * full[1] + pass_rate * full[1])
+    with_pre = (sample_share * cascade[0] + llm_pass_rate * cascade[0],
+                sample_share * cascade[1] + llm_pass_rate * cascade[1])
+    full_pre = (sample_share * full[0] + llm_pass_rate * full[0], sample_share * full[1] + llm_pass_rate * full[1])
 
     print(f"\nbundled sample: {table.num_rows} unique rows; ensemble run on {n} (seed {args.seed}); "
           f"classifiers in cascade order: {order}")
@@ -146,7 +165,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.prefilter == "supervised":
         print(f"prefilter (supervised): cross-validated AUC {rep.get('cv_auc'):.3f}, recall {rep.get('cv_recall'):.3f} "
               f"(target {rep.get('target_recall')}), precision {rep.get('cv_precision'):.3f} on the seeds; pass rate "
-              f"on all rows {pass_rate:.4f}; fit + scoring {pre_s:.1f} s")
+              f"on all rows {pass_rate:.4f}; supervised members pass {linear_yes:.3f} of those, so "
+              f"{llm_pass_rate:.4f} of the rows reach the LLMs; fit + scoring {pre_s:.1f} s")
     else:
         print(f"prefilter (distilled): AUC {rep.get('holdout_auc', float('nan')):.3f}, held-out recall vs ensemble "
               f"{rep.get('holdout_recall', float('nan')):.3f} (target {rep.get('target_recall')}, budget-capped "
@@ -158,8 +178,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     # Paper scale: the measured yes rates, the paper's model sizes, and the measured prompt length.
     mean_tokens = float(np.mean([t["prompt"] for t in tokens.values()]))
-    p1 = stage_pass[0]
-    p2 = stage_pass[1] if len(stage_pass) > 1 else p1
+    llm_pass = [p for c, p in zip(order, stage_pass, strict=True) if c in asked]
+    p1 = llm_pass[0]
+    p2 = llm_pass[1] if len(llm_pass) > 1 else p1
     reach = [1.0, p1, p1 * p2]  # share of rows each model sees in the cascade
     scale = {}
     per_model = [2 * b * 1e9 * mean_tokens for _, b in PAPER_MODELS]  # FLOPs of one call
@@ -168,8 +189,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ("cascade", [PAPER_ROWS * r for r in reach]),
         # distilled: the distillation sample goes through the cascade once, then the prefilter's passes do;
         # supervised: only the passes (the seeds are labelled by people, not by the ensemble)
-        ("prefilter + cascade", [((PAPER_SAMPLE if args.prefilter == "distilled" else 0) + PAPER_ROWS * pass_rate) * r
-                                 for r in reach]),
+        ("prefilter + cascade", [((PAPER_SAMPLE if args.prefilter == "distilled" else 0) + PAPER_ROWS * llm_pass_rate)
+                                 * r for r in reach]),
     ]:
         total = sum(f * n for f, n in zip(per_model, rows_seen, strict=True))
         scale[label] = {"flops": total, "h100_hours": gpu_hours(total), "calls": sum(rows_seen)}
@@ -183,6 +204,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"prefilter_mode": args.prefilter, "rows": table.num_rows, "ensemble_rows": n, "load_s": load_s, "llm_s": llm_s, "calls": calls_made,
               "rows_per_s": n / llm_s, "calls_per_s": calls_made / llm_s, "order": order, "stage_yes_rate": stage_pass,
               "ensemble_pass_rate": float(passed.mean()), "tokens": tokens, "prefilter": rep,
+              "linear_members_yes_rate": linear_yes, "llm_pass_rate": llm_pass_rate,
               "per_row": {"full": full, "cascade": cascade, "prefilter_full": full_pre, "prefilter_cascade": with_pre},
               "paper_scale": scale}
     if args.json:

@@ -55,7 +55,8 @@ def judges(tmp_path_factory) -> tuple[SupervisedPrefilter, LinearClassifier]:
     fitted = prefilter.fit()
     assert fitted.cv["embedded"] == 0  # the seeds' embeddings all came from the bundle
     strict = threshold_for_recall(np.asarray(fitted.oof_scores), np.asarray(fitted.oof_labels), member.judge.target_recall)
-    member.use_fitted(fitted.model_copy(update={"threshold": strict}))
+    member.use_fitted(fitted)
+    assert member.cut_off() == strict > fitted.threshold
     prefilter._fitted = fitted
     return prefilter, member
 

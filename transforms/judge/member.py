@@ -15,9 +15,10 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, train
+from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, threshold_for_recall, train
 from transforms.llm.prompts import PromptTemplate
 
 
@@ -57,7 +58,12 @@ class LinearClassifier(BaseModel):
         return self._fitted
 
     def use_fitted(self, fitted: FittedLinear) -> LinearClassifier:
-        """Share a model already trained (the prefilter's, in judge-eval) instead of training again."""
+        """Share a model already trained (the prefilter's, in judge-eval) instead of training again; its
+        threshold is moved to this member's `target_recall` on the same out-of-fold scores."""
+        if fitted.oof_scores and self.judge.target_recall != fitted.cv.get("target_recall"):
+            cut = threshold_for_recall(np.asarray(fitted.oof_scores), np.asarray(fitted.oof_labels, dtype=bool),
+                                       self.judge.target_recall)
+            fitted = fitted.model_copy(update={"threshold": cut})
         self._fitted = fitted
         return self
 
