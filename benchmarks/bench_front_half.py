@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_minhash import RssSampler  # noqa: E402
+from benchmarks.bench_minhash import RssSampler, machine  # noqa: E402
 from benchmarks.common import build_crawl, score_clusters  # noqa: E402
 
 FRONT_HALF = ("normalize", "length_filter", "langid", "exact_dedup", "minhash_dedup")
@@ -72,10 +72,12 @@ def main(argv: list[str] | None = None) -> int:
                               stages=front, lake=Lake(str(work / "lake")), config=config.model_dump())
         total = time.perf_counter() - w0
     manifest = json.loads(Path(result.outputs["manifest"]).read_text())
-    print(f"\n{'stage':<16}{'in':>10}{'kept':>10}{'dropped':>10}{'seconds':>9}  reasons")
+    print(f"\n{machine()}")
+    print(f"{'stage':<16}{'in':>10}{'kept':>10}{'dropped':>10}{'seconds':>9}{'rows/s':>10}  reasons")
     for s in manifest["stages"]:
         dropped = sum(s["rows_dropped"].values())
-        print(f"{s['name']:<16}{s['rows_in']:>10,}{s['rows_kept']:>10,}{dropped:>10,}{s['seconds']:>9.1f}  "
+        rate = f"{s['rows_in'] / s['seconds']:,.0f}" if s["seconds"] else "-"
+        print(f"{s['name']:<16}{s['rows_in']:>10,}{s['rows_kept']:>10,}{dropped:>10,}{s['seconds']:>9.1f}{rate:>10}  "
               f"{s['rows_dropped']}")
     print(f"\nfront half ({' -> '.join(FRONT_HALF)}): {crawl.num_rows:,} rows in {total:.1f}s = {crawl.num_rows / total:,.0f} rows/s "
           f"(wall, {args.num_cpus} CPUs, including Ray start-up)")
