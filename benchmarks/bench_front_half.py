@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             t = pa.concat_tables([pq.read_table(f, columns=["id", "duplicate_of"]) for f in files])
             dup.update(zip(t.column("id").to_pylist(), t.column("duplicate_of").to_pylist(), strict=True))
         else:
-            for f in files:
-                filtered.update(pq.read_table(f, columns=["id"]).column("id").to_pylist())
+            for path in files:
+                filtered.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
     # Rows the filters removed, and their families, are out of the comparison.
     ids, fams = crawl.table.column("id").to_pylist(), crawl.table.column("family").to_pylist()
     gone = {f for i, f in zip(ids, fams, strict=True) if i in filtered}
