@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from transforms.core import columns as C
 from transforms.core.manifest import RunManifest, StageRecord
@@ -58,13 +59,14 @@ def _manifest(tmp_path: Path, tagger: CulturalTagger, rows: pa.Table) -> RunMani
     return RunManifest(run_id="t", job="t", dataset="t", config={}, code_version={}, stages=[read, tag])
 
 
-def test_a_classifier_stage_shows_the_prompts_it_sent_and_each_rows_answer(tmp_path):
+@pytest.mark.parametrize("views", ["whole", "first"])
+def test_a_classifier_stage_shows_the_prompts_it_sent_and_each_rows_answer(tmp_path, views):
     lines = [json.loads(x) for x in SAMPLE.read_text(encoding="utf-8").splitlines()[:30]]
     rows = pa.table({C.ID: [str(r["id"]) for r in lines], C.TEXT: [r["text"] for r in lines]})
     engine = RuleEngine(EngineConfig(backend="transformers", model="rule-double"))
     tagger = CulturalTagger(language="ko", cache_dir=str(tmp_path / "cache"), chunk_size=4,
                             llm={"name": "rule", "engine": engine.config, "prompt": "classify_cultural/ko",
-                                 "mode": "generate"}).use_engine(engine)
+                                 "mode": "generate", "views": views, "view_chars": 60}).use_engine(engine)
     out = tagger(rows)
     asked = {i for i, s in zip(out.column(C.ID).to_pylist(), out.column("cultural_source").to_pylist(),
                                strict=True) if s != "lexicon"}
@@ -78,7 +80,8 @@ def test_a_classifier_stage_shows_the_prompts_it_sent_and_each_rows_answer(tmp_p
     for row_id, body in examples:
         assert row_id in asked
         system, user = (html.unescape(m) for m in re.findall(r"<pre class='msg'>(.*?)</pre>", body, re.S))
-        assert texts[row_id][:40] in user  # the row's own question, as the prompt fenced it
+        fenced = user.split("<question>")[1].split("</question>")[0].strip()
+        assert fenced and texts[row_id].startswith(fenced[:15])  # the row's own question, or its first view
         option = html.unescape(re.search(r"<b>option</b>: (.*?)</p>", body).group(1))
         assert option == rule([{"role": "system", "content": system}, {"role": "user", "content": user}])
         assert option in options

@@ -87,11 +87,24 @@ def _call_plans(rec: StageRecord, inputs: list[dict[str, Any]]) -> list[CallPlan
         column = cfg.get("text_column", C.TEXT)
         asked = []
         for row in inputs:
-            messages = prompt.render(text="" if row.get(column) is None else str(row[column])).messages
-            asked.append(Asked(str(row.get(C.ID)), messages, answer_key(messages, clf.engine, clf_params, 0)))
+            for text in _asked_texts(clf, "" if row.get(column) is None else str(row[column])):
+                messages = prompt.render(text=text).messages
+                asked.append(Asked(str(row.get(C.ID)), messages, answer_key(messages, clf.engine, clf_params, 0)))
         plans.append(CallPlan(f"classifier {clf.short_name} · prompt {prompt.ref} · {clf.mode}",
                               Path(cache_dir) / clf.cache_key(prompt), asked, ("option", "score", "raw")))
     return plans
+
+
+def _asked_texts(clf: Any, text: str) -> list[str]:
+    """What a classifier may have been asked about a row: the text, or the prefix views it reads
+    (`views`: first / all; transforms/judge/views.py). Each is a candidate; the cache key decides."""
+    views = getattr(clf, "views", "whole")
+    if views == "whole":
+        return [text]
+    from transforms.judge.views import prefix_views
+
+    cut = prefix_views(text, clf.view_chars)
+    return cut[:1] if views == "first" else list(reversed(cut))
 
 
 def find_answers(folder: Path, keys: set[str], want: int, budget: int = CACHE_FILES_BUDGET
@@ -136,7 +149,12 @@ def llm_examples(manifest: RunManifest, rec: StageRecord) -> str:
     for plan in plans:
         keys = {a.key for a in plan.asked}
         found, read = find_answers(plan.folder, keys, N_SHOWN)
-        shown = [a for a in plan.asked if a.key in found][:N_SHOWN]
+        rows_shown: set[str] = set()
+        shown: list[Asked] = []
+        for a in plan.asked:  # one question per row (a row asked about several views shows its first)
+            if a.key in found and a.row_id not in rows_shown and len(shown) < N_SHOWN:
+                rows_shown.add(a.row_id)
+                shown.append(a)
         head = f"<h4>{escape(plan.label)}</h4>"
         if not shown:
             out.append(head + f"<p class='meta'>None of the {len(plan.asked)} sampled input rows' re-rendered "
