@@ -29,7 +29,7 @@ import numpy as np
 
 # A boundary is: after sentence-final punctuation followed by a space or line break, or (a "strong"
 # boundary) at a line break or just before '<', '[' or '{' preceded by whitespace (markup, fake tags).
-_BOUNDARY = re.compile(r"(?<=[.?!。…~])(?=\s)|(?P<strong>(?=\n)|(?<=\s)(?=[<\[{]))")
+_BOUNDARY = re.compile(r"(?P<strong>(?=\n)|(?<=\s)(?=[<\[{]))|(?<=[.?!。…~])(?=\s)")
 
 
 def normalise(text: object) -> str:
