@@ -4,6 +4,7 @@ exact dedup -> MinHash near-dup, with the ko-piqa job's configuration and the re
 
     .venv/bin/python benchmarks/bench_front_half.py                  # 100k rows
     .venv/bin/python benchmarks/bench_front_half.py --rows 1000000   # the 1M-row target (< 5 min)
+    .venv/bin/python benchmarks/bench_front_half.py --rows 1000000 --io-only lake/bench/crawl-1000000.jsonl
 
 Prints per-stage rows in / kept / dropped and seconds from the run manifest, total rows/s, the peak
 resident memory of the driver and of driver + Ray workers (sampled), and the near-duplicate
@@ -32,6 +33,45 @@ from benchmarks.common import build_crawl, score_clusters  # noqa: E402
 FRONT_HALF = ("normalize", "length_filter", "langid", "exact_dedup", "minhash_dedup")
 
 
+def bench_checkpoint_io(crawl_jsonl: Path, rows: int, repeat: int = 2) -> None:
+    """CPU and wall seconds to write and read one stage's output the way the runner does (Parquet,
+    100k-row files, 16,384-row groups) per compression codec, on the normalised crawl with the
+    columns the lake holds after langid; codecs interleaved, best of `repeat`."""
+    import numpy as np
+    import polars as pl
+
+    from transforms.text.normalize import NormalizeText
+
+    t = NormalizeText()(pl.read_ndjson(crawl_jsonl, n_rows=rows).select("id", "text", "source").to_arrow())
+    t = t.append_column("lang", pa.array(["ko"] * t.num_rows)).append_column(
+        "lang_score", pa.array(np.full(t.num_rows, 0.99, np.float32)))
+    out = Path(tempfile.mkdtemp(prefix="piqaforge-io-"))
+    codecs = ("snappy", "none", "lz4", "zstd")
+
+    def write(codec: str) -> None:
+        for i in range(0, t.num_rows, 100_000):
+            pq.write_table(t.slice(i, 100_000), out / f"{codec}-{i}.parquet", row_group_size=16_384, compression=codec)
+
+    def read(codec: str) -> None:
+        for i in range(0, t.num_rows, 100_000):
+            pq.read_table(out / f"{codec}-{i}.parquet")
+
+    best: dict[str, tuple[float, float]] = {}
+    for _ in range(repeat):
+        for what, fn in (("write", write), ("read", read)):
+            for codec in codecs:
+                c0, w0 = time.process_time(), time.perf_counter()
+                fn(codec)
+                cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+                old = best.get(f"{what} {codec}", (float("inf"), float("inf")))
+                best[f"{what} {codec}"] = (min(old[0], cpu), min(old[1], wall))
+    print(f"{machine()}\n{t.num_rows:,} rows, columns {t.schema.names}")
+    for key, (cpu, wall) in best.items():
+        size = sum(f.stat().st_size for f in out.glob(f"{key.split()[1]}-*.parquet"))
+        print(f"{key:<14}{cpu:8.2f} CPU-s{wall:8.2f} wall-s  {size / 2**20:6.0f} MiB")
+    shutil.rmtree(out, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=100_000)
@@ -39,7 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default=None, help="where to write the crawl and the lake (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     p.add_argument("--set", action="append", default=[], help="config override key=value (as piqaforge --set)")
+    p.add_argument("--io-only", metavar="CRAWL_JSONL", type=Path, default=None,
+                   help="only time writing/reading one stage's Parquet output per codec, on --rows rows of this crawl "
+                   "(e.g. lake/bench/crawl-1000000.jsonl from bench_scale.py)")
     args = p.parse_args(argv)
+    if args.io_only:
+        bench_checkpoint_io(args.io_only, args.rows)
+        return 0
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="piqaforge-front-"))
     work.mkdir(parents=True, exist_ok=True)
