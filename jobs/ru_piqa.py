@@ -205,7 +205,9 @@ def evaluate(config: Config, lake: Lake, release: Path, run_id: str) -> dict[str
                     generation=GenerationParams(max_tokens=4, temperature=0.0))
     out = ev.run(cfg, run_id=run_id)
     summary = json.loads(Path(out["json"]).read_text(encoding="utf-8"))
-    rows = [{"model": r["model"], "accuracy": r["acc"], "answered": f"{r['scored']}/{r['n']}",
+    # every cell as text: the baseline row's accuracy is "uniform / majority", the models' a number
+    rows = [{"model": r["model"], "accuracy": "-" if r["acc"] is None else f"{r['acc']:.2f}",
+             "answered": f"{r['scored']}/{r['n']}",
              "refusals": r["refusal"], "unparsable": r["unparsable"] + r["empty"]} for r in ev.paper_rows(summary)]
     rb = summary["random_baseline"]
     rows.append({"model": "random baseline (uniform / majority label)",
