@@ -49,7 +49,7 @@ class LinearJudge(BaseModel):
     min_per_class: int = Field(10, ge=2, description="Fewest positives and negatives the labels must hold.")
     views: bool = Field(True, description="Score a text by the minimum over its window and its prefixes at "
                         "sentence ends, line breaks and tags, so appended text cannot raise it (docs/judges.md).")
-    view_min_chars: int = Field(40, ge=0, description="views: prefixes shorter than this are not scored (short "
+    view_min_chars: int = Field(64, ge=0, description="views: prefixes shorter than this are not scored (short "
                                 "ones such as a bare title cost precision; texts shorter than it are not covered).")
     train_on_views: bool = Field(True, description="views: also fit the model on each seed's prefix views, with "
                                  "the seed's label (so a physical question's first sentences score as physical).")
