@@ -219,6 +219,7 @@ def test_an_odd_count_too_small_to_balance_drops_one_item():
 
 
 @pytest.mark.slow
+@pytest.mark.recipes  # scripts/test.sh --all
 @pytest.mark.ray
 def test_j_piqa_direct_part_end_to_end_on_the_local_model(tmp_path):
     """The direct part on Qwen 1.5B through llama.cpp, tiny: one item per category over two categories

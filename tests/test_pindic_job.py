@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.recipes]  # scripts/test.sh --all
 
 
 def test_pindic_job_end_to_end(tmp_path):

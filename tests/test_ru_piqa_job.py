@@ -151,6 +151,7 @@ def test_chunk_draw_is_seeded_and_follows_subjects(tmp_path: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.recipes  # scripts/test.sh --all
 @pytest.mark.ray
 def test_ru_piqa_job_end_to_end_on_the_local_model(tmp_path):
     """One grounded arm on Qwen 1.5B, tiny: one chunk, two items (two samples of one request), review=auto,
