@@ -147,20 +147,13 @@ class RssSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _cpu_now(self) -> dict[int, float]:
-        import psutil
+        from benchmarks.common import tree_cpu_seconds
 
-        out = {}
-        for p in [self.proc, *self.proc.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                out[p.pid] = t.user + t.system
-        return out
+        return tree_cpu_seconds(self.proc)
 
     @property
     def cpu_seconds(self) -> float:
         return sum(v - self._cpu_start.get(pid, 0.0) for pid, v in self._cpu.items())
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         import psutil

@@ -48,14 +48,9 @@ class MemorySampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _cpu_times(self) -> dict[int, float]:
-        import psutil
+        from benchmarks.common import tree_cpu_seconds
 
-        out = {}
-        for p in [self.proc, *self.proc.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                out[p.pid] = t.user + t.system
-        return out
+        return tree_cpu_seconds(self.proc)
 
     def cpu_seconds(self) -> float:
         return sum(v - self._cpu_start.get(pid, 0.0) for pid, v in self._cpu.items())
@@ -99,29 +94,14 @@ class MemorySampler:
         self._thread.join()
 
 
-def start_ray(num_cpus: int | None, attempts: int = 6) -> float:
+def start_ray(num_cpus: int | None) -> float:
     """Start local Ray (the job's init_ray then finds it running); returns the seconds it took.
-
-    Ray gives its raylet a fixed 30 s to register, which a heavily loaded machine can miss
-    ("The current node timed out during startup"): try again a few times rather than lose the run.
-    """
-    import ray
-
+    init_ray itself tries a start again when the raylet registers late on a loaded machine."""
     from transforms.core.runner import init_ray
 
     t0 = time.perf_counter()
-    for attempt in range(1, attempts + 1):
-        try:
-            init_ray(None, num_cpus)
-            return time.perf_counter() - t0
-        except Exception as exc:  # noqa: BLE001 (Ray raises a bare Exception for this)
-            if "timed out during startup" not in str(exc) or attempt == attempts:
-                raise
-            print(f"Ray start-up timed out (attempt {attempt}, load average {os.getloadavg()[0]:.0f}); retrying",
-                  flush=True)
-            ray.shutdown()
-            time.sleep(10)
-    raise AssertionError("unreachable")
+    init_ray(None, num_cpus)
+    return time.perf_counter() - t0
 
 
 def machine() -> str:

@@ -22,6 +22,21 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 
+def tree_cpu_seconds(proc) -> dict[int, float]:  # noqa: ANN001 (a psutil.Process)
+    """User + system CPU seconds of `proc` and each of its descendants, by pid (the benchmarks' samplers
+    keep the largest value seen per pid, so a worker that exits keeps what it used)."""
+    import contextlib
+
+    import psutil
+
+    out = {}
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            out[p.pid] = t.user + t.system
+    return out
+
+
 PARTICLES = {"은": "는", "는": "은", "이": "가", "가": "이", "을": "를", "를": "을"}
 PUNCT = "?.!,~"
 
