@@ -2,8 +2,10 @@
 
 `piqaforge lineage RUN_ID ROW_ID` walks it. A row keeps its id through filters; a creating stage
 gives its children new ids, records the stage in `_born` and the parent in `parent_id` (for an
-aggregate, its lineage table lists every member). A source row of a run that read another run
-(`RunSource`, recorded in the manifest's `parents`) continues in that run.
+aggregate, its lineage table lists every member). A source row of a run that read other runs
+(`RunSource`, the union of quota rounds, a join; recorded in the manifest's `parents`) continues in
+every parent run that holds a row of that id. The trace follows *all* parents, depth first: an
+aggregate's members each get their chain, and a union's row is found in the round that made it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Hop:
     text: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     parents: list[str] = field(default_factory=list)
+    depth: int = 0  # hops between this one and the traced row (siblings of an aggregate share a depth)
 
     def line(self) -> str:
         bits = [f"{self.run_id} · {self.stage} ({self.kind})", f"id {self.row_id}", self.status]
@@ -96,24 +99,41 @@ def _aggregate_parents(rec: StageRecord, row_id: str) -> list[str]:
     return parents
 
 
-def trace(lake: Lake, run_id: str, row_id: str, max_hops: int = 64) -> list[Hop]:
-    """The row's chain, newest first: one hop per stage that made a row of it, across runs."""
+def trace(lake: Lake, run_id: str, row_id: str, max_hops: int = 256) -> list[Hop]:
+    """The row's lineage, depth first from the row itself: one hop per stage that made a row of it,
+    across runs, through every parent (aggregate members, every parent run holding the row id).
+
+    Hops come in pre-order (a hop, then its first parent's whole chain, then the next parent's), each
+    with its `depth`; a row reached twice (a diamond) is listed once. At most `max_hops` hops."""
     hops: list[Hop] = []
-    run, current, before, consumed_by = run_id, row_id, None, None
-    manifest = _load(lake, run)
-    for _ in range(max_hops):
+    manifests: dict[str, RunManifest] = {}
+    seen: set[tuple[str, str, int | None]] = set()
+    # (run, row id, search stages before this index, the stage that consumed it, depth)
+    todo: list[tuple[str, str, int | None, str | None, int]] = [(run_id, row_id, None, None, 0)]
+    while todo and len(hops) < max_hops:
+        run, current, before, consumed_by, depth = todo.pop()
+        if (run, current, before) in seen:
+            continue
+        seen.add((run, current, before))
+        if run not in manifests:
+            try:
+                manifests[run] = _load(lake, run)
+            except FileNotFoundError:
+                if not hops:
+                    raise
+                continue
+        manifest = manifests[run]
         found = _latest(manifest, current, before)
         if found is None:
             if not hops:
                 raise KeyError(f"row {current!r} is in no stage output of run {run!r}")
-            break
+            continue  # a parent run that does not hold this row (another round of a union)
         rec, row, status = found
         if consumed_by:
             status = f"consumed by {consumed_by}"
         born = row.get(BORN)
         by_name = {s.name: s for s in manifest.stages if before is None or s.index < before}
-        maker = by_name.get(born) if born else manifest.stages[0]
-        maker = maker or manifest.stages[0]
+        maker = (by_name.get(born) if born else None) or manifest.stages[0]
         prov = {k: row.get(k) for k in PROVENANCE if row.get(k) is not None}
         if maker.kind == "aggregate":
             parents = _aggregate_parents(maker, current)
@@ -123,19 +143,12 @@ def trace(lake: Lake, run_id: str, row_id: str, max_hops: int = 64) -> list[Hop]
             parents = [row[C.PARENT_ID]] if row.get(C.PARENT_ID) else []
         hops.append(Hop(run, maker.name, maker.kind, current, status,
                         text=str(row.get(C.TEXT) or row.get("goal") or "")[:120] or None, provenance=prov,
-                        parents=parents))
+                        parents=parents, depth=depth))
         if parents:
-            current, before, consumed_by = parents[0], maker.index, maker.name
-            continue
-        # a source row: a run that read another run's output continues there
-        if maker.index == 0 and manifest.parents:
-            parent_run = manifest.parents[0]
-            try:
-                manifest, run, before, consumed_by = _load(lake, parent_run), parent_run, None, None
-            except FileNotFoundError:
-                break
-            continue
-        break
+            todo.extend((run, p, maker.index, maker.name, depth + 1) for p in reversed(parents))
+        elif maker.index == 0:
+            # a source row: a run that read other runs' outputs continues in each that holds the row
+            todo.extend((p, current, None, None, depth + 1) for p in reversed(manifest.parents))
     return hops
 
 
@@ -150,7 +163,8 @@ def print_trace(hops: list[Hop], as_json: bool = False) -> str:
     if as_json:
         return json.dumps([h.__dict__ for h in hops], ensure_ascii=False, indent=2, default=str)
     lines = []
-    for depth, h in enumerate(hops):
+    for h in hops:
+        depth = h.depth
         lines.append(("  " * depth) + ("└─ " if depth else "") + h.line())
         if h.text:
             lines.append(("  " * depth) + ("   " if depth else "") + f"  “{h.text}”")

@@ -3,9 +3,11 @@
 Each round is an ordinary resumable run `<run>-r<k>` whose source holds the requests for the
 remaining deficits; the chain ends with `QuotaCap`, which keeps at most the deficit per group
 (the surplus is dropped as `quota_full`, so nothing vanishes). The rounds stop when every quota
-is met (`quotas_met`), a round accepts nothing (`no_progress`) or R rounds ran (`max_rounds`);
-the umbrella run `<run>` then unions the rounds' outputs (its parents are the rounds) and its
-manifest says why it stopped, with requested and accepted counts per group and round.
+is met (`quotas_met`), `patience` rounds in a row accept nothing (`no_progress`; patience 1 stops at
+the first such round, a higher one gives a sampling generator more draws before giving up) or R
+rounds ran (`max_rounds`); the umbrella run `<run>` then unions the rounds' outputs (its parents are
+the rounds) and its manifest says why it stopped (`stop_reason`, `stop_detail`), with requested and
+accepted counts per group and round.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class QuotaConfig(BaseModel):
     group_column: str = Field("locale", description="Column whose values have quotas.")
     quotas: dict[str, int] = Field(..., description="Group → accepted items wanted.")
     max_rounds: int = Field(4, ge=1, description="Give up after this many rounds.")
+    patience: int = Field(1, ge=1, description="Stop (`no_progress`) after this many consecutive rounds that "
+                          "accept no new row; 1 stops at the first empty round.")
 
 
 class QuotaCap(GlobalStage):
@@ -100,11 +104,11 @@ def run_quota_rounds(*, job: str, dataset: str, lake: Lake, run_id: str, quota: 
     accepted: Counter[str] = Counter()
     outputs: list[str] = []
     rounds: list[dict[str, Any]] = []
-    stop = "max_rounds"
+    stop, detail, empty_streak = "max_rounds", f"{quota.max_rounds} round(s) ran", 0
     for k in range(1, quota.max_rounds + 1):
         deficits = {g: n - accepted[g] for g, n in quota.quotas.items() if n - accepted[g] > 0}
         if not deficits:
-            stop = "quotas_met"
+            stop, detail = "quotas_met", f"every quota met after {k - 1} round(s)"
             break
         source, stages = make_round(k, deficits, list(outputs))
         round_id = f"{run_id}-r{k}"
@@ -119,17 +123,22 @@ def run_quota_rounds(*, job: str, dataset: str, lake: Lake, run_id: str, quota: 
         rounds.append({"round": k, "run_id": round_id, "requested": deficits, "accepted": dict(got),
                        "accepted_total": dict(accepted)})
         log.info("%s round %d: asked for %s, accepted %s", job, k, deficits, dict(got))
-        if not got:
+        empty_streak = 0 if got else empty_streak + 1
+        if empty_streak >= quota.patience:
             stop = "no_progress"
+            which = f"rounds {k - empty_streak + 1}-{k}" if empty_streak > 1 else f"round {k}"
+            detail = f"{which} accepted no new row (patience {quota.patience})"
             break
     else:
         if all(accepted[g] >= n for g, n in quota.quotas.items()):
-            stop = "quotas_met"
+            stop, detail = "quotas_met", f"every quota met after {quota.max_rounds} round(s)"
     umbrella = run(job=job, dataset=dataset, source=UnionSource(paths=outputs), stages=[], lake=lake,
                    config={**config, "quota": quota.model_dump()}, run_id=run_id, resume=resume,
                    parents=[r["run_id"] for r in rounds])
     umbrella.extras["rounds"] = rounds
     umbrella.extras["stop_reason"] = stop
+    umbrella.extras["stop_detail"] = detail
+    umbrella.extras["patience"] = quota.patience
     umbrella.extras["quota_met"] = {g: accepted[g] >= n for g, n in quota.quotas.items()}
     umbrella.write(lake.manifest_path(run_id))
     return umbrella
