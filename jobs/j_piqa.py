@@ -31,7 +31,7 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from jobs.config import JobConfig
-from jobs.recipe_runs import release_step, review_step, run_chain, run_output
+from jobs.recipe_runs import direct_rows, release_step, review_step, run_chain, run_output
 from transforms.core.lake import Lake, read_table
 from transforms.core.rounds import QuotaConfig, UnionSource, run_quota_rounds
 from transforms.core.runner import init_ray
@@ -39,6 +39,7 @@ from transforms.dedup.semantic import SemanticDedup
 from transforms.io.sources import RowsSource
 from transforms.llm.base import EngineConfig, GenerationParams
 from transforms.llm.generate import LLMGenerate
+from transforms.llm.prompts import load_prompt
 from transforms.llm.stage import LLMTransform
 from transforms.piqa.edit_pairs import MinimalPairFromEdit
 from transforms.piqa.japanese import (
@@ -48,6 +49,7 @@ from transforms.piqa.japanese import (
     ParaphraseDuplicateFilter,
     TranslationSetSelector,
     UnchangedVariantFilter,
+    lexicon_topics,
 )
 from transforms.piqa.provenance import (
     BalanceLabels,
@@ -126,15 +128,17 @@ def _direct() -> LLMGenerate:
     """One item per request as schema-constrained JSON (the local profile; the cluster config asks for a
     CSV table of many items with j_piqa/direct_generation and `direct_form: table`)."""
     return LLMGenerate(engine=local_engine(), prompt="j_piqa/direct_item",  # type: ignore[arg-type]
-                       variables={"category": "category", "request": "request"},
+                       variables={"category": "category", "topic": "topic", "request": "request"},
                        output={"kind": "json", "fields": DIRECT_ITEM},  # type: ignore[arg-type]
                        params=GenerationParams(max_tokens=96, temperature=0.8, seed=0), chunk_size=1)
 
 
 class Config(JobConfig):
     dataset: str = "j-piqa"
-    piqa: str = Field("../shared/data/piqa_en/valid_labeled.jsonl", description="English PIQA items (JSONL with "
-                      "labels); a relative path is tried from the working directory, then from the repository.")
+    piqa: str = Field("lake/samples/piqa_valid_minimal_pairs.jsonl", description="English PIQA items (JSONL with "
+                      "labels; the bundled file holds PIQA valid's 1,134 items whose solutions differ by at most two "
+                      "words, with their `orig_line_no`; the full valid_labeled.jsonl works too); a relative path is "
+                      "tried from the working directory, then from the repository.")
     lexicon: str = Field("lake/samples/ja_lexicon.jsonl", description="Japanese lexicon for lexical variants.")
     translation_n: int = Field(1, ge=1, description="PIQA items drawn for translation (the paper: 200; 1 "
                                "locally: a judge call and three translation calls each, 1-4 min apiece here).")
@@ -154,6 +158,10 @@ class Config(JobConfig):
         "for a 1.5B model. table: one request for many items as a CSV table (the paper's form).")
     categories: list[str] = Field(default_factory=lambda: ["台所", "掃除"],
                                   description="Categories of direct generation (balanced).")
+    topic_categories: list[str] = Field(
+        default_factory=lambda: ["tool", "everyday_object", "housing", "food_ingredient"],
+        description="Lexicon categories whose entries become the topics of direct items (one per request, "
+        "item form): without a topic the 1.5B model wrote the same item again and again.")
     per_category: int = Field(2, ge=1, description="Accepted direct items wanted per category.")
     overshoot: float = Field(1.0, ge=1, description="Ask for deficit × overshoot (checks and review drop some). "
                              "Locally 1: every item the checks pass is kept for review (measured: 4 of 4 passed "
@@ -221,22 +229,6 @@ def parts(config: Config) -> dict[str, list[Any]]:
     }
 
 
-def direct_request(deficits: dict[str, int], overshoot: float) -> tuple[str, int]:
-    asks = {c: int(-(-d * overshoot // 1)) for c, d in deficits.items()}
-    return "\n".join(f"カテゴリー「{c}」: {n} 問" for c, n in asks.items()), sum(asks.values())
-
-
-def direct_rows(k: int, deficits: dict[str, int], overshoot: float, form: str) -> list[dict[str, Any]]:
-    """Round k's request rows: one row asking for every missing item (table), or one row per item (item;
-    its `request` numbers the item so each asks a distinct question, whose answer is cached apart)."""
-    if form == "table":
-        request, n_items = direct_request(deficits, overshoot)
-        return [{"id": f"direct-r{k}", "request": request, "n_items": n_items}]
-    asks = {c: int(-(-d * overshoot // 1)) for c, d in deficits.items()}
-    return [{"id": f"direct-r{k}-{c}-{j}", "category": c, "request": f"ラウンド {k}、{c} の {j + 1} 問目", "n_items": 1}
-            for c, n in asks.items() for j in range(n)]
-
-
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
     lake = Lake(config.lake)
     run_id = run_id or Lake.new_run_id("j-piqa")
@@ -252,8 +244,12 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
                                         chains["lexical"], resume=resume, parents=[tr.run_id])
         runs["translation"] = tr
 
+    topics = lexicon_topics(resolve(config.lexicon), config.topic_categories,
+                            load_prompt(config.direct.prompt.id).system) if config.direct_form == "item" else None
+
     def make_round(k: int, deficits: dict[str, int], accepted: list[str]) -> tuple[Any, list[Any]]:
-        return RowsSource(records=direct_rows(k, deficits, config.overshoot, config.direct_form)), chains["direct"]
+        return RowsSource(records=direct_rows(k, deficits, config.overshoot, config.direct_form, topics,
+                                              config.seed)), chains["direct"]
 
     quota = QuotaConfig(group_column="category", quotas={c: config.per_category for c in config.categories},
                         max_rounds=config.max_rounds)

@@ -2,7 +2,9 @@
 and the conservation law checked from disk, an earlier run's output as a source, the review step
 (auto / export / none) and the release step (gate, card tables, report).
 
-They live under jobs/, not transforms/, because they drive the release job (jobs/release.py).
+They live under jobs/, not transforms/, because they drive the release job (jobs/release.py). The
+J-PIQA direct part's request rows (`direct_request`, `direct_rows`) are here too, to keep
+jobs/j_piqa.py short.
 """
 
 from __future__ import annotations
@@ -91,3 +93,32 @@ def release_step(lake: Lake, config: Any, final: RunManifest, *, recipe: str, ca
     section = f"<h2>Recipe tables</h2><pre>{escape(card_md)}</pre><pre>{escape(json.dumps(extras, ensure_ascii=False, indent=1, default=str))}</pre>"
     report.write_text(html.replace("</body>", section + "</body>"), encoding="utf-8")
     return {"run_id": final.run_id, **result, "report": str(report)}
+
+
+ROUND_STRIDE = 32  # topics per round before the next round's start (local rounds ask for at most 16)
+
+
+def direct_request(deficits: dict[str, int], overshoot: float) -> tuple[str, int]:
+    asks = {c: int(-(-d * overshoot // 1)) for c, d in deficits.items()}
+    return "\n".join(f"カテゴリー「{c}」: {n} 問" for c, n in asks.items()), sum(asks.values())
+
+
+def direct_rows(k: int, deficits: dict[str, int], overshoot: float, form: str, topics: list[str] | None = None,
+                seed: int = 0) -> list[dict[str, Any]]:
+    """Round k's request rows: one row asking for every missing item (table), or one row per item (item;
+    its `request` numbers the item so each asks a distinct question, whose answer is cached apart, and
+    its `topic` is an everyday object from `topics`, dealt in a seeded order so no two requests of a run
+    share one while a round asks for at most ROUND_STRIDE and topics last; the category's name when no topics are given)."""
+    if form == "table":
+        request, n_items = direct_request(deficits, overshoot)
+        return [{"id": f"direct-r{k}", "request": request, "n_items": n_items}]
+    asks = {c: int(-(-d * overshoot // 1)) for c, d in deficits.items()}
+    rows = [{"id": f"direct-r{k}-{c}-{j}", "category": c, "request": f"ラウンド {k}、{c} の {j + 1} 問目", "n_items": 1}
+            for c, n in asks.items() for j in range(n)]
+    import xxhash
+
+    deck = sorted(topics or [], key=lambda t: xxhash.xxh3_64_intdigest(f"{seed}\x1f{t}".encode()))
+    start = (k - 1) * ROUND_STRIDE  # round k starts further down the deck: rounds do not share topics
+    for i, row in enumerate(rows):
+        row["topic"] = deck[(start + i) % len(deck)] if deck else row["category"]
+    return rows

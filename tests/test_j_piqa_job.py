@@ -22,7 +22,8 @@ import pytest
 
 pytest.importorskip("fugashi", reason="the `lang` extra (fugashi, unidic-lite) is not installed")
 
-from jobs.j_piqa import Config, direct_request, direct_rows, parts  # noqa: E402
+from jobs.j_piqa import Config, parts  # noqa: E402
+from jobs.recipe_runs import direct_request, direct_rows  # noqa: E402
 from transforms.core import columns as C  # noqa: E402
 from transforms.core.creating import ROLE, is_creating  # noqa: E402
 from transforms.core.stage import GlobalStage  # noqa: E402
@@ -138,6 +139,7 @@ def test_direct_generation_one_item_per_request(tmp_path: Path):
     assert [r["request"] for r in rows] == ["ラウンド 1、台所 の 1 問目", "ラウンド 1、台所 の 2 問目",
                                             "ラウンド 1、台所 の 3 問目"]
     assert {r["category"] for r in rows} == {"台所"} and len({r["id"] for r in rows}) == 3
+    assert [r["topic"] for r in rows] == ["台所"] * 3  # no topics: the category itself
     table, dropped = pa.Table.from_pylist(rows), Counter()
     for stage in with_double(parts(Config(lake=str(tmp_path / "lake")))["direct"], RecipeEngine()):
         table, why = apply(stage, table)
@@ -149,6 +151,27 @@ def test_direct_generation_one_item_per_request(tmp_path: Path):
     assert (item["sol1"] if item["label"] == 0 else item["sol2"]) == "やかんを氷水につける。"
     assert item["correct"] == str(item["label"] + 1) and item["option_word_distance"] == 1
     assert item[C.PROMPT].startswith("j_piqa/direct_item@") and item["source"] == "piqa_original"
+
+
+def test_direct_requests_get_distinct_lexicon_topics_outside_the_prompt_examples():
+    from jobs.j_piqa import ROOT
+    from transforms.llm.prompts import load_prompt
+    from transforms.piqa.japanese import lexicon_topics
+
+    system = load_prompt("j_piqa/direct_item").system
+    topics = lexicon_topics(str(ROOT / "lake/samples/ja_lexicon.jsonl"), ["tool", "everyday_object", "housing",
+                                                                            "food_ingredient"], system)
+    assert "炊飯器" in topics and "湯たんぽ" in topics and "障子" in topics
+    assert not {"うちわ", "こたつ", "畳", "布団"} & set(topics)  # the worked examples' objects
+    assert not any(t in topics for t in ("寿司", "花見"))  # dishes and events are not asked for
+    r1 = direct_rows(1, {"台所": 4, "掃除": 4}, 1.0, "item", topics, seed=0)
+    r2 = direct_rows(2, {"台所": 2}, 1.0, "item", topics, seed=0)
+    assert len({r["topic"] for r in r1 + r2}) == 10  # a later round continues the deck
+    assert direct_rows(1, {"台所": 4, "掃除": 4}, 1.0, "item", topics, seed=0) == r1  # seeded
+    assert [r["topic"] for r in direct_rows(1, {"台所": 4}, 1.0, "item", topics, seed=1)] != \
+        [r["topic"] for r in r1[:4]]
+    with pytest.raises(ValueError, match="no entries in categories"):
+        lexicon_topics(str(ROOT / "lake/samples/ja_lexicon.jsonl"), ["furniture"])
 
 
 def test_translation_then_lexical_chain_with_reasons(chains):

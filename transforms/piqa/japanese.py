@@ -182,6 +182,20 @@ class TranslationSetSelector(GlobalStage):
         return set_drop_reason(out, pa.array(reasons, pa.string()))
 
 
+def lexicon_topics(lexicon: str, categories: list[str], exclude_text: str = "") -> list[str]:
+    """Topics for direct generation: the Japanese names of the lexicon entries in `categories`, in file
+    order, without those that occur in `exclude_text` (the prompt's worked examples: a topic the example
+    already answers invites a copy). An empty result is an error naming the categories asked for."""
+    import json
+    from pathlib import Path
+
+    entries = [json.loads(line) for line in Path(lexicon).read_text(encoding="utf-8").splitlines() if line.strip()]
+    topics = [str(e["ja"]) for e in entries if e.get("category") in categories and str(e["ja"]) not in exclude_text]
+    if not topics:
+        raise ValueError(f"{lexicon}: no entries in categories {categories} (outside the prompt's examples)")
+    return topics
+
+
 class LexiconCandidates(Stage):
     """J-PIQA part 2: for each translated item, the lexicon entries whose English counterpart
     (`replaces`, or `en`) occurs in the item's English text, as lines "fork → 箸 (tools)" for the
