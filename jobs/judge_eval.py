@@ -52,9 +52,14 @@ def run(args: argparse.Namespace) -> int:
     ensemble = None
     if config.ensemble is not None and not args.no_llm:
         ensemble = config.ensemble.model_copy(update={"cache_dir": str(out / "cache" / "ensemble")})
+        same = {"target_recall"}
         for clf in ensemble.classifiers:
-            if getattr(clf, "kind", None) == "linear":
-                clf.use_fitted(fitted)
+            if getattr(clf, "kind", None) != "linear":
+                continue
+            if clf.judge.model_dump(exclude=same) == config.prefilter.judge.model_dump(exclude=same):
+                clf.use_fitted(fitted)  # the prefilter's model at another cut: fit once
+            else:  # a judge of its own (e.g. the chit-chat gate): trained on its labels, through the same cache
+                clf.embed_cache_dir = cache
         ensemble.ensure_setup()
     result: dict[str, Any] = evaluate(rows, fitted=fitted, training_labels=training,
                                       embedder=CachedEmbedder(fitted.embedder, cache), ensemble=ensemble,

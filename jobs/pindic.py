@@ -44,6 +44,7 @@ from transforms.pindic.stages import (
     PiqaSliceSource,
     ValidateGenerated,
 )
+from transforms.piqa.edit_pairs import MinimalPairFromEdit
 from transforms.review.auto import AutoReviewConfig
 from transforms.review.consensus import ConsensusRule
 from transforms.translate.config import LLMTranslateConfig, TranslatorConfig
@@ -88,7 +89,11 @@ class Config(JobConfig):
     locales: list[Locale] = Field(default_factory=_locales)
     quota: int = Field(3, ge=1, description="Accepted items wanted per locale (paper: 100).")
     max_rounds: int = Field(3, ge=1, description="Generation rounds at most.")
+    patience: int = Field(1, ge=1, description="Stop the rounds after this many consecutive rounds that "
+                          "accept no item (transforms/core/rounds.py).")
     generate: GenerateItems = Field(default_factory=GenerateItems)
+    pair: MinimalPairFromEdit = Field(default_factory=lambda: MinimalPairFromEdit(examples_from="pindic/generate"),
+                                      description="sol1/sol2/label from the generated answer and word edit.")
     validate_items: ValidateGenerated = Field(default_factory=ValidateGenerated)
     novelty: NoveltyFilter = Field(default_factory=lambda: NoveltyFilter(threshold=0.9, embedder=_e5()))
     review: Literal["auto", "off"] = Field("auto", description="auto: LLM annotators (transforms/review/auto.py); "
@@ -153,8 +158,8 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
         index, figures["combinations"] = P.combination_index(classified, embedder.encode, taxonomy,
                                                              run_dir / "combos")
     # 6-8. sampled combinations + exemplars → generation rounds with validation and novelty
-    gen_stages = {"generate": _with_engine(config.generate, config, cache), "validate": config.validate_items,
-                  "novelty": config.novelty}
+    gen_stages = {"generate": _with_engine(config.generate, config, cache), "pair": config.pair,
+                  "validate": config.validate_items, "novelty": config.novelty}
     gen = P.generation_rounds(config, lake, run_id, index, taxonomy, embedder.encode, P.curated(classified),
                               gen_stages, resume, parents=[classified.run_id, named.run_id])
     figures["rounds"] = {"stop_reason": gen.extras.get("stop_reason"), "quota_met": gen.extras.get("quota_met"),

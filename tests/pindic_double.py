@@ -76,9 +76,9 @@ class ScriptedEngine(LLMEngine):
             seed = params.seed or 0
             items = [{"goal": f"In {locale} how do you keep item {h(user) % 997} number {k} seed {seed} fresh "
                                f"through a long humid monsoon week at home",
-                      "sol1": f"Store it in a closed steel box with a tight lid for variant {k}",
-                      "sol2": f"Store it in an open paper bag near the stove for variant {k}",
-                      "label": k % 2} for k in range(n)]
+                      "answer": f"Store it in a closed steel box with a tight lid for variant {k}",
+                      "word": "closed steel box", "wrong_word": "open paper bag near the stove"}
+                     for k in range(n)]
             return json.dumps({"items": items})
         if "careful translator" in system:
             self.asked.append("translate")

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from pindic_double import ScriptedEngine  # noqa: E402
 
 from transforms.pindic.combos import SamplingConfig, build_index, sample_requests  # noqa: E402
+from transforms.pindic.finish import ReleaseChecks  # noqa: E402
 from transforms.pindic.stages import (  # noqa: E402
     ClassifyItems,
     GenerateItems,
@@ -33,6 +34,7 @@ from transforms.pindic.taxonomy import (  # noqa: E402
     load_taxonomy,
     write_taxonomy,
 )
+from transforms.piqa.edit_pairs import MinimalPairFromEdit, prompt_examples  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = ROOT / "lake" / "samples" / "pindic_piqa_slice.jsonl"
@@ -189,15 +191,57 @@ def test_generation_and_validation():
     kids = children(out)
     assert kids.num_rows == 4 and set(kids.column("parent_id").to_pylist()) == {r["id"] for r in reqs}
     assert set(kids.column("locale").to_pylist()) == {"IN-KA"}     # request columns are inherited
-    assert kids.column("_prompt")[0].as_py() == "pindic/generate@3"
+    assert kids.column("_prompt")[0].as_py() == "pindic/generate@4"
+    # the wrong solution is the answer with the word replaced; which one is sol1 is a seeded draw
+    paired = MinimalPairFromEdit(examples_from="pindic/generate")(kids)
+    assert paired.column("drop_reason").null_count == paired.num_rows
+    for r in paired.to_pylist():
+        right, wrong = (r["sol1"], r["sol2"]) if r["label"] == 0 else (r["sol2"], r["sol1"])
+        assert right == r["answer"] and wrong == r["answer"].replace("closed steel box", "open paper bag near the stove")
+    assert set(paired.column("label").to_pylist()) <= {0, 1}
     # validation: a copy of an exemplar, equal solutions and a label of 2 are dropped with reasons
-    rows = kids.to_pylist()
+    rows = paired.to_pylist()
     rows[0]["goal"] = rows[0]["exemplar_goals"][0].upper() + "!"
     rows[1]["sol2"] = rows[1]["sol1"]
     rows[2]["label"] = 2
     checked = ValidateGenerated()(pa.Table.from_pylist(rows))
     assert checked.column("drop_reason").to_pylist() == ["copies_exemplar", "same_solutions", "label_not_binary",
                                                          None]
+
+
+def test_pair_from_edit_drops_edits_that_cannot_be_applied_and_copies_of_the_format_guide():
+    guide = prompt_examples("pindic/generate")[0]
+    rows = pa.table({"id": ["e0", "e1", "e2", "e3"], "goal": ["g"] * 4,
+                     "answer": ["press the dough with a steel rolling pin", "press the dough with a steel rolling pin",
+                                "press the dough with a steel rolling pin", guide["answer"]],
+                     "word": ["steel", "wooden", "steel", guide["word"]],
+                     "wrong_word": ["paper", "paper", "steel", guide["wrong_word"]]})
+    out = MinimalPairFromEdit(examples_from="pindic/generate")(rows)
+    assert out.column("drop_reason").to_pylist() == [None, "edit_word_missing", "edit_no_change",
+                                                     "copies_prompt_example"]
+    assert {out.column("sol1")[0].as_py(), out.column("sol2")[0].as_py()} == {
+        "press the dough with a steel rolling pin", "press the dough with a paper rolling pin"}
+
+
+def test_corrected_item_refuses_english_and_decoding_loops_and_the_release_checks_drop_loops():
+    from pydantic import ValidationError
+
+    from transforms.pindic.schemas import CorrectedItem, repeated_word
+
+    ok = {"goal": "दूध को उबलने से रोकने के लिए", "sol1": "बर्तन पर लकड़ी का चम्मच रखें", "sol2": "बर्तन पर स्टील की प्लेट रखें"}
+    assert CorrectedItem(**ok).goal == ok["goal"]
+    with pytest.raises(ValidationError, match="not in the target language's script"):
+        CorrectedItem(**{**ok, "goal": "To create a delicious rosewater dish in Delhi"})
+    # the looping solution of pindic-hi-a3's machine translation (docs/pindic.md)
+    loop = "कम या बार्डियों को लिए बार्डियों लिए बार्डियों को लिए बार्डियों को लिए बार्डियों को लिए"
+    assert set(repeated_word(loop).split()) == {"बार्डियों", "को", "लिए"}
+    with pytest.raises(ValidationError, match="repeats"):
+        CorrectedItem(**{**ok, "sol2": loop})
+    assert repeated_word(ok["goal"]) is None and repeated_word("stir it very, very slowly") is None
+    rows = pa.table({"id": ["a", "b"], "lang": ["hi", "hi"], "corrected_goal": [ok["goal"]] * 2,
+                     "corrected_sol1": [ok["sol1"], loop], "corrected_sol2": [ok["sol2"]] * 2})
+    checked = ReleaseChecks(min_goal_plus_solution_words=0)(rows)
+    assert checked.column("drop_reason").to_pylist() == [None, "degenerate_text"]
 
 
 def test_novelty_drops_items_near_the_pool_and_each_other(tmp_path):

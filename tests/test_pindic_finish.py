@@ -115,7 +115,7 @@ def test_the_finish_chain_on_a_tiny_slice():
     table = AttachFixes()(table)
     table = CorrectTranslation().use_engine(engine)(table)
     assert table.column("drop_reason").to_pylist() == [None] * 6
-    assert table.column("_prompt")[0].as_py() == "pindic/correct@1"
+    assert table.column("_prompt")[0].as_py() == "pindic/correct@2"
     assert table.column("gen_prompt")[0].as_py() == "pindic/generate@1"  # generation provenance kept
     checked = ReleaseChecks(min_goal_plus_solution_words=25)(table)
     assert checked.column("drop_reason").to_pylist() == [None] * 6   # 16 + 14 words, all in script

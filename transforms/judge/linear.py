@@ -38,6 +38,11 @@ class LinearJudge(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     labels: str = Field("lake/samples/ko_seed_labels.jsonl", description="Labelled JSONL (docs/ko_piqa_rubric.md).")
+    extra_labels: list[str] = Field(default_factory=list, description="More labelled JSONL files trained on with "
+                                    "`labels` (e.g. mined hard negatives); odd-docId KiN rows are refused here too.")
+    negative_sources: list[str] | None = Field(None, description="Train only on the positives and on the negatives "
+                                               "from these sources (e.g. [3i4k, chatbot_songys]: a judge that tells "
+                                               "physical questions from assistant chit-chat); null: every row.")
     label: str = Field("physical", description="Which 0/1 field of the labels to learn.")
     embedder: EmbedderConfig = Field(default_factory=default_embedder)
     embed_chars: int = Field(128, ge=16, description="Text is whitespace-normalised and cut to this many "
@@ -155,27 +160,37 @@ def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: flo
     return final.coef_[0].tolist(), float(final.intercept_[0]), threshold, report, oof
 
 
-def bundle_path(config: LinearJudge) -> Path:
-    """The bundled embeddings of the labels' texts: `<labels>.<backend>.parquet` beside the labels."""
-    return Path(config.labels).with_suffix(f".{config.embedder.backend}.parquet")
+def bundle_path(config: LinearJudge, labels: str | None = None) -> Path:
+    """The bundled embeddings of a labels file's texts: `<labels>.<backend>.parquet` beside it."""
+    return Path(labels or config.labels).with_suffix(f".{config.embedder.backend}.parquet")
 
 
 def embedder_for(config: LinearJudge, cache_dir: str | Path | None = None) -> Any:
-    """A CachedEmbedder over the disk cache and, when present, the labels' bundled embeddings."""
+    """A CachedEmbedder over the disk cache and, when present, the labels files' bundled embeddings."""
     from transforms.embed.cache import CachedEmbedder
 
-    return CachedEmbedder(config.embedder, cache_dir, bundles=[bundle_path(config)])
+    return CachedEmbedder(config.embedder, cache_dir,
+                          bundles=[bundle_path(config, f) for f in [config.labels, *config.extra_labels]])
 
 
-def seed_views(config: LinearJudge) -> list[str]:
-    """Every text `train` embeds for these labels (the windows and, with views, their prefixes)."""
-    views = [prefix_views(r.text, config.embed_chars, config.view_min_chars) for r in load_labels(config.labels)]
+def training_rows(config: LinearJudge) -> list[LabelledRow]:
+    """The rows the judge learns: `labels` + `extra_labels`, restricted by `negative_sources`."""
+    rows = [r for f in [config.labels, *config.extra_labels] for r in load_labels(f)]
+    if config.negative_sources is not None:
+        keep = set(config.negative_sources)
+        rows = [r for r in rows if getattr(r, config.label) or r.source in keep]
+    return rows
+
+
+def seed_views(config: LinearJudge, labels: str | None = None) -> list[str]:
+    """Every text `train` embeds for one labels file (default `labels`): windows and, with views, prefixes."""
+    views = [prefix_views(r.text, config.embed_chars, config.view_min_chars) for r in load_labels(labels or config.labels)]
     return [x for v in views for x in (v if config.views else v[-1:])]
 
 
 def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLinear:
     """Embed the labelled rows (through the embedding cache) and fit; odd-docId KiN rows are refused."""
-    rows: list[LabelledRow] = load_labels(config.labels)
+    rows = training_rows(config)
     labels = np.array([getattr(r, config.label) for r in rows], dtype=bool)
     embedder = embedder_for(config, cache_dir)
     per_row = [prefix_views(r.text, config.embed_chars, config.view_min_chars) for r in rows]
@@ -192,7 +207,7 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLin
     report.update(seed_rows=len(rows), views=config.views, view_min_chars=config.view_min_chars,
                   train_on_views=config.train_on_views, embedded=embedder.misses,
                   embeddings_from_cache=embedder.hits)
-    sha = hashlib.sha256(Path(config.labels).read_bytes()).hexdigest()
+    sha = hashlib.sha256(b"".join(Path(f).read_bytes() for f in [config.labels, *config.extra_labels])).hexdigest()
     return FittedLinear(coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
                         embed_chars=config.embed_chars, views=config.views, view_min_chars=config.view_min_chars,
                         labels_sha=sha, cv=report,

@@ -5,8 +5,9 @@
   from `prompts/pindic/fixes/<lang>.yaml` (data that reviewers grow; `fixes_version` is recorded).
 * `CorrectTranslation` (LLMTransform, json): English source + machine translation → corrected
   goal/sol1/sol2, rewritten only where needed.
-* `ReleaseChecks`: the benchmark text (corrected) must be in its language's script and long enough
-  for the suite's length rule; otherwise dropped with `wrong_script` / `too_short`.
+* `ReleaseChecks`: the benchmark text (corrected) must be in its language's script, free of decoding
+  loops and long enough for the suite's length rule; otherwise dropped with `wrong_script` /
+  `degenerate_text` / `too_short`.
 * `ReleaseColumns`: the columns of the paper's Table 1 (see docs/pindic.md for the mapping).
 * `BalanceLabels` (global): swap the two solutions of some items (every text version, recorded in
   `solutions_swapped`) so that label 1 is as close to half as the count allows.
@@ -27,6 +28,7 @@ from transforms.core.stage import GlobalStage, Stage, StageError, put_column, se
 from transforms.llm.base import GenerationParams
 from transforms.llm.output import JsonOutput, OutputSpec
 from transforms.llm.stage import LLMTransform, PromptRef
+from transforms.pindic.schemas import repeated_word
 from transforms.translate.languages import language_name
 
 FIXES_DIR = Path(__file__).resolve().parents[2] / "prompts" / "pindic" / "fixes"
@@ -135,6 +137,8 @@ class ReleaseChecks(Stage):
                 reasons.append("language_not_supported")
             elif share < self.min_script_share:
                 reasons.append("wrong_script")
+            elif any(repeated_word(t) for t in texts):
+                reasons.append("degenerate_text")
             elif texts[1].strip() == texts[2].strip():
                 reasons.append("same_solutions_after_correction")
             elif words < self.min_goal_plus_solution_words:

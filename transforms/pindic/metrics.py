@@ -40,9 +40,11 @@ def round_table(manifests: list[RunManifest], locale_column: str = "locale") -> 
                     per[str(r.get(locale_column))]["generated"] += 1
                 for r in dropped:  # invalid items and requests that yielded nothing
                     per[str(r.get(locale_column))]["invalid_output"] += 1
-            elif rec.name in ("validate_items", "novelty", "quota_cap"):
+            elif rec.name in ("pair_from_edit", "validate_items", "novelty", "quota_cap"):
+                # an edit that cannot be applied is a validation drop like two equal solutions
+                key = "validate_items" if rec.name == "pair_from_edit" else rec.name
                 for r in dropped:
-                    per[str(r.get(locale_column))][rec.name] += 1
+                    per[str(r.get(locale_column))][key] += 1
         accepted = Counter(str(r.get(locale_column)) for r in _rows(m.outputs.get("curated"), [locale_column]))
         for loc in sorted(set(per) | set(accepted)):
             c = per[loc]

@@ -4,7 +4,8 @@
     <run>-taxonomy  distinct labels → k-means per category → one row per cluster → LLM names → draft YAML
     <run>-classify  PIQA slice with open labels → closed classification against the taxonomy in use
     (driver)        one FAISS index of goals per non-empty label combination
-    <run>-gen-r<k>  requests (sampled combination + exemplars per locale) → generate → validate → novelty
+    <run>-gen-r<k>  requests (sampled combination + exemplars per locale) → generate → pair from edit →
+                    validate → novelty
     <run>-gen       the rounds' union (transforms/core/rounds.py); then review=auto → a review run
     <run>           translate → few-shots → correct → release checks → Table 1 columns → label balance
 
@@ -84,10 +85,10 @@ def generation_rounds(cfg: Any, lake: Lake, run_id: str, index: ComboIndex, taxo
         requests[k] = sample_requests(index, taxonomy, embed, locales, deficits, k, sampling)
         source = RowsSource(records=requests[k])
         novelty = stages["novelty"].model_copy(update={"reference": [pool_path, *accepted]})
-        return source, [stages["generate"], stages["validate"], novelty]
+        return source, [stages["generate"], stages["pair"], stages["validate"], novelty]
 
     quota = QuotaConfig(group_column="locale", quotas={loc["code"]: cfg.quota for loc in locales},
-                        max_rounds=cfg.max_rounds)
+                        max_rounds=cfg.max_rounds, patience=cfg.patience)
     umbrella = run_quota_rounds(job="pindic-gen", dataset=cfg.dataset, lake=lake, run_id=f"{run_id}-gen",
                                 quota=quota, make_round=make_round, config=cfg.model_dump(mode="json"),
                                 resume=resume, parents=parents)

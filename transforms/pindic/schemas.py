@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=60)]
 
@@ -44,11 +44,62 @@ class GeneratedItem(BaseModel):
     label: int
 
 
+class GeneratedEdit(BaseModel):
+    """One generated item as a goal, its correct solution and one word edit that makes it fail: the
+    wrong solution is built in code (transforms/piqa/edit_pairs.py:MinimalPairFromEdit), so the two
+    solutions always differ, where the model said."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: str
+    answer: str = Field(..., description="The correct solution.")
+    word: str = Field(..., description="A word or short phrase of `answer`.")
+    wrong_word: str = Field(..., description="Its replacement, which makes the solution fail.")
+
+
+# The five locales' scripts (Devanagari, Bengali, Tamil, Kannada, Malayalam), one Unicode block each.
+INDIC_BLOCKS = ((0x0900, 0x097F), (0x0980, 0x09FF), (0x0B80, 0x0BFF), (0x0C80, 0x0CFF), (0x0D00, 0x0D7F))
+
+
+def indic_share(text: str) -> float:
+    """Share of the letters in the text's most used Indic block (0 for Latin text)."""
+    letters = [ord(ch) for ch in text if ch.isalpha() or 0x0900 <= ord(ch) <= 0x0DFF]
+    if not letters:
+        return 0.0
+    return max(sum(lo <= c <= hi for c in letters) for lo, hi in INDIC_BLOCKS) / len(letters)
+
+
+def repeated_word(text: str) -> str | None:
+    """The phrase of a decoding loop, or None: one or two words said three times in a row ("… बर्स
+    बर्स बर्स …"), or three to twelve words said twice in a row; no sentence of a PIQA item needs that."""
+    words = [w.strip(".,;:!?।\"'()") for w in text.lower().split()]
+    words = [w for w in words if w]
+    for n in range(1, 13):
+        copies = 3 if n <= 2 else 2
+        for i in range(len(words) - copies * n + 1):
+            gram = words[i:i + n]
+            if all(words[i + c * n:i + (c + 1) * n] == gram for c in range(1, copies)):
+                return " ".join(gram)
+    return None
+
+
 class CorrectedItem(BaseModel):
-    """The corrected translation of one item."""
+    """The corrected translation of one item: every text in one Indic script (a reply left in English
+    is invalid, so the stage retries it once with the reason shown) and without a decoding loop."""
 
     model_config = ConfigDict(extra="forbid")
 
     goal: str
     sol1: str
     sol2: str
+
+    @field_validator("goal", "sol1", "sol2")
+    @classmethod
+    def _indic_and_no_loop(cls, value: str) -> str:
+        if indic_share(value) < 0.8:
+            raise ValueError("this text is not in the target language's script (it is English or mixed); "
+                             "write it in the target language")
+        loop = repeated_word(value)
+        if loop is not None:
+            raise ValueError(f"this text repeats {loop!r} again and again; write each phrase once")
+        return value

@@ -8,7 +8,8 @@
 * `NameClusters` (LLMTransform, json): candidate names for one cluster of labels.
 * `ClassifyItems` (LLMTransform, json whose fields are enums of the taxonomy's classes): exactly one
   class per category; the reply is validated against the lists whatever the engine did.
-* `GenerateItems` (LLMGenerate, a JSON list of items per request) and `ValidateGenerated`.
+* `GenerateItems` (LLMGenerate, a JSON list of {goal, answer, word, wrong_word} per request; the pair is
+  built by `transforms/piqa/edit_pairs.py:MinimalPairFromEdit`) and `ValidateGenerated`.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class GenerateItems(LLMGenerate):
         "key_properties_materials": "key_properties_materials", "action_type": "action_type",
         "n_items": "n_items", "exemplars": "exemplars_json"})
     output: OutputSpec = Field(default_factory=lambda: JsonOutput(
-        model="transforms.pindic.schemas:GeneratedItem", items=True))
+        model="transforms.pindic.schemas:GeneratedEdit", items=True))
     params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=700, temperature=0.8, seed=0))
     on_invalid: Literal["drop", "retry"] = "retry"
 
