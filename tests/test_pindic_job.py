@@ -83,18 +83,14 @@ def test_pindic_job_end_to_end(tmp_path):
             assert str(row[f"translated_{f}"]).strip() and str(row[f"corrected_{f}"]).strip(), (f, row["id"])
         assert row["fixes_version"].startswith(f"pindic/fixes/{row['lang']}@")
         assert row["review_automatic"] is True
-        # lineage: final run → review import → the rounds' union; in its round, the generate stage made it
-        # from a request row (the union's trace follows its first round only, so each round is asked)
+        # lineage: final run → review import → the rounds' union → the round that made it (found among
+        # all the union's parents) → its generate stage → the request row
         hops = trace(lake, "pindic-test", str(row["id"]))
         assert {h.run_id for h in hops} >= {"pindic-test", "pindic-test-gen"}, [h.line() for h in hops]
-        made = []
-        for rnd in RunManifest.load(lake.manifest_path("pindic-test-gen")).extras["rounds"]:
-            try:
-                made += [h for h in trace(lake, rnd["run_id"], str(row["id"])) if h.stage == "generate"]
-            except KeyError:   # not made in this round
-                continue
+        made = [h for h in hops if h.stage == "generate"]
         assert len(made) == 1 and made[0].parents and made[0].provenance.get("_prompt", "").startswith(
-            "pindic/generate@"), [h.line() for h in made]
+            "pindic/generate@"), [h.line() for h in hops]
+        assert made[0].run_id.startswith("pindic-test-gen-r") and hops[-1].row_id == made[0].parents[0]
     assert figures["correction"], "correction figures are computed from the corrected rows"
 
     rel = figures["release"]                      # the gate ran on the rows and its verdict is reported
