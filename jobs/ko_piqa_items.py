@@ -37,7 +37,8 @@ class ItemsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     refine_engine: EngineConfig = Field(default_factory=_qwen, description="Writes the items (paper: GPT-4o).")
-    refine_params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=200))
+    refine_params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=256), description=(
+        "Sampling of the refinement; the reply's lengths are bounded by RefinedItem's schema."))
     max_items: int | None = Field(None, ge=1, description="Refine at most this many sampled questions.")
     review: Literal["export", "auto"] = Field("export", description="export: write a review batch for people "
                                               "and stop (awaiting_review); auto: LLM annotators fill it (dry run).")
@@ -64,29 +65,35 @@ class Config(JobConfig, ItemsConfig):
     review_run: str | None = Field(None, description="A review run (from `piqaforge review import`) to finish.")
 
 
+def refine_stages(lake: Lake, cfg: ItemsConfig, engine: Any = None) -> list[Any]:
+    """Refinement (LLM, JSON under RefinedItem's schema, one retry with the reason) → the pair by
+    substitution → structural checks. `engine` (an LLMEngine, not set up) replaces the configured one."""
+    from transforms.llm.stage import LLMTransform
+    from transforms.piqa.items import REFINE_PROMPT, REFINE_RETRY, KoreanPairFromEdit, StructuralChecks
+
+    refine = LLMTransform.model_validate({
+        "engine": cfg.refine_engine, "prompt": {"id": REFINE_PROMPT}, "variables": {"text": "text"},
+        "output": {"kind": "json", "model": "transforms.piqa.items:RefinedItem"},
+        "params": cfg.refine_params, "on_invalid": "retry", "retry_message": REFINE_RETRY,
+        "cache_dir": str(lake.root / "cache" / "llm"), "chunk_size": 4})
+    refine.resources.batch_size = 8
+    if engine is not None:
+        refine.use_engine(engine)
+    return [refine, KoreanPairFromEdit(), StructuralChecks()]
+
+
 def make_items(lake: Lake, crawl_run: str, cfg: ItemsConfig, dataset: str, resume: bool,
                engine: Any = None, run_id: str | None = None) -> str:
-    """Run 2: the crawl's sample → refinement (LLM, JSON) → solution placement → structural checks.
+    """Run 2: the crawl's sample → refinement → the minimal pair → structural checks (refine_stages).
 
     `engine` (an LLMEngine, not set up) replaces the configured refinement engine (tests).
     """
     from transforms.core.runner import run_pipeline
     from transforms.io.sources import RunSource
-    from transforms.llm.stage import LLMTransform
-    from transforms.piqa.items import PlaceSolutions, StructuralChecks
 
-    refine = LLMTransform.model_validate({
-        "engine": cfg.refine_engine, "prompt": {"id": "ko_piqa/refine"}, "variables": {"text": "text"},
-        "output": {"kind": "json", "fields": {"goal": "str", "solution": "str", "distractor": "str"},
-                   "prefix": "refined_"},
-        "params": cfg.refine_params, "on_invalid": "retry", "cache_dir": str(lake.root / "cache" / "llm"),
-        "chunk_size": 4})
-    refine.resources.batch_size = 8
-    if engine is not None:
-        refine.use_engine(engine)
     run_id = run_id or f"{crawl_run}-items"
     source = RunSource(lake=str(lake.root), run_id=crawl_run)
-    stages: list[Any] = [refine, PlaceSolutions(prefix="refined_"), StructuralChecks()]
+    stages: list[Any] = refine_stages(lake, cfg, engine)
     if cfg.max_items:
         from transforms.llm.sampling import SampleGeneralAndCultural
 

@@ -29,15 +29,15 @@ from transforms.review.importing import import_files
 
 ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-# (goal, correct solution, distractor) per question keyword, written for this test
+# (goal, correct solution, the word to change, its wrong replacement) per question keyword, written for this test
 ITEMS = {
-    0: ("라면 국물이 너무 짤 때 맛을 맞추려면", "물을 조금 더 붓고 다시 끓인다.", "소금을 조금 더 넣고 다시 끓인다."),
-    1: ("프라이팬에 눌어붙은 기름때를 지우려면", "베이킹소다를 뿌리고 따뜻한 물로 불린 뒤 닦는다.", "베이킹소다를 뿌리고 차가운 기름으로 불린 뒤 닦는다."),
-    2: ("겨울에 수도관이 얼지 않게 하려면", "수도꼭지를 조금 열어 물이 흐르게 둔다.", "수도꼭지를 꽉 잠가 물이 멈추게 둔다."),
-    3: ("김치찌개의 신맛을 줄이려면", "설탕을 조금 넣어 끓인다.", "식초를 조금 넣어 끓인다."),
-    4: ("운동화의 냄새를 없애려면", "신문지를 넣어 습기를 빨아들이게 한다.", "물을 넣어 습기를 빨아들이게 한다."),
-    5: ("라면 국물이 짤 때 맛을 맞추는 방법은", "물을 조금 더 붓고 다시 끓인다.", "간장을 조금 더 넣고 다시 끓인다."),
-    6: ("흰 셔츠에 묻은 커피 얼룩을 빼려면", "찬물에 적신 뒤 주방세제를 묻혀 두드린다.", "뜨거운 다리미로 얼룩을 먼저 눌러 말린다."),
+    0: ("라면 국물이 너무 짤 때 맛을 맞추려면", "물을 조금 더 붓고 다시 끓인다.", "물", "소금"),
+    1: ("프라이팬에 눌어붙은 기름때를 지우려면", "베이킹소다를 뿌리고 따뜻한 물로 불린 뒤 닦는다.", "따뜻한", "차가운"),
+    2: ("겨울에 수도관이 얼지 않게 하려면", "수도꼭지를 조금 열어 물이 흐르게 둔다.", "열어", "잠가"),
+    3: ("김치찌개의 신맛을 줄이려면", "설탕을 조금 넣어 끓인다.", "설탕", "식초"),
+    4: ("운동화의 냄새를 없애려면", "신문지를 넣어 습기를 빨아들이게 한다.", "신문지", "물"),
+    5: ("라면 국물이 짤 때 맛을 맞추는 방법은", "물을 조금 더 붓고 다시 끓인다.", "물", "간장"),
+    6: ("흰 셔츠에 묻은 커피 얼룩을 빼려면", "찬물에 적신 뒤 주방세제를 묻혀 두드린다.", "찬물", "뜨거운 물"),
 }
 
 
@@ -50,8 +50,8 @@ class RefineDouble(LLMEngine):
             text = conv[-1]["content"]
             k = int(text.split("#")[1].split()[0]) if "#" in text else -1
             if k in ITEMS:
-                g, s, d = ITEMS[k]
-                out.append(json.dumps({"goal": g, "solution": s, "distractor": d}, ensure_ascii=False))
+                g, a, w, x = ITEMS[k]
+                out.append(json.dumps({"goal": g, "answer": a, "word": w, "wrong_word": x}, ensure_ascii=False))
             else:
                 out.append("{\"goal\": \"반쯤 쓰다 만")
         return out
@@ -80,9 +80,12 @@ def test_questions_become_a_reviewed_deduplicated_balanced_release(ray_local, tm
     refine = next(s for s in items.stages if s.name == "llm_transform")
     assert refine.rows_dropped == {"invalid_output": 1}  # question 7: broken JSON, retried once, then dropped
     kept = read_table(Path(items.outputs["curated"]))
-    assert kept.num_rows == 7 and set(kept.column("_prompt").to_pylist()) == {"ko_piqa/refine@1"}
-    for row in kept.to_pylist():  # the correct solution sits where the label says
-        assert (row["sol1"], row["sol2"])[row["label"]] == row["refined_solution"]
+    assert kept.num_rows == 7 and set(kept.column("_prompt").to_pylist()) == {"ko_piqa/refine@2"}
+    for row in kept.to_pylist():  # the correct solution sits where the label says; the other is the substitution
+        assert (row["sol1"], row["sol2"])[row["label"]] == row["answer"]
+        assert row["wrong_word"] in (row["sol1"], row["sol2"])[1 - row["label"]]
+    wrong3 = next(r for r in kept.to_pylist() if r["id"] == "kin-3")
+    assert (wrong3["sol1"], wrong3["sol2"])[1 - wrong3["label"]] == "식초를 조금 넣어 끓인다."  # 설탕을 → 식초를
     # two annotators review through a CSV; item 4 is rejected by both, item 2 is disputed
     record = export_run(lake, items_run, to="csv", annotators=2, batch="b1", rule=ConsensusRule(rule="unanimous"))
     assert RunManifest.load(lake.manifest_path(items_run)).status == "awaiting_review"

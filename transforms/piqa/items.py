@@ -1,5 +1,12 @@
-"""From refined questions to PIQA items: place the two solutions, check the structure, balance labels.
+"""From refined questions to PIQA items: build the pair, check the structure, balance labels.
 
+* `RefinedItem`: the refinement's reply (prompts/ko_piqa/refine.yaml v2): goal, the correct solution
+  (`answer`), one `word` of it and its `wrong_word`. Lengths are bounded in its JSON schema (llama.cpp
+  decodes under it, so a looping model is cut off), and a reply that cannot make an item (the word not
+  in the answer, the answer a copy of the goal, a repeated phrase, a prompt example copied) fails
+  validation with the reason, which the LLM stage's retry shows to the model once.
+* `KoreanPairFromEdit`: the distractor is the answer with the word replaced (edit_pairs.py), and the
+  particle after it made to agree with the new word's last syllable (설탕을 → 식초를).
 * `PlaceSolutions`: (goal, solution, distractor) from the refinement → (goal, sol1, sol2, label); which
   slot holds the correct solution is decided by a hash of the row id (seeded, reproducible).
 * `StructuralChecks`: both solutions present, not identical, the goal not empty; records the
@@ -10,15 +17,128 @@
 
 from __future__ import annotations
 
+import unicodedata
+from functools import lru_cache
 from typing import ClassVar
 
 import pyarrow as pa
 import xxhash
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from transforms.core import columns as C
 from transforms.core.stage import GlobalStage, Stage, put_column, set_drop_reason
+from transforms.piqa.edit_pairs import MinimalPairFromEdit, _key, prompt_examples, substitute
 from transforms.piqa.textcheck import levenshtein
+
+REFINE_PROMPT = "ko_piqa/refine"
+# A retry turn in the prompt's language: the 1.5B model follows a Korean correction more often.
+REFINE_RETRY = "이 답은 쓸 수 없습니다: {error}. 지시를 정확히 따라 JSON 객체 하나만 다시 쓰세요."
+_EDIT_PROBLEMS = {"edit_empty": "word나 wrong_word가 비어 있습니다",
+                  "edit_no_change": "wrong_word가 word와 같습니다: 다른 낱말을 쓰세요",
+                  "edit_word_missing": "word가 answer 안에 글자 그대로 없습니다: answer에 있는 낱말을 고르세요"}
+
+
+@lru_cache(maxsize=4)
+def _examples(prompt_id: str) -> frozenset[str]:
+    return frozenset(_key(e.get("answer")) for e in prompt_examples(prompt_id))
+
+
+class RefinedItem(BaseModel):
+    """One refined question: the reply schema of ko_piqa/refine v2 and the checks a retry can fix."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    goal: str = Field(..., min_length=2, max_length=60, description="What the person wants to do (~하려면).")
+    answer: str = Field(..., min_length=4, max_length=90, description="The correct solution, one sentence.")
+    word: str = Field(..., min_length=1, max_length=15, description="A word of the answer, written as in it.")
+    wrong_word: str = Field(..., min_length=1, max_length=15, description="Its replacement that makes it fail.")
+
+    @model_validator(mode="after")
+    def _makes_an_item(self) -> RefinedItem:
+        problem = refine_problem(self.goal, self.answer, self.word, self.wrong_word)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+def refine_problem(goal: str, answer: str, word: str, wrong_word: str, lang: str = "ko") -> str | None:
+    """Why a refinement cannot become an item (in the prompt's language, for the retry turn), or None."""
+    from expectations.degenerate import degenerate_reason
+
+    _, reason = substitute(answer, word, wrong_word)
+    if reason is not None:
+        return _EDIT_PROBLEMS[reason]
+    if _plain(answer) == _plain(goal):
+        return "answer가 goal을 그대로 옮겼습니다: goal을 이루는 방법을 쓰세요"
+    if _key(answer) in _examples(REFINE_PROMPT):
+        return "answer가 예시를 베꼈습니다: 질문에 맞는 새 문항을 쓰세요"
+    for name, text in (("goal", goal), ("answer", answer)):
+        if why := degenerate_reason(text, lang):
+            return f"{name}에 같은 말이 되풀이됩니다 ({why}): 짧고 자연스럽게 쓰세요"
+    return None
+
+
+def _plain(text: str) -> str:
+    """Letters and digits only (a copy of the goal with a full stop added is still a copy)."""
+    return "".join(ch for ch in _key(text) if ch.isalnum())
+
+
+# Particle pairs (after a final consonant, after a vowel); 으로/로 is decided separately (ㄹ takes 로).
+_PARTICLES = (("을", "를"), ("이", "가"), ("은", "는"), ("과", "와"))
+
+
+def _final_consonant(syllable: str) -> int | None:
+    """The final-consonant index (0 = none, 8 = ㄹ) of a Hangul syllable, None for anything else."""
+    code = ord(syllable) - 0xAC00
+    return code % 28 if 0 <= code < 11172 else None
+
+
+def fix_particle(text: str, pos: int) -> str:
+    """`text` with the particle starting at `pos` made to agree with the syllable before it.
+
+    Only a particle that ends its word (space, punctuation or the end follows) is touched, so a
+    word that merely starts with 이 or 가 is left alone."""
+    if pos <= 0 or pos >= len(text):
+        return text
+    jong = _final_consonant(text[pos - 1])
+    if jong is None:
+        return text
+    for size, forms in ((2, ("으로",)), (1, ("로",)), (1, tuple(p for pair in _PARTICLES for p in pair))):
+        particle = text[pos:pos + size]
+        after = text[pos + size:pos + size + 1]
+        if particle not in forms or (after and not (after.isspace() or unicodedata.category(after)[0] == "P")):
+            continue
+        if particle in ("으로", "로"):
+            new = "로" if jong in (0, 8) else "으로"
+        else:
+            pair = next(p for p in _PARTICLES if particle in p)
+            new = pair[1] if jong == 0 else pair[0]
+        return text[:pos] + new + text[pos + size:]
+    return text
+
+
+class KoreanPairFromEdit(MinimalPairFromEdit):
+    """MinimalPairFromEdit for Korean: the particle after the replaced word agrees with it."""
+
+    examples_from: str | None = Field(REFINE_PROMPT, description="Prompt whose worked examples a reply must "
+                                      "not copy (`copies_prompt_example`).")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        out = super().process(batch)
+        answers, words, wrongs = (batch.column(c).to_pylist() for c in ("answer", "word", "wrong_word"))
+        s1, s2 = out.column("sol1").to_pylist(), out.column("sol2").to_pylist()
+        for i, (lab, a, w, x) in enumerate(zip(out.column("label").to_pylist(), answers, words, wrongs,
+                                               strict=True)):
+            if lab is None:
+                continue
+            a, w, x = (unicodedata.normalize("NFKC", v or "").strip() for v in (a, w, x))
+            at = a.find(w)
+            if at < 0:  # matched another inflection (edit_pairs._inflected): leave it as substituted
+                continue
+            sols = s1 if lab == 1 else s2  # the wrong solution: sol1 when the correct one is sol2
+            sols[i] = fix_particle(sols[i], at + len(x))
+        out = put_column(out, "sol1", pa.array(s1, pa.string()))
+        return put_column(out, "sol2", pa.array(s2, pa.string()))
 
 
 def word_edit_distance(a: str, b: str) -> int:
