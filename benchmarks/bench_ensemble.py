@@ -92,6 +92,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     config = resolve_config("ko-piqa")
     table = load_sample(Path(args.input))
     ensemble = config.ensemble.model_copy(update={"cache_dir": None})  # type: ignore[union-attr]
+    for clf in ensemble.classifiers:  # supervised members read their labels from the repository, embed via the cache
+        if getattr(clf, "kind", None) == "linear":
+            clf.embed_cache_dir = str(ROOT / "lake" / "cache" / "embeddings")
+            clf.judge = clf.judge.model_copy(update={"labels": str(ROOT / clf.judge.labels),
+                                                     "extra_labels": [str(ROOT / f) for f in clf.judge.extra_labels]})
     t0 = time.perf_counter()
     ensemble.ensure_setup()
     load_s = time.perf_counter() - t0
@@ -135,15 +140,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rep = pre_stage.report
     pass_rate = rep["pass_rate"]
     # Supervised members come before any LLM: the rows that reach the LLMs are the prefilter's passes that
-    # every supervised member also passes (measured on the sample; same model as the prefilter, stricter cut).
+    # every supervised member also passes (measured on the sample: e5-strict, then the chit-chat gate).
     passed_texts = gated.filter(pc.is_null(gated.column(C.DROP_REASON))).column(C.TEXT).to_pylist()
-    linear_yes = 1.0
+    linear_yes, member_yes = 1.0, {}
     for clf in ensemble.ordered():
         if getattr(clf, "kind", None) == "linear" and passed_texts:
-            if isinstance(pre_stage, SupervisedPrefilter) and pre_stage._fitted is not None:
-                clf.use_fitted(pre_stage._fitted)
-            clf.embed_cache_dir = str(ROOT / "lake" / "cache" / "embeddings")
             yes = np.asarray(clf.scores(passed_texts)) >= clf.cut_off()
+            member_yes[clf.name] = float(yes.mean())
             linear_yes *= float(yes.mean())
             passed_texts = [t for t, y in zip(passed_texts, yes, strict=True) if y]
     llm_pass_rate = pass_rate * linear_yes
@@ -165,7 +168,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.prefilter == "supervised":
         print(f"prefilter (supervised): cross-validated AUC {rep.get('cv_auc'):.3f}, recall {rep.get('cv_recall'):.3f} "
               f"(target {rep.get('target_recall')}), precision {rep.get('cv_precision'):.3f} on the seeds; pass rate "
-              f"on all rows {pass_rate:.4f}; supervised members pass {linear_yes:.3f} of those, so "
+              f"on all rows {pass_rate:.4f}; supervised members pass {linear_yes:.3f} of those "
+              f"({', '.join(f'{k} {v:.3f}' for k, v in member_yes.items())}, each of what reaches it), so "
               f"{llm_pass_rate:.4f} of the rows reach the LLMs; fit + scoring {pre_s:.1f} s")
     else:
         print(f"prefilter (distilled): AUC {rep.get('holdout_auc', float('nan')):.3f}, held-out recall vs ensemble "
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"prefilter_mode": args.prefilter, "rows": table.num_rows, "ensemble_rows": n, "load_s": load_s, "llm_s": llm_s, "calls": calls_made,
               "rows_per_s": n / llm_s, "calls_per_s": calls_made / llm_s, "order": order, "stage_yes_rate": stage_pass,
               "ensemble_pass_rate": float(passed.mean()), "tokens": tokens, "prefilter": rep,
-              "linear_members_yes_rate": linear_yes, "llm_pass_rate": llm_pass_rate,
+              "linear_members_yes_rate": linear_yes, "member_yes_rate": member_yes, "llm_pass_rate": llm_pass_rate,
               "per_row": {"full": full, "cascade": cascade, "prefilter_full": full_pre, "prefilter_cascade": with_pre},
               "paper_scale": scale}
     if args.json:

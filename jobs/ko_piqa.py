@@ -77,8 +77,8 @@ def llm_stages(config: Config, run_dir: Path | None) -> list[Any]:
     cache = str(run_dir / "cache" / "ensemble") if run_dir else None
     embed_cache = str(Path(config.lake).resolve() / "cache" / "embeddings")
     members = [m.model_copy(update={"embed_cache_dir": embed_cache, "judge": m.judge.model_copy(
-        update={"labels": _resolve(m.judge.labels)})}) if isinstance(m, LinearClassifier) else m
-        for m in config.ensemble.classifiers]
+        update={"labels": _resolve(m.judge.labels), "extra_labels": [_resolve(f) for f in m.judge.extra_labels]})})
+        if isinstance(m, LinearClassifier) else m for m in config.ensemble.classifiers]
     ensemble = config.ensemble.model_copy(update={"cache_dir": cache, "classifiers": members})
     chain: list[Any] = []
     if isinstance(config.prefilter, SupervisedPrefilter):
