@@ -158,3 +158,20 @@ def test_small_odd_releases_drop_one_item_so_the_slots_split_exactly(n):
     else:
         assert reasons.count("odd_item_out") == 0 and abs(sum(kept) - n / 2) <= 0.5
     assert 0.45 <= sum(kept) / len(kept) <= 0.55  # what the ko-piqa gate asks
+
+
+def test_the_card_says_plainly_when_the_review_was_automatic():
+    from transforms.piqa.card import card_markdown, item_stats
+
+    base = {C.ID: ["a", "b"], "lang": ["ko", "ko"], "goal": ["운동화 냄새를 없애려면", "국물이 짤 때"],
+            "sol1": ["숯을 넣어 둔다.", "물을 붓는다."], "sol2": ["얼음을 넣어 둔다.", "소금을 붓는다."],
+            "label": [0, 1], "is_cultural": [False, True]}
+    gate = {"success": True, "suite": "ko-piqa"}
+    auto = item_stats(pa.table({**base, "review_automatic": [True, True], "review_batch": ["b1", "b1"]}))
+    assert auto["review"] == {"automatic": 2, "people": 0, "batches": ["b1"]}
+    assert "| review | **automatic**: LLM annotators, not people" in card_markdown(
+        auto, title="t", recipe="ko-piqa", version="v", gate=gate)
+    people = item_stats(pa.table({**base, "review_automatic": [False, False], "review_batch": ["b2", "b2"]}))
+    assert "| review | by people (batch b2) |" in card_markdown(people, title="t", recipe="ko-piqa", version="v",
+                                                             gate=gate)
+    assert item_stats(pa.table(base))["review"] is None

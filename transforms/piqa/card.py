@@ -59,10 +59,20 @@ def item_stats(table: pa.Table, funnel: list[tuple[str, int]] | None = None) -> 
         },
         "cultural": {"share": round(sum(cultural) / len(cultural), 4) if cultural else None, "known": len(cultural)},
         "counts": counts,
+        "review": _review(table),
         "funnel": [{"stage": s, "rows": r} for s, r in (funnel or [])],
         "_goal_chars": [len(g) for g in goals],
         "_solution_chars": [len(s) for s in sols],
     }
+
+
+def _review(table: pa.Table) -> dict[str, Any] | None:
+    """How the items were reviewed (transforms/review: `review_automatic`, `review_batch`), or None."""
+    if "review_automatic" not in table.column_names:
+        return None
+    flags = [bool(x) for x in _col(table, "review_automatic") if x is not None]
+    batches = sorted({str(b) for b in _col(table, "review_batch") if b is not None})
+    return {"automatic": sum(flags), "people": len(flags) - sum(flags), "batches": batches}
 
 
 def public_stats(stats: dict[str, Any]) -> dict[str, Any]:
@@ -119,6 +129,19 @@ def _length_rows(stats: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _review_rows(review: dict[str, Any] | None) -> list[str]:
+    if review is None:
+        return []
+    if review["automatic"] and not review["people"]:
+        how = (f"**automatic**: LLM annotators, not people (a dry run; batch {', '.join(review['batches'])}); "
+               "the items were not validated by humans")
+    elif review["automatic"]:
+        how = f"{review['people']:,} items by people, {review['automatic']:,} **automatically** by LLM annotators"
+    else:
+        how = f"by people (batch {', '.join(review['batches'])})"
+    return [f"| review | {how} |"]
+
+
 def card_markdown(stats: dict[str, Any], *, title: str, recipe: str, version: str, gate: dict[str, Any],
                   audit_md: str | None = None, files: list[str] | None = None, plots: list[str] | None = None,
                   sections: list[str] | None = None) -> str:
@@ -131,7 +154,8 @@ def card_markdown(stats: dict[str, Any], *, title: str, recipe: str, version: st
              f"Recipe `{recipe}`. Quality gate: **{status}** (suite `{gate.get('suite')}`).", "",
              "## Statistics", "", "| | |", "|---|---|", f"| items | {stats['items']:,} |",
              f"| label 0 / 1 | {lab['0']:,} / {lab['1']:,} (label 1: {share}) |",
-             f"| cultural items | {cultural_share} (known for {cultural['known']:,}) |", "",
+             f"| cultural items | {cultural_share} (known for {cultural['known']:,}) |",
+             *_review_rows(stats.get("review")), "",
              "Lengths (words are whitespace tokens; characters for Japanese/Chinese/Thai):", "",
              *_length_rows(stats), ""]
     for name, tally in stats["counts"].items():
