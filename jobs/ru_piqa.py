@@ -72,18 +72,19 @@ class Arm(BaseModel):
         "(small and robust for a 1.5B model); list: n_items items as one JSON list (the paper's form).")
     prompt: str | None = Field(None, description="Prompt id; unset: ru_piqa/grounded_item or no_source_item "
                                "(edit), ru_piqa/grounded_generation or no_source (list).")
-    params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=160, temperature=0.3))
+    params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=240, temperature=0.3))
 
     def prompt_id(self) -> str:
         return self.prompt or PROMPTS[(self.form, self.grounded)]
 
 
 def _local_arms() -> list[Arm]:
-    return [Arm(name="qwen2.5-coder-1.5b:grounded:t0.3", params=GenerationParams(max_tokens=160, temperature=0.3)),
-            Arm(name="qwen2.5-coder-1.5b:grounded:t0.8", params=GenerationParams(max_tokens=160, temperature=0.8,
+    # 240 tokens: the v2 item prompts ask for a 20-30-word goal and a 10-15-word answer (~150 tokens of JSON)
+    return [Arm(name="qwen2.5-coder-1.5b:grounded:t0.3", params=GenerationParams(max_tokens=240, temperature=0.3)),
+            Arm(name="qwen2.5-coder-1.5b:grounded:t0.8", params=GenerationParams(max_tokens=240, temperature=0.8,
                                                                                    seed=1)),
             Arm(name="qwen2.5-coder-1.5b:no-source:t0.3", grounded=False,
-                params=GenerationParams(max_tokens=160, temperature=0.3))]
+                params=GenerationParams(max_tokens=240, temperature=0.3))]
 
 
 def _eval_engines() -> dict[str, EngineConfig]:
