@@ -48,6 +48,25 @@ def test_translation_set_on_piqa_valid(piqa_valid):
         assert all(sum(any(ch.isalnum() for ch in w) for w in row[c].split()) <= 12 for c in ("goal", "sol1", "sol2"))
 
 
+def test_the_bundled_minimal_pairs_are_piqa_valids_candidates_and_draw_alike(piqa_valid):
+    """The job's default input (no ../shared on a fresh clone): exactly the 1,134 candidates, text, ids and
+    orig_line_no as in the full file, so the seeded draws there and here pick the same items."""
+    from transforms.piqa.formats import read_items
+
+    bundled = read_items(SAMPLES / "piqa_valid_minimal_pairs.jsonl")
+    assert bundled.num_rows == 1134
+    full = {r["id"]: r for r in piqa_valid.to_pylist()}
+    for row in bundled.to_pylist():
+        ref = full[row["id"]]
+        assert (row["goal"], row["sol1"], row["sol2"], row["label"], row["orig_line_no"]) == \
+            (ref["goal"], ref["sol1"], ref["sol2"], ref["label"], ref["orig_line_no"])
+    assert TranslationSetSelector()(bundled).column("drop_reason").null_count == 200
+    for kwargs in ({}, {"n": 1, "max_words": 12}, {"seed": 3, "n": 20}):
+        here, there = TranslationSetSelector(**kwargs)(bundled), TranslationSetSelector(**kwargs)(piqa_valid)
+        assert set(here.filter(pc.equal(here.column("_status"), "kept")).column("id").to_pylist()) == \
+            set(there.filter(pc.equal(there.column("_status"), "kept")).column("id").to_pylist())
+
+
 def test_a_real_one_word_pair_is_selected_and_a_rewritten_one_is_not(piqa_valid):
     out = TranslationSetSelector(n=None)(piqa_valid.slice(0, 4)).to_pylist()
     assert out[3]["goal"] == "Make outdoor pillow." and out[3]["drop_reason"] is None  # tin can / trash bag
