@@ -1,7 +1,11 @@
 """review=auto: LLM annotators fill a review batch through the same import path as people.
 
 Each annotator is one (engine, prompt) pair; it picks one of the prompt's six options by their
-log-probabilities (`LLMEngine.choose`), mapped in order to the review verdicts. Its judgments are
+log-probabilities (`LLMEngine.option_logprobs`), mapped in order to the review verdicts. Small models
+prefer whichever solution is shown first (Qwen2.5 1.5B picked solution 1 in 43 of 44 J-PIQA judgments),
+so by default every item is also shown with its solutions swapped and the two readings are averaged
+(`both_orders`): the option probabilities of the swapped reading have A and B exchanged back before
+the average, so a pure position preference cancels out and only a preference for the content stays. Its judgments are
 written to `auto-judgments.jsonl` in the batch folder and imported exactly like a filled CSV; the
 batch record says `automatic: true` (and so does every reviewed row, `review_automatic`), so a
 release card can say plainly that no person reviewed the items.
@@ -10,6 +14,7 @@ release card can say plainly that no person reviewed the items.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any
 
@@ -33,6 +38,9 @@ class AutoReviewConfig(BaseModel):
     annotators: int = Field(2, ge=1, description="How many LLM annotators judge every item.")
     batch_size: int = Field(16, ge=1, description="Items per engine call.")
     n_boot: int = Field(1000, ge=0, description="Bootstrap replicates for the agreement intervals.")
+    both_orders: bool = Field(True, description="Also judge every item with its solutions swapped and average "
+                              "the two readings' option probabilities (cancels a preference for the first "
+                              "solution); doubles the calls.")
 
 
 def annotator_plan(cfg: AutoReviewConfig) -> list[tuple[EngineConfig, str]]:
@@ -43,19 +51,84 @@ def annotator_plan(cfg: AutoReviewConfig) -> list[tuple[EngineConfig, str]]:
     return combos[: cfg.annotators]
 
 
-def judge(engine: Any, prompt_id: str, items: list[dict[str, Any]], batch_size: int) -> list[str]:
-    """One verdict per item from one (loaded) engine and prompt."""
+def _probs(logprobs: list[float]) -> list[float]:
+    top = max(logprobs)
+    exp = [math.exp(v - top) for v in logprobs]
+    total = sum(exp)
+    return [v / total for v in exp]
+
+
+def combine_orders(as_shown: list[float], swapped: list[float]) -> list[float]:
+    """Verdict probabilities from the two readings of one item, in VERDICTS order.
+
+    `as_shown` / `swapped`: log-probabilities of the six options with the solutions in their order and
+    exchanged. In the swapped reading "solution 1 is correct" means the item's sol2, so its first two
+    probabilities are exchanged before the two readings are averaged."""
+    p, q = _probs(as_shown), _probs(swapped)
+    q[0], q[1] = q[1], q[0]
+    return [(a + b) / 2 for a, b in zip(p, q, strict=True)]
+
+
+def judge_detailed(engine: Any, prompt_id: str, items: list[dict[str, Any]], batch_size: int,
+                   both_orders: bool = True) -> list[dict[str, Any]]:
+    """One judgment per item from one (loaded) engine and prompt: the verdict, its probability and,
+    with `both_orders`, the verdict each reading alone would give (`position_consistent` when equal)."""
     from transforms.llm.prompts import load_prompt
 
     prompt = load_prompt(prompt_id)
     if len(prompt.options) != len(VERDICTS):
         raise ReviewError(f"prompt {prompt.ref} must have {len(VERDICTS)} options mapping to {list(VERDICTS)}")
-    to_verdict = dict(zip(prompt.options, VERDICTS, strict=True))
-    texts = [engine.render_chat(prompt.render(goal=r["goal"], sol1=r["sol1"], sol2=r["sol2"]).messages)
-             for r in items]
-    out: list[str] = []
-    for start in range(0, len(texts), batch_size):
-        out += [to_verdict[c] for c in engine.choose(texts[start:start + batch_size], prompt.options)]
+    verdicts = list(VERDICTS)
+
+    def logprobs(rows: list[dict[str, Any]], swap: bool) -> list[list[float]]:
+        texts = [engine.render_chat(prompt.render(goal=r["goal"], sol1=r["sol2" if swap else "sol1"],
+                                                  sol2=r["sol1" if swap else "sol2"]).messages) for r in rows]
+        out: list[list[float]] = []
+        for start in range(0, len(texts), batch_size):
+            out += engine.option_logprobs(texts[start:start + batch_size], prompt.options)
+        return out
+
+    shown = logprobs(items, swap=False)
+    result: list[dict[str, Any]] = []
+    if not both_orders:
+        for lp in shown:
+            p = _probs(lp)
+            best = p.index(max(p))
+            result.append({"verdict": verdicts[best], "p": round(p[best], 4),
+                           "probs": {v: round(x, 4) for v, x in zip(verdicts, p, strict=True)}})
+        return result
+    swapped = logprobs(items, swap=True)
+    for lp, lq in zip(shown, swapped, strict=True):
+        p = combine_orders(lp, lq)
+        best = p.index(max(p))
+        alone = _probs(lp)
+        back = _probs(lq)
+        back[0], back[1] = back[1], back[0]
+        v_shown, v_swapped = verdicts[alone.index(max(alone))], verdicts[back.index(max(back))]
+        result.append({"verdict": verdicts[best], "p": round(p[best], 4),
+                       "probs": {v: round(x, 4) for v, x in zip(verdicts, p, strict=True)}, "verdict_as_shown": v_shown,
+                       "verdict_swapped": v_swapped, "position_consistent": v_shown == v_swapped})
+    return result
+
+
+def judge(engine: Any, prompt_id: str, items: list[dict[str, Any]], batch_size: int,
+          both_orders: bool = True) -> list[str]:
+    """One verdict per item from one (loaded) engine and prompt."""
+    return [j["verdict"] for j in judge_detailed(engine, prompt_id, items, batch_size, both_orders)]
+
+
+def position_summary(judgments: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per LLM annotator: how often it chose solution 1 / solution 2, and (both orders) how often the
+    two readings agreed: a position-biased judge shows a low `position_consistent` share."""
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(j["annotator"] for j in judgments):
+        mine = [j for j in judgments if j["annotator"] == name]
+        entry: dict[str, Any] = {"judgments": len(mine), "sol1": sum(j["verdict"] == "sol1" for j in mine),
+                                 "sol2": sum(j["verdict"] == "sol2" for j in mine)}
+        if mine and "verdict_as_shown" in mine[0]:
+            entry["as_shown_sol1"] = sum(j["verdict_as_shown"] == "sol1" for j in mine)
+            entry["position_consistent"] = sum(bool(j["position_consistent"]) for j in mine)
+        out[name] = entry
     return out
 
 
@@ -76,8 +149,9 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
             for (e, prompt_id), name in zip(plan, names, strict=True):
                 if e != engine_cfg:
                     continue
-                for row, verdict in zip(rows, judge(engine, prompt_id, rows, cfg.batch_size), strict=True):
-                    judgments.append({"item_id": str(row["id"]), "annotator": name, "verdict": verdict,
+                detailed = judge_detailed(engine, prompt_id, rows, cfg.batch_size, cfg.both_orders)
+                for row, j in zip(rows, detailed, strict=True):
+                    judgments.append({"item_id": str(row["id"]), "annotator": name, **j,
                                       "model": e.model, "prompt": load_prompt(prompt_id).ref})
         finally:
             engine.close()
@@ -87,4 +161,5 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
     record.annotators, record.named_annotators, record.automatic = names, True, True
     record.write(folder)
     result = import_judgments(lake, batch, read_judgment_files([path]), n_boot=cfg.n_boot)
+    result.stats["position"] = position_summary(judgments)
     return result, write_import(lake, result, [path], seconds=time.perf_counter() - start)
