@@ -117,9 +117,15 @@ def finish(lake: Lake, review_run: str, cfg: ItemsConfig, dataset: str, resume: 
     from transforms.core.runner import run_pipeline
     from transforms.io.sources import RunSource
     final_id = f"{review_run}-final"
-    run_pipeline(job="ko-piqa-final", dataset=dataset, source=RunSource(lake=str(lake.root), run_id=review_run),
-                 stages=[cfg.dedup, cfg.balance], lake=lake, config={"recipe": "ko-piqa", **cfg.model_dump()},
-                 run_id=final_id, resume=resume, parents=[review_run])
+    final = run_pipeline(job="ko-piqa-final", dataset=dataset,
+                         source=RunSource(lake=str(lake.root), run_id=review_run), stages=[cfg.dedup, cfg.balance],
+                         lake=lake, config={"recipe": "ko-piqa", **cfg.model_dump()}, run_id=final_id,
+                         resume=resume, parents=[review_run])
+    left = final.stages[-1].rows_kept if final.stages else 0
+    if not left:  # nothing to gate: say why instead of failing inside the release job
+        why = f"no items left after review, dedup and balancing (run {final_id}): no release, no evaluation"
+        log.error("ko-piqa-items: %s", why)
+        return {"final_run": final_id, "release": None, "released": False, "exit_code": 1, "reason": why}
     release = release_job.run(release_job.Config(input=f"run:{final_id}", recipe="ko-piqa", dataset=dataset,
                                                  lake=str(lake.root), version=cfg.release_version),
                               run_id=f"{final_id}-release")

@@ -30,10 +30,11 @@ from transforms.review.importing import import_files
 ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 # (goal, correct solution, the word to change, its wrong replacement) per question keyword, written for this test
+# (no edit of the prompt's own examples: those are dropped as copies_prompt_example)
 ITEMS = {
     0: ("라면 국물이 너무 짤 때 맛을 맞추려면", "물을 조금 더 붓고 다시 끓인다.", "물", "소금"),
-    1: ("프라이팬에 눌어붙은 기름때를 지우려면", "베이킹소다를 뿌리고 따뜻한 물로 불린 뒤 닦는다.", "따뜻한", "차가운"),
-    2: ("겨울에 수도관이 얼지 않게 하려면", "수도꼭지를 조금 열어 물이 흐르게 둔다.", "열어", "잠가"),
+    1: ("프라이팬에 눌어붙은 기름때를 지우려면", "베이킹소다를 뿌리고 물로 불린 뒤 닦는다.", "베이킹소다", "밀가루"),
+    2: ("겨울에 수도관이 얼지 않게 하려면", "수도계량기 함을 헌 옷으로 채워 둔다.", "헌 옷", "젖은 수건"),
     3: ("김치찌개의 신맛을 줄이려면", "설탕을 조금 넣어 끓인다.", "설탕", "식초"),
     4: ("운동화의 냄새를 없애려면", "신문지를 넣어 습기를 빨아들이게 한다.", "신문지", "물"),
     5: ("라면 국물이 짤 때 맛을 맞추는 방법은", "물을 조금 더 붓고 다시 끓인다.", "물", "간장"),
