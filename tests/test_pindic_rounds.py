@@ -53,7 +53,8 @@ def test_front_half_and_rounds_on_the_runner(ray_local, tmp_path):
     index, summary = P.combination_index(classified, embedder.encode, tax, run_dir / "combos")
     assert summary["pool_items"] == 6 and summary["non_empty_combinations"] == len(index.combos)
     assert (run_dir / "combos" / "combos.json").exists()
-    stages = {"generate": cfg.generate.use_engine(engine), "validate": cfg.validate_items, "novelty": cfg.novelty}
+    stages = {"generate": cfg.generate.use_engine(engine), "pair": cfg.pair, "validate": cfg.validate_items,
+              "novelty": cfg.novelty}
     gen = P.generation_rounds(cfg, lake, "t", index, tax, embedder.encode, P.curated(classified), stages, False,
                               parents=[classified.run_id])
     rounds = P.round_manifests(lake, gen)
