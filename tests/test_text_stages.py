@@ -113,3 +113,35 @@ def test_importing_the_stage_loads_no_model():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]"
+
+
+def test_script_shortcut_agrees_with_the_script_and_leaves_doubtful_rows_to_fasttext(shared_data, langid):
+    # Real short Korean utterances (3i4k) that lid.176 often misreads, a real Tamil sentence, English
+    # PIQA text, Korean with a long English/number run, and punctuation only.
+    lines = (shared_data / "ko_3i4k" / "fci.txt").read_text(encoding="utf-8").splitlines()
+    korean = [line.split("\t", 1)[-1].strip() for line in lines[:400]]
+    tamil = json.loads((shared_data / "xcopa_ta" / "data_ta_val.ta.jsonl").open(encoding="utf-8").readline())
+    mixed = "최대양정21m-(maximum suction head 3 + pump height 1) total head 19m"
+    texts = korean + [tamil["premise"], "Blow into trash bag and tie with rubber band.", mixed, "?!...", None]
+    shortcut = LanguageFilter(languages=["ko", "ta"], script_shortcut={"ko": 0.9, "ta": 0.9})
+    shortcut.ensure_setup()
+    out = shortcut(pa.table({"text": texts}))
+    method = out.column("lang_method").to_pylist()
+    lang = out.column("lang").to_pylist()
+    assert set(method[:400]) == {"script"} and set(lang[:400]) == {"ko"}
+    assert (lang[400], method[400]) == ("ta", "script")
+    assert method[401:404] == ["fasttext"] * 3 and lang[401] == "en"
+    assert lang[404] is None and method[404] is None
+    # fastText alone drops some of the same real Korean rows as another language: the script keeps them
+    plain = langid(pa.table({"text": korean}))
+    misread = sum(r is not None for r in plain.column(C.DROP_REASON).to_pylist())
+    assert misread > 0 and all(r is None for r in out.column(C.DROP_REASON).to_pylist()[:400])
+    shares = out.column("lang_score").to_pylist()[:400]
+    assert min(shares) >= 0.9 and max(shares) <= 1.0
+
+
+def test_script_shortcut_config_is_checked():
+    with pytest.raises(ValidationError, match="no single-language script"):
+        LanguageFilter(languages=["hi"], script_shortcut={"hi": 0.9})  # Devanagari: hi, mr, ne, sa ...
+    with pytest.raises(ValidationError, match="shares must be"):
+        LanguageFilter(languages=["ko"], script_shortcut={"ko": 0.3})
