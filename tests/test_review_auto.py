@@ -106,3 +106,35 @@ def test_both_orders_moves_qwen_away_from_always_solution_one(shared_data):
           f"position-consistent {sum(j['position_consistent'] for j in got)}")
     assert abs(both - truth_sol1) < abs(shown - truth_sol1)
     assert len(picks) >= len(items) // 2 and correct > len(picks) / 2
+
+
+@pytest.mark.slow  # ~40 s quiet, 130 s under load (Gemma 270M, 20 prompts)
+def test_abstain_withholds_judgments_whose_two_readings_disagree(tmp_path):
+    from tests.test_review import ITEMS, make_run
+    from transforms.core.lake import Lake
+    from transforms.review.auto import AutoReviewConfig, auto_review
+    from transforms.review.batch import export_run
+
+    lake = Lake(tmp_path / "lake").create()
+    export_run(lake, make_run(lake, ITEMS), to="csv", annotators=2, batch="auto1")
+    gemma_cfg = EngineConfig(backend="llamacpp", model="gemma3-270m",
+                             options={"threads": 2, "ctx_size": 1024, "parallel": 2})
+    cfg = AutoReviewConfig(engines=[gemma_cfg], annotators=2, inconsistent="abstain", n_boot=20)
+    result, manifest = auto_review(lake, "auto1", cfg)
+    folder = lake.root / "review" / "auto1"
+    used = [json.loads(x) for x in (folder / "auto-judgments.jsonl").read_text(encoding="utf-8").splitlines()]
+    held = [json.loads(x) for x in (folder / "auto-abstained.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(used) + len(held) == 2 * ITEMS.num_rows
+    assert all(j["position_consistent"] for j in used) and not any(j["position_consistent"] for j in held)
+    assert result.stats["position_abstained"] == len(held)
+    # an item kept by the 2-of-2 rule has two counted judgments that agree; none is kept on a withheld one
+    per_item: dict[str, list[str]] = {}
+    for j in used:
+        per_item.setdefault(j["item_id"], []).append(j["verdict"])
+    reviewed = result.reviewed.to_pylist()
+    assert len(reviewed) == ITEMS.num_rows
+    for row in reviewed:
+        if row.get("drop_reason") is None:
+            verdicts = per_item.get(str(row["id"]), [])
+            assert len(verdicts) == 2 and len(set(verdicts)) == 1
+    assert manifest.status == "succeeded"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +41,10 @@ class AutoReviewConfig(BaseModel):
     both_orders: bool = Field(True, description="Also judge every item with its solutions swapped and average "
                               "the two readings' option probabilities (cancels a preference for the first "
                               "solution); doubles the calls.")
+    inconsistent: Literal["count", "abstain"] = Field(
+        "count", description="A judgment whose two readings disagree (both_orders): 'count' keeps the averaged "
+        "verdict; 'abstain' withholds it (written to auto-abstained.jsonl), so the item lacks that annotator "
+        "and is dropped as not reviewed / no consensus, for people to judge, instead of a near coin toss.")
 
 
 def annotator_plan(cfg: AutoReviewConfig) -> list[tuple[EngineConfig, str]]:
@@ -156,10 +160,17 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
         finally:
             engine.close()
     folder = batch_dir(lake, batch)
+    abstained: list[dict[str, Any]] = []
+    if cfg.both_orders and cfg.inconsistent == "abstain":
+        abstained = [j for j in judgments if not j["position_consistent"]]
+        judgments = [j for j in judgments if j["position_consistent"]]
+    (folder / "auto-abstained.jsonl").write_text(
+        "".join(json.dumps(j, ensure_ascii=False) + "\n" for j in abstained), encoding="utf-8")
     path = folder / "auto-judgments.jsonl"
     path.write_text("".join(json.dumps(j, ensure_ascii=False) + "\n" for j in judgments), encoding="utf-8")
     record.annotators, record.named_annotators, record.automatic = names, True, True
     record.write(folder)
     result = import_judgments(lake, batch, read_judgment_files([path]), n_boot=cfg.n_boot)
-    result.stats["position"] = position_summary(judgments)
+    result.stats["position"] = position_summary(judgments + abstained)
+    result.stats["position_abstained"] = len(abstained)
     return result, write_import(lake, result, [path], seconds=time.perf_counter() - start)
