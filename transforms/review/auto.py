@@ -62,21 +62,26 @@ def _probs(logprobs: list[float]) -> list[float]:
     return [v / total for v in exp]
 
 
-def combine_orders(as_shown: list[float], swapped: list[float]) -> list[float]:
-    """Verdict probabilities from the two readings of one item, in VERDICTS order.
-
-    `as_shown` / `swapped`: log-probabilities of the six options with the solutions in their order and
-    exchanged. In the swapped reading "solution 1 is correct" means the item's sol2, so its first two
-    probabilities are exchanged before the two readings are averaged."""
-    p, q = _probs(as_shown), _probs(swapped)
+def _swapped_back(logprobs: list[float]) -> list[float]:
+    """Probabilities of the swapped reading in the item's own terms: its "solution 1 is correct" is the
+    item's sol2, so the first two are exchanged."""
+    q = _probs(logprobs)
     q[0], q[1] = q[1], q[0]
-    return [(a + b) / 2 for a, b in zip(p, q, strict=True)]
+    return q
+
+
+def combine_orders(as_shown: list[float], swapped: list[float]) -> list[float]:
+    """Verdict probabilities from the two readings of one item, in VERDICTS order: the average of the
+    as-shown probabilities and the swapped reading's, exchanged back (`as_shown` / `swapped` are the six
+    options' log-probabilities with the solutions in their order and exchanged)."""
+    return [(a + b) / 2 for a, b in zip(_probs(as_shown), _swapped_back(swapped), strict=True)]
 
 
 def judge_detailed(engine: Any, prompt_id: str, items: list[dict[str, Any]], batch_size: int,
                    both_orders: bool = True) -> list[dict[str, Any]]:
-    """One judgment per item from one (loaded) engine and prompt: the verdict, its probability and,
-    with `both_orders`, the verdict each reading alone would give (`position_consistent` when equal)."""
+    """One judgment per item from one (loaded) engine and prompt: the verdict, its probability, every
+    verdict's probability and, with `both_orders`, the verdict each reading alone would give
+    (`position_consistent` when they are the same)."""
     from transforms.llm.prompts import load_prompt
 
     prompt = load_prompt(prompt_id)
@@ -84,41 +89,30 @@ def judge_detailed(engine: Any, prompt_id: str, items: list[dict[str, Any]], bat
         raise ReviewError(f"prompt {prompt.ref} must have {len(VERDICTS)} options mapping to {list(VERDICTS)}")
     verdicts = list(VERDICTS)
 
-    def logprobs(rows: list[dict[str, Any]], swap: bool) -> list[list[float]]:
+    def logprobs(swap: bool) -> list[list[float]]:
         texts = [engine.render_chat(prompt.render(goal=r["goal"], sol1=r["sol2" if swap else "sol1"],
-                                                  sol2=r["sol1" if swap else "sol2"]).messages) for r in rows]
+                                                  sol2=r["sol1" if swap else "sol2"]).messages) for r in items]
         out: list[list[float]] = []
         for start in range(0, len(texts), batch_size):
             out += engine.option_logprobs(texts[start:start + batch_size], prompt.options)
         return out
 
-    shown = logprobs(items, swap=False)
-    result: list[dict[str, Any]] = []
+    def top(p: list[float]) -> str:
+        return verdicts[p.index(max(p))]
+
+    def judgment(p: list[float]) -> dict[str, Any]:
+        return {"verdict": top(p), "p": round(max(p), 4),
+                "probs": {v: round(x, 4) for v, x in zip(verdicts, p, strict=True)}}
+
+    shown = logprobs(swap=False)
     if not both_orders:
-        for lp in shown:
-            p = _probs(lp)
-            best = p.index(max(p))
-            result.append({"verdict": verdicts[best], "p": round(p[best], 4),
-                           "probs": {v: round(x, 4) for v, x in zip(verdicts, p, strict=True)}})
-        return result
-    swapped = logprobs(items, swap=True)
-    for lp, lq in zip(shown, swapped, strict=True):
-        p = combine_orders(lp, lq)
-        best = p.index(max(p))
-        alone = _probs(lp)
-        back = _probs(lq)
-        back[0], back[1] = back[1], back[0]
-        v_shown, v_swapped = verdicts[alone.index(max(alone))], verdicts[back.index(max(back))]
-        result.append({"verdict": verdicts[best], "p": round(p[best], 4),
-                       "probs": {v: round(x, 4) for v, x in zip(verdicts, p, strict=True)}, "verdict_as_shown": v_shown,
+        return [judgment(_probs(lp)) for lp in shown]
+    result: list[dict[str, Any]] = []
+    for lp, lq in zip(shown, logprobs(swap=True), strict=True):
+        v_shown, v_swapped = top(_probs(lp)), top(_swapped_back(lq))
+        result.append({**judgment(combine_orders(lp, lq)), "verdict_as_shown": v_shown,
                        "verdict_swapped": v_swapped, "position_consistent": v_shown == v_swapped})
     return result
-
-
-def judge(engine: Any, prompt_id: str, items: list[dict[str, Any]], batch_size: int,
-          both_orders: bool = True) -> list[str]:
-    """One verdict per item from one (loaded) engine and prompt."""
-    return [j["verdict"] for j in judge_detailed(engine, prompt_id, items, batch_size, both_orders)]
 
 
 def position_summary(judgments: list[dict[str, Any]]) -> dict[str, Any]:
