@@ -90,13 +90,15 @@ class LanguageFilter(Stage):
         todo = [i for i, lang in enumerate(decided) if lang is None]
         langs: list[str | None] = list(decided)
         scores: list[float | None] = list(shares)
-        if todo:
+        if len(todo) == len(decided):  # nothing decided by script (the default): no copy
+            langs, scores = self.predict(text.to_pylist())
+        elif todo:
             got, probs = self.predict(text.take(pa.array(todo, pa.int64())).to_pylist())
             for i, g, p in zip(todo, got, probs, strict=True):
                 langs[i], scores[i] = g, p
-        method = pa.array([None if lg is None else ("script" if d is not None else "fasttext")
-                           for lg, d in zip(langs, decided, strict=True)], pa.string())
         lang = pa.array(langs, pa.string())
+        method = pc.if_else(pc.is_valid(pa.array(decided, pa.string())), pa.scalar("script"),
+                            pc.if_else(pc.is_valid(lang), pa.scalar("fasttext"), pa.scalar(None, pa.string())))
         score = pa.array(scores, pa.float32())
         none = pa.scalar(None, pa.string())
         allowed = pc.is_in(lang, value_set=pa.array(self.languages, pa.string()))
