@@ -57,16 +57,14 @@ class GeneratedEdit(BaseModel):
     wrong_word: str = Field(..., description="Its replacement, which makes the solution fail.")
 
 
-# The five locales' scripts (Devanagari, Bengali, Tamil, Kannada, Malayalam), one Unicode block each.
-INDIC_BLOCKS = ((0x0900, 0x097F), (0x0980, 0x09FF), (0x0B80, 0x0BFF), (0x0C80, 0x0CFF), (0x0D00, 0x0D7F))
+INDIC = ("hi", "bn", "ta", "kn", "ml")  # the five locales' languages
 
 
 def indic_share(text: str) -> float:
-    """Share of the letters in the text's most used Indic block (0 for Latin text)."""
-    letters = [ord(ch) for ch in text if ch.isalpha() or 0x0900 <= ord(ch) <= 0x0DFF]
-    if not letters:
-        return 0.0
-    return max(sum(lo <= c <= hi for c in letters) for lo, hi in INDIC_BLOCKS) / len(letters)
+    """Share of the letters in the text's most used script of the five locales (0 for Latin text)."""
+    from transforms.piqa.textcheck import script_share
+
+    return max(script_share(text, lang) for lang in INDIC)
 
 
 def repeated_word(text: str) -> str | None:

@@ -26,18 +26,15 @@ from pydantic import Field, PrivateAttr, field_validator
 from transforms.core import columns as C
 from transforms.core.deps import require
 from transforms.core.stage import Stage, put_column, set_drop_reason
+from transforms.piqa.textcheck import SCRIPT_RANGES
 
 LANG = "lang"
 LANG_SCORE = "lang_score"
 LANG_METHOD = "lang_method"
-# Scripts written by one language only among lid.176's labels: their Unicode blocks.
-SINGLE_LANGUAGE_SCRIPTS: dict[str, tuple[tuple[int, int], ...]] = {
-    "ko": ((0xAC00, 0xD7AF), (0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xD7B0, 0xD7FF)),
-    "ta": ((0x0B80, 0x0BFF),), "ml": ((0x0D00, 0x0D7F),), "kn": ((0x0C80, 0x0CFF),), "te": ((0x0C00, 0x0C7F),),
-    "gu": ((0x0A80, 0x0AFF),), "pa": ((0x0A00, 0x0A7F),), "or": ((0x0B00, 0x0B7F),), "si": ((0x0D80, 0x0DFF),),
-    "th": ((0x0E00, 0x0E7F),), "lo": ((0x0E80, 0x0EFF),), "km": ((0x1780, 0x17FF),), "my": ((0x1000, 0x109F),),
-    "el": ((0x0370, 0x03FF), (0x1F00, 0x1FFF)), "ka": ((0x10A0, 0x10FF),), "hy": ((0x0530, 0x058F),),
-}
+# Languages whose script (its blocks in transforms/piqa/textcheck.SCRIPT_RANGES) no other language of
+# lid.176 writes: Devanagari (hi, mr, ne, sa), Cyrillic and the CJK blocks are not among them.
+SINGLE_LANGUAGE_SCRIPTS = frozenset({"ko", "ta", "ml", "kn", "te", "gu", "pa", "or", "si", "th", "lo", "km",
+                                     "my", "el", "ka", "hy"})
 
 
 class LanguageFilter(Stage):
@@ -166,7 +163,7 @@ def script_languages(texts: pa.Array | pa.ChunkedArray, shortcut: dict[str, floa
     codes = list(shortcut)
     for k, code in enumerate(codes):
         in_script = np.zeros(len(cps), dtype=bool)
-        for lo, hi in SINGLE_LANGUAGE_SCRIPTS[code]:
+        for lo, hi in SCRIPT_RANGES[code]:
             in_script |= (cps >= lo) & (cps <= hi)
         own = per_row(in_script)
         hit = (code_of < 0) & (letters > 0) & (own >= shortcut[code] * letters)
