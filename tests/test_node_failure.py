@@ -337,11 +337,16 @@ def test_killing_a_node_while_the_llm_ensemble_answers_loses_and_reasks_nothing(
     # every classifier answered every row it was asked about once, and the same answer as in the clean run
     assert _answers(lake, "llm") == _answers(clean_lake, "llm-clean")
     restarts = _lineage_restarts(ray_temp)
-    exits = len(set(re.findall(rf"pid=(\d+)\).*{re.escape(ZOMBIE_EXITS)}", _log(lake, "llm").read_text(errors="replace"))))
+    log_text = _log(lake, "llm").read_text(errors="replace")
+    exits = len(set(re.findall(rf"pid=(\d+)\).*{re.escape(ZOMBIE_EXITS)}", log_text)))
+    # Ray may also fail to rebuild the restarted actor's own constructor arguments (they lived on the dead
+    # node): it then dies in its creation task before our exit runs. Either way it holds no CPU.
+    died = len(set(re.findall(rf"{re.escape(VICTIMS[victim_of])}\)\)\.__init__\(\).{{0,40}}\(pid=(\d+)", log_text)))
     if VICTIMS[victim_of] == "_ScoreActor" and restarts:  # Ray brought the finished stage's actor back: it left
-        assert exits, log_tail(_log(lake, "llm"))
+        assert exits or died, log_tail(_log(lake, "llm"))
     print(f"\nkilled the {victim_of} after {answered} answer chunks of the ensemble stage; {ensemble.rows_in} rows "
-          f"judged; Ray restarted {restarts} actor(s) to rebuild lost blocks, {exits} of a finished stage left; "
+          f"judged; Ray restarted {restarts} actor(s) to rebuild lost blocks, {exits} of a finished stage left, "
+          f"{died} died rebuilding their arguments; "
           f"stages {[(s.name, s.seconds) for s in manifest.stages]}")
 
 
