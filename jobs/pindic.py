@@ -29,7 +29,6 @@ from transforms.llm.base import EngineConfig
 from transforms.pindic.combos import SamplingConfig
 from transforms.pindic.finish import (
     AttachFixes,
-    BalanceLabels,
     CopyColumns,
     CorrectTranslation,
     ReleaseChecks,
@@ -44,6 +43,7 @@ from transforms.pindic.stages import (
     PiqaSliceSource,
     ValidateGenerated,
 )
+from transforms.piqa.balance import BalanceLabels
 from transforms.piqa.edit_pairs import MinimalPairFromEdit
 from transforms.review.auto import AutoReviewConfig
 from transforms.review.consensus import ConsensusRule

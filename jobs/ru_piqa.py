@@ -37,10 +37,10 @@ from transforms.io.documents import AttachChunks, DocumentSource
 from transforms.io.sources import ProductSource
 from transforms.llm.base import EngineConfig, GenerationParams
 from transforms.llm.generate import LLMGenerate
+from transforms.piqa.balance import BalanceLabels
 from transforms.piqa.edit_pairs import MinimalPairFromEdit
 from transforms.piqa.japanese import DuplicateTripletFilter
 from transforms.piqa.provenance import (
-    BalanceLabels,
     ProvenanceColumns,
     SetColumns,
     markdown_table,
@@ -178,7 +178,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     if reviewed is None:
         return {"run_id": run_id, "awaiting_review": f"review-{checks.run_id}"}
     final = run_chain(lake, config, run_id, run_output(lake, reviewed),
-                      [ProvenanceColumns(), BalanceLabels(seed=config.seed, drop_odd_below=11)], resume=resume, parents=[reviewed])
+                      [ProvenanceColumns(), BalanceLabels(seed=config.seed)], resume=resume, parents=[reviewed])
     items = read_table(Path(final.outputs["curated"]))
     tables = provenance_tables(items, ("source", "source_document", "grade", "model"))
     md = provenance_markdown(tables) + (_figures_md(length_share(items), repeated_openings(items, by="model"))

@@ -28,7 +28,7 @@ from transforms.core import columns as C  # noqa: E402
 from transforms.core.creating import ROLE, is_creating  # noqa: E402
 from transforms.core.stage import GlobalStage  # noqa: E402
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine  # noqa: E402
-from transforms.piqa.provenance import BalanceLabels, ProvenanceColumns  # noqa: E402
+from transforms.piqa.provenance import ProvenanceColumns  # noqa: E402
 from transforms.piqa.tables import release_columns  # noqa: E402
 from transforms.translate.llm import LLMTranslator  # noqa: E402
 
@@ -216,29 +216,6 @@ def test_direct_generation_chain_and_rebalancing_request(chains):
     assert table.column("category").to_pylist() == ["台所", "掃除", "旅行"]  # 旅行 is left to QuotaCap
     assert set(table.column("source").to_pylist()) == {"piqa_original"}
     assert table.column("goal_gloss").to_pylist()[0] == "Cool rice fast."
-
-
-def test_balance_labels_swaps_as_few_items_as_needed():
-    table = pa.table({"id": [f"x{i}" for i in range(7)], "sol1": [f"a{i}" for i in range(7)],
-                      "sol2": [f"b{i}" for i in range(7)], "label": [0, 0, 0, 0, 0, 0, 1]})
-    out = BalanceLabels(seed=0).process_table(table)
-    assert sum(out.column("label").to_pylist()) == 3 and sum(out.column("options_swapped").to_pylist()) == 2
-    for row in out.to_pylist():  # a swapped item still names the same correct text
-        correct = row["sol1"] if row["label"] == 0 else row["sol2"]
-        assert correct.startswith("a") or row["id"] == "x6"
-
-
-def test_an_odd_count_too_small_to_balance_drops_one_item():
-    table = pa.table({"id": ["x0", "x1", "x2"], "sol1": ["a0", "a1", "a2"], "sol2": ["b0", "b1", "b2"],
-                      "label": [0, 0, 0]})
-    out = BalanceLabels(seed=0, drop_odd_below=11).process_table(table)
-    reasons = out.column(C.DROP_REASON).to_pylist()
-    assert reasons.count("label_balance_odd") == 1 and out.column("id").to_pylist() == ["x0", "x1", "x2"]
-    kept = [r for r, why in zip(out.to_pylist(), reasons, strict=True) if why is None]
-    assert sorted(r["label"] for r in kept) == [0, 1]  # 1 of 2: inside the gate's 0.45-0.55
-    assert BalanceLabels(seed=0).process_table(table).column("label").to_pylist().count(1) == 1  # default: no drop
-    eleven = pa.table({"id": [f"y{i}" for i in range(11)], "sol1": ["a"] * 11, "sol2": ["b"] * 11, "label": [0] * 11})
-    assert C.DROP_REASON not in BalanceLabels(drop_odd_below=11).process_table(eleven).column_names
 
 
 @pytest.mark.slow

@@ -1,14 +1,11 @@
-"""Ko-PIQA items: solution placement, structural checks and label balancing on Korean items."""
+"""Ko-PIQA items: solution placement and structural checks on Korean items (label balance: tests/test_balance.py)."""
 
 from __future__ import annotations
 
-import random
-
 import pyarrow as pa
-import pytest
 
 from transforms.core import columns as C
-from transforms.piqa.items import BalanceLabels, PlaceSolutions, StructuralChecks, word_edit_distance
+from transforms.piqa.items import PlaceSolutions, StructuralChecks, word_edit_distance
 
 # Items written for this test from real KiN-style questions (how to fix salty soup, unclog a drain ...).
 ITEMS = [
@@ -45,20 +42,3 @@ def test_structural_checks_drop_non_items_and_record_the_pair_distance():
     assert out.column("pair_word_distance").to_pylist()[0] == 2 == word_edit_distance(ITEMS[0][1], ITEMS[0][2])
     assert out.column("pair_word_distance").to_pylist()[4] == 3
     assert out.column("goal_chars").to_pylist()[0] == len(ITEMS[0][0])
-
-
-@pytest.mark.parametrize("n,ones", [(10, 9), (11, 0), (7, 3), (1, 1), (100, 50)])
-def test_balance_swaps_as_few_items_as_needed(n, ones):
-    rng = random.Random(n)
-    labels = [1] * ones + [0] * (n - ones)
-    rng.shuffle(labels)
-    table = pa.table({C.ID: [f"i{k}" for k in range(n)], "sol1": [f"a{k}" for k in range(n)],
-                      "sol2": [f"b{k}" for k in range(n)], "label": pa.array(labels, pa.int8())})
-    out = BalanceLabels()(table)
-    new = out.column("label").to_pylist()
-    assert abs(sum(new) - n / 2) <= 0.5 + 1e-9
-    swapped = out.column("label_swapped").to_pylist()
-    assert sum(swapped) == abs(sum(new) - ones)  # only as many swaps as the imbalance needs
-    for k in range(n):  # a swapped item still names its correct solution
-        right = ("a", "b")[labels[k]] + str(k)
-        assert (out.column("sol1")[k].as_py(), out.column("sol2")[k].as_py())[new[k]] == right

@@ -143,23 +143,6 @@ def test_the_refinement_retries_once_with_the_reason_and_keeps_the_row():
     assert row["_prompt"] == f"{REFINE_PROMPT}@2" and row["pair_word_distance"] == 1
 
 
-@pytest.mark.parametrize("n", [3, 5, 9, 11, 4])
-def test_small_odd_releases_drop_one_item_so_the_slots_split_exactly(n):
-    from transforms.piqa.items import BalanceLabels
-
-    table = pa.table({C.ID: [f"kin-{k}" for k in range(n)], "sol1": [f"a{k}" for k in range(n)],
-                      "sol2": [f"b{k}" for k in range(n)], "label": pa.array([1] * n, pa.int8())})
-    out = BalanceLabels(exact_below=11)(table)
-    reasons = out.column(C.DROP_REASON).to_pylist()
-    kept = [lab for lab, r in zip(out.column("label").to_pylist(), reasons, strict=True) if r is None]
-    assert out.num_rows == n  # the odd one is marked, not deleted
-    if n % 2 and n < 11:
-        assert reasons.count("odd_item_out") == 1 and sum(kept) * 2 == len(kept)
-    else:
-        assert reasons.count("odd_item_out") == 0 and abs(sum(kept) - n / 2) <= 0.5
-    assert 0.45 <= sum(kept) / len(kept) <= 0.55  # what the ko-piqa gate asks
-
-
 def test_the_card_says_plainly_when_the_review_was_automatic():
     from transforms.piqa.card import card_markdown, item_stats
 

@@ -19,7 +19,6 @@ from transforms.llm.base import EngineConfig  # noqa: E402
 from transforms.pindic import metrics  # noqa: E402
 from transforms.pindic.finish import (  # noqa: E402
     AttachFixes,
-    BalanceLabels,
     CopyColumns,
     CorrectTranslation,
     ReleaseChecks,
@@ -131,25 +130,6 @@ def test_the_finish_chain_on_a_tiny_slice():
     figures = metrics.correction_figures(table.to_pylist())
     assert set(figures) == set(LANGS) and figures["hi"]["edit_rate"] == 1.0   # the double edits every goal
     assert 0 < figures["hi"]["chrf_mt_vs_corrected"] < 100
-
-
-def test_balance_labels_swaps_every_text_version():
-    n = 8
-    table = pa.table({"id": [f"x{i}" for i in range(n)], "label": [1] * 7 + [0],
-                      "sol1": [f"a{i}" for i in range(n)], "sol2": [f"b{i}" for i in range(n)],
-                      "en_sol1": [f"ea{i}" for i in range(n)], "en_sol2": [f"eb{i}" for i in range(n)]})
-    out = BalanceLabels()(table)
-    labels = out.column("label").to_pylist()
-    assert sum(labels) == 4
-    for i, swapped in enumerate(out.column("solutions_swapped").to_pylist()):
-        a, b = (f"b{i}", f"a{i}") if swapped else (f"a{i}", f"b{i}")
-        assert out.column("sol1")[i].as_py() == a and out.column("sol2")[i].as_py() == b
-        assert out.column("en_sol1")[i].as_py() == "e" + a
-        # the correct solution's text is unchanged by the swap
-        correct = a if labels[i] == 0 else b
-        assert correct == (f"a{i}" if table.column("label")[i].as_py() == 0 else f"b{i}")
-    odd = BalanceLabels()(table.slice(0, 5))
-    assert odd.column("drop_reason").to_pylist().count("label_balance_trim") == 1  # 5 items cannot be 45-55%
 
 
 def test_diversity_figures():

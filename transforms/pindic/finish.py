@@ -9,8 +9,9 @@
   loops and long enough for the suite's length rule; otherwise dropped with `wrong_script` /
   `degenerate_text` / `too_short`.
 * `ReleaseColumns`: the columns of the paper's Table 1 (see docs/pindic.md for the mapping).
-* `BalanceLabels` (global): swap the two solutions of some items (every text version, recorded in
-  `solutions_swapped`) so that label 1 is as close to half as the count allows.
+
+Label balance (every text version of a solution swapped with it) is transforms/piqa/balance.py's
+`BalanceLabels`, shared with the other recipes.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-import xxhash
 import yaml
 from pydantic import Field
 
-from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_drop_reason
+from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
 from transforms.llm.base import GenerationParams
 from transforms.llm.output import JsonOutput, OutputSpec
 from transforms.llm.stage import LLMTransform, PromptRef
@@ -35,8 +34,6 @@ FIXES_DIR = Path(__file__).resolve().parents[2] / "prompts" / "pindic" / "fixes"
 # Unicode blocks of the five locales' scripts.
 SCRIPTS: dict[str, tuple[int, int]] = {"hi": (0x0900, 0x097F), "bn": (0x0980, 0x09FF), "ta": (0x0B80, 0x0BFF),
                                        "kn": (0x0C80, 0x0CFF), "ml": (0x0D00, 0x0D7F)}
-SWAP_PAIRS = (("sol1", "sol2"), ("en_sol1", "en_sol2"), ("translated_sol1", "translated_sol2"),
-              ("corrected_sol1", "corrected_sol2"))
 
 
 class CopyColumns(Stage):
@@ -173,44 +170,3 @@ class ReleaseColumns(Stage):
         out = put_column(out, "prompt_version", pa.array([p.partition("@")[2] for p in prompts], pa.string()))
         out = put_column(out, "is_cultural", pa.array([True] * n, pa.bool_()))
         return put_column(out, "source", pa.array([self.source] * n, pa.string()))
-
-
-class BalanceLabels(GlobalStage):
-    name: ClassVar[str] = "balance_labels"
-    reads: ClassVar[tuple[str, ...]] = (C.ID, "label")
-    writes: ClassVar[tuple[str, ...]] = ("solutions_swapped",)
-
-    seed: int = Field(0, description="Salt of the order in which items are swapped.")
-    min_share: float = Field(0.45, ge=0, le=1, description="The suite's label balance bounds.")
-    max_share: float = Field(0.55, ge=0, le=1)
-
-    def process_table(self, table: pa.Table) -> pa.Table:
-        n = table.num_rows
-        labels = [int(x) for x in table.column("label").to_pylist()]
-        ids = [str(x) for x in table.column(C.ID).to_pylist()]
-        order = sorted(range(n), key=lambda i: xxhash.xxh3_64_hexdigest(f"{self.seed}:{ids[i]}".encode()))
-        reasons: list[str | None] = [None] * n
-        # An odd count below 11 cannot land inside 45-55%; the last item in the salted order is held back.
-        kept = order
-        if n % 2 and n and not any(self.min_share <= k / n <= self.max_share for k in range(n + 1)):
-            reasons[order[-1]] = "label_balance_trim"
-            kept = order[:-1]
-        target = len(kept) // 2
-        ones = [i for i in kept if labels[i] == 1]
-        zeros = [i for i in kept if labels[i] == 0]
-        flip = ones[: max(0, len(ones) - target)] if len(ones) > target else zeros[: max(0, target - len(ones))]
-        swapped = [False] * n
-        cols = {name: table.column(name).to_pylist() for pair in SWAP_PAIRS for name in pair
-                if name in table.schema.names}
-        for i in flip:
-            swapped[i] = True
-            labels[i] = 1 - labels[i]
-            for a, b in SWAP_PAIRS:
-                if a in cols and b in cols:
-                    cols[a][i], cols[b][i] = cols[b][i], cols[a][i]
-        out = table
-        for name, values in cols.items():
-            out = put_column(out, name, pa.array(values, table.schema.field(name).type))
-        out = put_column(out, "label", pa.array(labels, pa.int64()))
-        out = put_column(out, "solutions_swapped", pa.array(swapped, pa.bool_()))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))

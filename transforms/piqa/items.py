@@ -1,4 +1,4 @@
-"""From refined questions to PIQA items: build the pair, check the structure, balance labels.
+"""From refined questions to PIQA items: build the pair, check the structure.
 
 * `RefinedItem`: the refinement's reply (prompts/ko_piqa/refine.yaml v2): goal, the correct solution
   (`answer`), one `word` of it and its `wrong_word`. Lengths are bounded in its JSON schema (llama.cpp
@@ -11,8 +11,8 @@
   slot holds the correct solution is decided by a hash of the row id (seeded, reproducible).
 * `StructuralChecks`: both solutions present, not identical, the goal not empty; records the
   minimal-pair distance in words and characters and the lengths the card reports.
-* `BalanceLabels` (global): swaps the two solutions of as few items as needed (label flipped) so the
-  correct solution is in each slot for half the items, within one item.
+
+Label balance is transforms/piqa/balance.py's `BalanceLabels`, shared with the other recipes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import xxhash
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, Stage, put_column, set_drop_reason
+from transforms.core.stage import Stage, put_column, set_drop_reason
 from transforms.piqa.edit_pairs import MinimalPairFromEdit, _key, prompt_examples, substitute
 from transforms.piqa.textcheck import levenshtein
 
@@ -209,47 +209,3 @@ class StructuralChecks(Stage):
         out = put_column(out, "goal_chars", pa.array(goal_len, pa.int32()))
         out = put_column(out, "solution_chars", pa.array(sol_len, pa.float64()))
         return set_drop_reason(out, pa.array(reasons, pa.string()))
-
-
-class BalanceLabels(GlobalStage):
-    """Swap the solutions of the fewest items (in id order) so labels are 50/50 within one item (exactly,
-    with `exact_below`, for small releases)."""
-
-    name: ClassVar[str] = "balance_labels"
-    reads: ClassVar[tuple[str, ...]] = (C.ID, "sol1", "sol2", "label")
-    writes: ClassVar[tuple[str, ...]] = ("label_swapped",)
-    exact_below: int | None = Field(None, ge=2, description="With an odd number of items below this, one item "
-                                    "(the last by id hash) is dropped as `odd_item_out` so the slots split exactly "
-                                    "50/50: one item off is 1/n, more than a 45-55% gate allows below 11 items.")
-
-    def process_table(self, table: pa.Table) -> pa.Table:
-        labels = [int(x) for x in table.column("label").to_pylist()]
-        ids = [str(x) for x in table.column(C.ID).to_pylist()]
-        n = len(labels)
-        out_idx = -1
-        if self.exact_below is not None and n % 2 == 1 and n < self.exact_below:
-            out_idx = max(range(n), key=lambda i: xxhash.xxh3_64_intdigest(ids[i].encode()))
-        keep = [i for i in range(n) if i != out_idx]
-        ones = sum(labels[i] for i in keep)
-        n = len(keep)
-        target = n // 2 if ones <= n / 2 else (n + 1) // 2  # the nearer of floor/ceil of n/2
-        need = target - ones  # > 0: turn that many 0s into 1s
-        order = sorted(keep, key=lambda i: xxhash.xxh3_64_intdigest(ids[i].encode()))
-        swap = [False] * len(labels)
-        for i in order:
-            if need == 0:
-                break
-            if need > 0 and labels[i] == 0:
-                swap[i], need = True, need - 1
-            elif need < 0 and labels[i] == 1:
-                swap[i], need = True, need + 1
-        s1, s2 = table.column("sol1").to_pylist(), table.column("sol2").to_pylist()
-        every = range(len(labels))
-        new1 = [s2[i] if swap[i] else s1[i] for i in every]
-        new2 = [s1[i] if swap[i] else s2[i] for i in every]
-        new_labels = [1 - labels[i] if swap[i] else labels[i] for i in every]
-        out = put_column(table, "sol1", pa.array(new1, pa.string()))
-        out = put_column(out, "sol2", pa.array(new2, pa.string()))
-        out = put_column(out, "label", pa.array(new_labels, table.schema.field("label").type))
-        out = put_column(out, "label_swapped", pa.array(swap, pa.bool_()))
-        return set_drop_reason(out, pa.array(["odd_item_out" if i == out_idx else None for i in every], pa.string()))

@@ -6,8 +6,8 @@
 * `category_balance`: J-PIQA's distribution over categories against a target per category, with the
   deficit each category still has; `rebalance_request` turns the deficits into the next generation
   round's request (which categories to ask for, how many of each).
-* `SetColumns` and `BalanceLabels`: two small stages the recipe jobs use to label an item's part
-  and to balance the position of the correct answer before review and release.
+* `SetColumns`, `DropWhere`, `ProvenanceColumns`: small stages the recipe jobs use to label an item's
+  part, drop by a verdict and record the prompt and model (label balance: transforms/piqa/balance.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_drop_reason
+from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
 
 PROVENANCE_COLUMNS = ("source_document", "source", "grade", "model")
 MISSING = "(none)"
@@ -124,65 +124,6 @@ class SetColumns(Stage):
         for col, value in self.values.items():
             out = put_column(out, col, pa.array([value] * batch.num_rows))
         return out
-
-
-class BalanceLabels(GlobalStage):
-    """Swaps the two solutions (and flips the label) of as few items as needed for half of the labels
-    to be 1: the position of the correct answer carries no meaning, and a model's habit of putting it
-    first must not become a shortcut. Items to swap are drawn by a seeded hash of their id (no row
-    order dependence); `options_swapped` records it and the glosses move with their solutions."""
-
-    name: ClassVar[str] = "balance_labels"
-    reads: ClassVar[tuple[str, ...]] = ("id", "sol1", "sol2", "label")
-    writes: ClassVar[tuple[str, ...]] = ("options_swapped",)
-
-    seed: int = Field(0, description="Seed of the draw of items to swap.")
-    drop_odd_below: int = Field(0, ge=0, description="An odd count below this drops one item (seeded draw, "
-                                "`label_balance_odd`): 1 of 3 labels is 0.33, outside the gate's 0.45-0.55; "
-                                "from 11 items up an odd count balances (5 of 11 = 0.45).")
-
-    def process_table(self, table: pa.Table) -> pa.Table:
-        import xxhash
-
-        out_reason: list[str | None] = [None] * table.num_rows
-        if table.num_rows % 2 == 1 and table.num_rows < self.drop_odd_below:
-            ids = [str(v) for v in table.column("id").to_pylist()]
-            odd = min(range(table.num_rows), key=lambda i: xxhash.xxh3_64_intdigest(f"{self.seed}\x1fodd\x1f{ids[i]}".encode()))
-            out_reason[odd] = "label_balance_odd"
-            kept = self.process_table_even(table.filter(pa.array([i != odd for i in range(table.num_rows)])))
-            # the dropped row goes back in its place, unswapped, with its reason
-            rows = kept.to_pylist()
-            dropped = {**table.slice(odd, 1).to_pylist()[0], "options_swapped": False}
-            rows.insert(odd, dropped)
-            out = pa.Table.from_pylist(rows, schema=kept.schema)
-            return set_drop_reason(out, pa.array(out_reason, pa.string()))
-        return self.process_table_even(table)
-
-    def process_table_even(self, table: pa.Table) -> pa.Table:
-        import xxhash
-
-        labels = table.column("label").to_pylist()
-        ones = sum(1 for v in labels if v == 1)
-        low, high = table.num_rows // 2, (table.num_rows + 1) // 2  # an odd count leaves one over
-        flip_from, need = (0, low - ones) if ones < low else (1, max(0, ones - high))
-        ids = [str(v) for v in table.column("id").to_pylist()]
-        pool = sorted((i for i, v in enumerate(labels) if v == flip_from),
-                      key=lambda i: xxhash.xxh3_64_intdigest(f"{self.seed}\x1f{ids[i]}".encode()))
-        swap = set(pool[:need])
-        mask = [i in swap for i in range(table.num_rows)]
-        out = table
-        for a, b in (("sol1", "sol2"), ("sol1_gloss", "sol2_gloss"), ("option1", "option2")):
-            if a in table.column_names and b in table.column_names:
-                va, vb = table.column(a).to_pylist(), table.column(b).to_pylist()
-                out = put_column(out, a, pa.array([y if m else x for x, y, m in zip(va, vb, mask, strict=True)],
-                                                  table.schema.field(a).type))
-                out = put_column(out, b, pa.array([x if m else y for x, y, m in zip(va, vb, mask, strict=True)],
-                                                  table.schema.field(b).type))
-        flipped = [(1 - v) if m and v in (0, 1) else v for v, m in zip(labels, mask, strict=True)]
-        out = put_column(out, "label", pa.array(flipped, table.schema.field("label").type))
-        if "correct" in out.column_names:
-            out = put_column(out, "correct", pa.array([None if v is None else str(v + 1) for v in flipped], pa.string()))
-        return put_column(out, "options_swapped", pa.array(mask, pa.bool_()))
 
 
 class DropWhere(Stage):
