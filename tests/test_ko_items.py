@@ -1,11 +1,11 @@
-"""Ko-PIQA items: solution placement and structural checks on Korean items (label balance: tests/test_balance.py)."""
+"""Ko-PIQA items: structural checks on Korean items (label balance: tests/test_balance.py)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
 from transforms.core import columns as C
-from transforms.piqa.items import PlaceSolutions, StructuralChecks, word_edit_distance
+from transforms.piqa.items import StructuralChecks, word_edit_distance
 
 # Items written for this test from real KiN-style questions (how to fix salty soup, unclog a drain ...).
 ITEMS = [
@@ -14,21 +14,6 @@ ITEMS = [
     ("김치찌개의 신맛을 줄이려면", "설탕을 조금 넣어 끓인다.", "식초를 조금 넣어 끓인다."),
     ("겨울에 수도관이 얼지 않게 하려면", "수도꼭지를 조금 열어 물이 흐르게 둔다.", "수도꼭지를 꽉 잠가 물이 멈추게 둔다."),
 ]
-
-
-def _refined(n: int) -> pa.Table:
-    rows = [ITEMS[i % len(ITEMS)] for i in range(n)]
-    return pa.table({C.ID: [f"kin-{i}" for i in range(n)], "goal": [r[0] for r in rows],
-                     "solution": [r[1] for r in rows], "distractor": [r[2] for r in rows]})
-
-
-def test_placement_is_seeded_and_keeps_the_correct_solution_labelled():
-    out = PlaceSolutions()(_refined(40))
-    again = PlaceSolutions()(_refined(40))
-    assert out.column("label").to_pylist() == again.column("label").to_pylist()
-    assert 0 < sum(out.column("label").to_pylist()) < 40  # both slots are used
-    for row, (_, right, _) in zip(out.to_pylist(), [ITEMS[i % 4] for i in range(40)], strict=True):
-        assert (row["sol1"], row["sol2"])[row["label"]] == right
 
 
 def test_structural_checks_drop_non_items_and_record_the_pair_distance():

@@ -7,8 +7,6 @@
   validation with the reason, which the LLM stage's retry shows to the model once.
 * `KoreanPairFromEdit`: the distractor is the answer with the word replaced (edit_pairs.py), and the
   particle after it made to agree with the new word's last syllable (설탕을 → 식초를).
-* `PlaceSolutions`: (goal, solution, distractor) from the refinement → (goal, sol1, sol2, label); which
-  slot holds the correct solution is decided by a hash of the row id (seeded, reproducible).
 * `StructuralChecks`: both solutions present, not identical, the goal not empty; records the
   minimal-pair distance in words and characters and the lengths the card reports.
 
@@ -22,10 +20,8 @@ from functools import lru_cache
 from typing import ClassVar
 
 import pyarrow as pa
-import xxhash
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from transforms.core import columns as C
 from transforms.core.stage import Stage, put_column, set_drop_reason
 from transforms.piqa.edit_pairs import MinimalPairFromEdit, _key, prompt_examples, substitute
 from transforms.piqa.textcheck import levenshtein
@@ -144,31 +140,6 @@ class KoreanPairFromEdit(MinimalPairFromEdit):
 def word_edit_distance(a: str, b: str) -> int:
     """Levenshtein distance over whitespace words (Korean eojeol)."""
     return levenshtein(a.split(), b.split())
-
-
-class PlaceSolutions(Stage):
-    """goal/solution/distractor → goal/sol1/sol2/label, the correct slot chosen by a hash of the id."""
-
-    name: ClassVar[str] = "place_solutions"
-    reads: ClassVar[tuple[str, ...]] = (C.ID,)
-    writes: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label")
-    prefix: str = Field("", description="Prefix of the refinement's columns (e.g. 'refined_').")
-    seed: int = Field(0, description="Changes which items get the correct solution second.")
-
-    def process(self, batch: pa.Table) -> pa.Table:
-        cols = {k: batch.column(self.prefix + k).to_pylist() for k in ("goal", "solution", "distractor")}
-        ids = [str(x) for x in batch.column(C.ID).to_pylist()]
-        sol1, sol2, label = [], [], []
-        for i, rid in enumerate(ids):
-            second = xxhash.xxh3_64_intdigest(f"{self.seed}\x1f{rid}".encode()) % 2 == 1
-            right, wrong = cols["solution"][i], cols["distractor"][i]
-            sol1.append(wrong if second else right)
-            sol2.append(right if second else wrong)
-            label.append(1 if second else 0)
-        out = put_column(batch, "goal", pa.array(cols["goal"], pa.string()))
-        out = put_column(out, "sol1", pa.array(sol1, pa.string()))
-        out = put_column(out, "sol2", pa.array(sol2, pa.string()))
-        return put_column(out, "label", pa.array(label, pa.int8()))
 
 
 class StructuralChecks(Stage):
