@@ -6,8 +6,8 @@
 * `CorrectTranslation` (LLMTransform, json): English source + machine translation → corrected
   goal/sol1/sol2, rewritten only where needed.
 * `ReleaseChecks`: the benchmark text (corrected) must be in its language's script, free of decoding
-  loops and long enough for the suite's length rule; otherwise dropped with `wrong_script` /
-  `degenerate_text` / `too_short`.
+  loops (the gate's own rule, expectations/degenerate.py) and long enough for the suite's length rule;
+  otherwise dropped with `wrong_script` / `degenerate_text` / `too_short`.
 * `ReleaseColumns`: the columns of the paper's Table 1 (see docs/pindic.md for the mapping).
 
 Label balance (every text version of a solution swapped with it) is transforms/piqa/balance.py's
@@ -27,7 +27,6 @@ from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
 from transforms.llm.base import GenerationParams
 from transforms.llm.output import JsonOutput, OutputSpec
 from transforms.llm.stage import LLMTransform, PromptRef
-from transforms.pindic.schemas import repeated_word
 from transforms.translate.languages import language_name
 
 FIXES_DIR = Path(__file__).resolve().parents[2] / "prompts" / "pindic" / "fixes"
@@ -122,6 +121,9 @@ class ReleaseChecks(Stage):
                                               "here so a short item is dropped with a reason, not failing the gate.")
 
     def process(self, batch: pa.Table) -> pa.Table:
+        # the gate's own rule: an item dropped here would have failed the release
+        from expectations.degenerate import degenerate_reason
+
         cols = {c: batch.column(c).to_pylist() for c in self.reads}
         shares: list[float] = []
         reasons: list[str | None] = []
@@ -134,7 +136,7 @@ class ReleaseChecks(Stage):
                 reasons.append("language_not_supported")
             elif share < self.min_script_share:
                 reasons.append("wrong_script")
-            elif any(repeated_word(t) for t in texts):
+            elif any(degenerate_reason(t, lang) for t in texts):
                 reasons.append("degenerate_text")
             elif texts[1].strip() == texts[2].strip():
                 reasons.append("same_solutions_after_correction")

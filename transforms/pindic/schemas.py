@@ -67,23 +67,10 @@ def indic_share(text: str) -> float:
     return max(script_share(text, lang) for lang in INDIC)
 
 
-def repeated_word(text: str) -> str | None:
-    """The phrase of a decoding loop, or None: one or two words said three times in a row ("… बर्स
-    बर्स बर्स …"), or three to twelve words said twice in a row; no sentence of a PIQA item needs that."""
-    words = [w.strip(".,;:!?।\"'()") for w in text.lower().split()]
-    words = [w for w in words if w]
-    for n in range(1, 13):
-        copies = 3 if n <= 2 else 2
-        for i in range(len(words) - copies * n + 1):
-            gram = words[i:i + n]
-            if all(words[i + c * n:i + (c + 1) * n] == gram for c in range(1, copies)):
-                return " ".join(gram)
-    return None
-
-
 class CorrectedItem(BaseModel):
     """The corrected translation of one item: every text in one Indic script (a reply left in English
-    is invalid, so the stage retries it once with the reason shown) and without a decoding loop."""
+    is invalid, so the stage retries it once with the reason shown) and without a decoding loop (the
+    release gate's rule, expectations/degenerate.py, so a reply that passes here passes there)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -97,7 +84,10 @@ class CorrectedItem(BaseModel):
         if indic_share(value) < 0.8:
             raise ValueError("this text is not in the target language's script (it is English or mixed); "
                              "write it in the target language")
-        loop = repeated_word(value)
+        from expectations.degenerate import degenerate_reason
+
+        # the language only picks word or character tokens, and the five locales all put spaces between words
+        loop = degenerate_reason(value, "hi")
         if loop is not None:
-            raise ValueError(f"this text repeats {loop!r} again and again; write each phrase once")
+            raise ValueError(f"this text repeats one phrase again and again ({loop}); write each phrase once")
         return value
