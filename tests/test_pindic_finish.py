@@ -24,8 +24,8 @@ from transforms.pindic.finish import (  # noqa: E402
     ReleaseChecks,
     ReleaseColumns,
     load_fixes,
-    script_share,
 )
+from transforms.piqa.textcheck import script_share  # noqa: E402
 from transforms.translate.config import LLMTranslateConfig  # noqa: E402
 from transforms.translate.llm import LLMTranslator  # noqa: E402
 from transforms.translate.stage import TranslateStage  # noqa: E402

@@ -27,12 +27,11 @@ from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
 from transforms.llm.base import GenerationParams
 from transforms.llm.output import JsonOutput, OutputSpec
 from transforms.llm.stage import LLMTransform, PromptRef
+from transforms.pindic.schemas import INDIC
+from transforms.piqa.textcheck import script_share
 from transforms.translate.languages import language_name
 
 FIXES_DIR = Path(__file__).resolve().parents[2] / "prompts" / "pindic" / "fixes"
-# Unicode blocks of the five locales' scripts.
-SCRIPTS: dict[str, tuple[int, int]] = {"hi": (0x0900, 0x097F), "bn": (0x0980, 0x09FF), "ta": (0x0B80, 0x0BFF),
-                                       "kn": (0x0C80, 0x0CFF), "ml": (0x0D00, 0x0D7F)}
 
 
 class CopyColumns(Stage):
@@ -101,15 +100,6 @@ class CorrectTranslation(LLMTransform):
     on_invalid: Literal["drop", "retry"] = "retry"
 
 
-def script_share(text: str, lang: str) -> float:
-    """Share of the letters of `text` that are in `lang`'s script (digits, spaces, punctuation ignored)."""
-    lo, hi = SCRIPTS[lang]
-    letters = [ch for ch in text if ch.isalpha() or 0x0900 <= ord(ch) <= 0x0DFF]
-    if not letters:
-        return 0.0
-    return sum(lo <= ord(ch) <= hi for ch in letters) / len(letters)
-
-
 class ReleaseChecks(Stage):
     name: ClassVar[str] = "release_checks"
     reads: ClassVar[tuple[str, ...]] = ("lang", "corrected_goal", "corrected_sol1", "corrected_sol2")
@@ -129,10 +119,10 @@ class ReleaseChecks(Stage):
         reasons: list[str | None] = []
         for lang, g, a, b in zip(*(cols[c] for c in self.reads), strict=True):
             texts = [str(t or "") for t in (g, a, b)]
-            share = min(script_share(t, lang) for t in texts) if lang in SCRIPTS else 0.0
+            share = min(script_share(t, lang) for t in texts) if lang in INDIC else 0.0
             shares.append(round(share, 4))
             words = len(texts[0].split()) + min(len(texts[1].split()), len(texts[2].split()))
-            if lang not in SCRIPTS:
+            if lang not in INDIC:
                 reasons.append("language_not_supported")
             elif share < self.min_script_share:
                 reasons.append("wrong_script")
