@@ -172,6 +172,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "input.paths": [str(args.crawl)], "input.format": "jsonl",
         "input.columns": {"id": "id", "text": "text", "source": "source"},
     }
+    from jobs.config import parse_set
+
+    overrides.update(dict(parse_set(item) for item in args.sets))
     config = resolve_config("ko-piqa", None, overrides)
     chain = stages(config)  # type: ignore[arg-type]
     cut = next(i for i, s in enumerate(chain) if isinstance(s, MinHashDedup))
@@ -227,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sample-every", type=float, default=1.0, help="memory sampling period, seconds")
     parser.add_argument("--out", type=Path, help="JSON results (default benchmarks/results/scale-<rows>.json)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="a job config override, as `piqaforge run --set` (repeatable), e.g. "
+                             "'langid.script_shortcut={}' to measure without the job's script shortcut")
     parser.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.crawl = args.crawl or args.lake / f"crawl-{args.rows}.jsonl"

@@ -5,7 +5,7 @@ not one of the job's languages (`wrong_language`) or whose score is below `min_s
 
 `script_shortcut` skips fastText for rows written almost entirely in a script that only one
 language of lid.176 uses (Hangul → ko, Tamil → ta, ...): the share of letters and marks in that
-script is counted by Arrow's vectorised regex (RE2) and rows at or above the configured share get
+script is counted over the batch's code points in numpy and rows at or above the configured share get
 the language directly, with `lang_score` = that share and `lang_method` = "script"; every other row
 goes to fastText (`lang_method` = "fasttext"). On a Korean crawl most rows are pure Hangul, so this
 removes most of the stage's cost (benchmarks/bench_scale.py); docs/front_half.md has the agreement
