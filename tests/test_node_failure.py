@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -149,6 +150,7 @@ def three_nodes(request):
     finally:
         for proc in reversed(nodes):
             _kill(proc)
+        shutil.rmtree(temp, ignore_errors=True)  # each cluster's session files and logs: ~1 GiB
 
 
 def _wait_for_nodes(address: str, n: int, timeout: float = 300, stop_if: subprocess.Popen | None = None) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -108,6 +109,7 @@ def ray_head(monkeypatch):
         proc.wait()
         # workers and agents were started by the raylet in the same session; sweep what is left
         subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+        shutil.rmtree(temp, ignore_errors=True)  # ~1 GiB of session files and object-store spill per head
 
 
 @pytest.mark.ray
