@@ -1,6 +1,6 @@
 """`piqaforge review ...`: human review of a run's items (docs/review.md).
 
-    piqaforge review agreement FILE [--item COL --annotator COL --label COL] [--json]
+    piqaforge review agreement FILE... [--item COL --annotator COL --label COL] [--json]
     piqaforge review export RUN_ID --to labelstudio|csv [--annotators N] [--batch NAME] [--lake DIR]
     piqaforge review push BATCH --url URL [--api-key KEY]       # create the project, import tasks
     piqaforge review pull BATCH --url URL [--api-key KEY]       # annotations back, then `import`
@@ -24,7 +24,8 @@ def add_review_parser(sub: Any) -> None:
     actions = review.add_subparsers(dest="review_command", required=True)
 
     agree = actions.add_parser("agreement", help="agreement statistics of a long-format judgments file")
-    agree.add_argument("file", help="JSONL, JSON, CSV, TSV or Parquet: one row per item x annotator")
+    agree.add_argument("files", nargs="+", metavar="FILE", help="JSONL, JSON, CSV, TSV or Parquet: one row per "
+                       "item x annotator; several files (e.g. one per annotator) are read as one")
     agree.add_argument("--item", default="item_id", help="item column; several comma-separated columns form "
                        "one key (default: item_id)")
     agree.add_argument("--annotator", default="annotator", help="annotator column (default: annotator)")
@@ -98,7 +99,10 @@ def _agreement(args: argparse.Namespace) -> int:
     from transforms.review.judgments import rating_matrix, read_judgments
 
     item = [c.strip() for c in args.item.split(",")] if "," in args.item else args.item
-    long = read_judgments(args.file, item, args.annotator, args.label)
+    import pyarrow as pa
+
+    parts = [read_judgments(f, item, args.annotator, args.label) for f in args.files]
+    long = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
     matrix = rating_matrix(long, on_duplicate=args.duplicates)
     cfg = AgreementConfig(n_boot=args.boot, seed=args.seed, confidence=args.confidence,
                           min_pair_items=args.min_pair_items, max_pairs=args.max_pairs,

@@ -287,3 +287,22 @@ def test_cohen_pairs_over_many_workers_are_capped(shared_data):
     assert len(r["cohen_kappa"]) == 5 and r["cohen_pairs_not_reported"] > 1000
     shared = sorted((p["n_items"] for p in r["cohen_kappa"]), reverse=True)
     assert shared[-1] >= 10
+
+
+def test_cli_reads_one_file_per_annotator_as_one(shared_data, tmp_path, capsys):
+    """Judgments often arrive as one file per annotator: the CLI reads several files as one table."""
+    table = read_judgments(shared_data / "annot_piqa_qualtrics_en/piqa_annotations.jsonl")
+    table = table.rename_columns(["item_id", "annotator", "label"])
+    pacsv.write_csv(table, tmp_path / "all.csv")
+    files = []
+    for name in sorted(set(table.column("annotator").to_pylist())):
+        files.append(tmp_path / f"{name}.csv")
+        pacsv.write_csv(table.filter(pa.compute.equal(table.column("annotator"), name)), files[-1])
+    assert len(files) > 2
+    reports = []
+    for args in ([str(tmp_path / "all.csv")], [str(f) for f in files]):
+        assert main(["review", "agreement", *args, "--json", "--boot", "20"]) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    assert reports[0] == reports[1]
+    assert main(["review", "agreement", str(files[0]), "--json", "--boot", "0"]) == 0  # one annotator alone
+    assert json.loads(capsys.readouterr().out)["fleiss_kappa"] != reports[0]["fleiss_kappa"]

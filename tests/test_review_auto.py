@@ -67,11 +67,13 @@ def test_swapped_item_gets_the_mirrored_verdict_with_a_real_model(gemma, shared_
         px, py = x["probs"], y["probs"]
         assert sum(px.values()) == pytest.approx(1.0, abs=1e-3)
         # the mirrored item's probabilities are the original's with sol1 and sol2 exchanged
-        # (llama.cpp's batch-layout noise aside); a base model's near-ties may break either way
-        assert py["sol1"] == pytest.approx(px["sol2"], abs=0.02)
-        assert py["sol2"] == pytest.approx(px["sol1"], abs=0.02)
-        assert py["not_physical"] == pytest.approx(px["not_physical"], abs=0.02)
-        if abs(px["sol1"] - px["sol2"]) > 0.05:
+        # (llama.cpp's batch-layout noise aside: which requests share a batch depends on timing, and once
+        # under load it exceeded 0.02); a base model's near-ties may break either way. Gemma's own position
+        # bias, which the two readings cancel, is far larger than this tolerance (it answers sol1 almost always).
+        assert py["sol1"] == pytest.approx(px["sol2"], abs=0.04)
+        assert py["sol2"] == pytest.approx(px["sol1"], abs=0.04)
+        assert py["not_physical"] == pytest.approx(px["not_physical"], abs=0.04)
+        if abs(px["sol1"] - px["sol2"]) > 0.08:
             assert y["verdict"] == swap.get(x["verdict"], x["verdict"])
     one = judge_detailed(gemma, "review/en", items, batch_size=2, both_orders=False)
     assert [j["verdict"] for j in one] == [j["verdict_as_shown"] for j in a]

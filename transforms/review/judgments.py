@@ -141,7 +141,8 @@ def rating_matrix(long: pa.Table, on_duplicate: Literal["error", "first"] = "err
         notes["duplicate_labels_dropped"] = dup.height - pairs.height
         notes["duplicate_pairs"] = pairs.height
         frame = frame.unique([ITEM, ANNOTATOR], keep="first", maintain_order=True)
-    items = frame[ITEM].unique(maintain_order=True).to_list()
+    # sorted, so the bootstrap's resampled items (and every figure) do not depend on the order of the rows or files
+    items = sorted(frame[ITEM].unique().to_list())
     annotators = sorted(frame[ANNOTATOR].unique().to_list())
     seen = sorted(frame[LABEL].unique().to_list(), key=_natural)
     if categories is None:
