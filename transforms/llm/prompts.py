@@ -51,6 +51,10 @@ class PromptTemplate(BaseModel):
     template: str
     fence: str = Field("question", description="Tag that delimits the row text in `template`.")
     max_chars: int = Field(1200, ge=1, description="Row text is cut to this many characters.")
+    shots: list[dict[str, str]] = Field(
+        default_factory=list, description="Worked examples, rendered as user/assistant turns between the system "
+        "turn and the row: each holds the template's variables and `answer` (the assistant's reply). They are "
+        "the same for every row, so an engine with prefix caching computes them once.")
 
     @property
     def ref(self) -> str:
@@ -72,6 +76,10 @@ class PromptTemplate(BaseModel):
         messages: list[ChatMessage] = []
         if self.system:
             messages.append({"role": "system", "content": compile_template(self.system).render(**clean)})
+        for shot in self.shots:
+            shot_vars = {k: self.sanitise(v) for k, v in shot.items() if k != "answer"}
+            messages.append({"role": "user", "content": compile_template(self.template).render(**shot_vars)})
+            messages.append({"role": "assistant", "content": shot["answer"]})
         messages.append({"role": "user", "content": compile_template(self.template).render(**clean)})
         return Rendered(messages=messages, prompt_id=self.id, version=self.version)
 
@@ -121,4 +129,13 @@ def load_prompt(prompt_id: str, root: str | None = None) -> PromptTemplate:
         raise PromptError(f"{path}: template must fence the row text in <{prompt.fence}>...</{prompt.fence}>")
     if not prompt.template.rstrip().endswith(f"</{prompt.fence}>"):
         raise PromptError(f"{path}: the fenced row text must come last (prefix caching, injection safety)")
+    for n, shot in enumerate(prompt.shots, 1):
+        if "answer" not in shot:
+            raise PromptError(f"{path}: shot {n} has no `answer` (the assistant's reply)")
+        if prompt.options and prompt.parse(shot["answer"]) is None:
+            raise PromptError(f"{path}: shot {n}'s answer {shot['answer']!r} is none of the options {prompt.options}")
+        try:
+            compile_template(prompt.template).render(**{k: v for k, v in shot.items() if k != "answer"})
+        except Exception as err:  # jinja2's UndefinedError and friends: name the shot, not a stack of frames
+            raise PromptError(f"{path}: shot {n} does not fill the template ({err})") from err
     return prompt
