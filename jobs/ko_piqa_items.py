@@ -86,6 +86,18 @@ def refine_stages(lake: Lake, cfg: ItemsConfig, engine: Any = None) -> list[Any]
     return [refine, KoreanPairFromEdit(), StructuralChecks()]
 
 
+def write_reports(lake: Lake, *run_ids: str | None) -> str | None:
+    """Each run's report.html (its funnel and the chain of runs above it); the last one's path."""
+    from transforms.core.manifest import RunManifest
+    from transforms.core.report import write_report
+
+    last = None
+    for run_id in run_ids:
+        if run_id and lake.manifest_path(run_id).exists():
+            last = str(write_report(RunManifest.load(lake.manifest_path(run_id)), lake.run_dir(run_id) / "report.html"))
+    return last
+
+
 def make_items(lake: Lake, crawl_run: str, cfg: ItemsConfig, dataset: str, resume: bool,
                engine: Any = None, run_id: str | None = None) -> str:
     """Run 2: the crawl's sample → refinement → the minimal pair → structural checks (refine_stages).
@@ -107,6 +119,7 @@ def make_items(lake: Lake, crawl_run: str, cfg: ItemsConfig, dataset: str, resum
     run_pipeline(job="ko-piqa-items", dataset=dataset, source=source, stages=stages, lake=lake,
                  config={"recipe": "ko-piqa", **cfg.model_dump()}, run_id=run_id, resume=resume,
                  parents=[crawl_run])
+    write_reports(lake, run_id)
     return run_id
 
 
@@ -125,7 +138,8 @@ def finish(lake: Lake, review_run: str, cfg: ItemsConfig, dataset: str, resume: 
     if not left:  # nothing to gate: say why instead of failing inside the release job
         why = f"no items left after review, dedup and balancing (run {final_id}): no release, no evaluation"
         log.error("ko-piqa-items: %s", why)
-        return {"final_run": final_id, "release": None, "released": False, "exit_code": 1, "reason": why}
+        return {"final_run": final_id, "release": None, "released": False, "exit_code": 1, "reason": why,
+                "report": write_reports(lake, review_run, final_id)}
     release = release_job.run(release_job.Config(input=f"run:{final_id}", recipe="ko-piqa", dataset=dataset,
                                                  lake=str(lake.root), version=cfg.release_version),
                               run_id=f"{final_id}-release")
@@ -138,6 +152,8 @@ def finish(lake: Lake, review_run: str, cfg: ItemsConfig, dataset: str, resume: 
                                  loglik_limit=cfg.eval_limit, name=dataset)
         result = evaluate_job.run(ev, run_id=f"{final_id}-eval")
         out.update({"evaluation": result["results"], "eval_run": result["run_id"]})
+    # the last run's report draws the whole chain: crawl → items → review → final → release → evaluation
+    out["report"] = write_reports(lake, review_run, final_id, release["run_id"], out.get("eval_run"))
     return out
 
 

@@ -78,7 +78,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     gate = GateAndRelease(recipe=config.recipe, suite_overrides=config.suite, dataset=dataset, version=version,
                           out_dir=str(out), audit=config.audit, audit_bound=config.audit_bound,
                           upstream_manifest=str(upstream_path) if upstream_path and upstream_path.exists() else None,
-                          result_path=str(verdict_path))
+                          result_path=str(verdict_path), run_id=run_id)
     init_ray(config.ray_address, config.num_cpus)
     manifest = run_pipeline(job="release", dataset=dataset, source=source, stages=[gate], lake=lake,
                             config=config.model_dump(), run_id=run_id, resume=resume, parents=parents)

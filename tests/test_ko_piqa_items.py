@@ -1,4 +1,5 @@
-"""Ko-PIQA after the crawl, on the runner: questions → items → review by two people → dedup → balance → release.
+"""Ko-PIQA after the crawl, on the runner: questions → items → review by two people → dedup → balance → release
+→ zero-shot evaluation (overall and cultural subset) with the local Gemma 3 270M.
 
 The crawl's output is stood in for by real KiN questions (a run of its own, so the chain has a real
 parent). The refinement engine is a test double of the *engine interface* (its Korean replies are
@@ -65,7 +66,7 @@ class RefineDouble(LLMEngine):
 
 
 @pytest.mark.ray
-def test_questions_become_a_reviewed_deduplicated_balanced_release(ray_local, tmp_path):
+def test_questions_become_a_reviewed_deduplicated_balanced_evaluated_release(ray_local, tmp_path):
     lake = Lake(tmp_path / "lake")
     kin = [json.loads(x) for x in (Path(__file__).parents[2] / "shared" / "data" / "ko_naverkin_certifiedjoon" /
                                    "questions_unique.jsonl").read_text(encoding="utf-8").splitlines()[:8]]
@@ -73,7 +74,7 @@ def test_questions_become_a_reviewed_deduplicated_balanced_release(ray_local, tm
              "is_cultural": i in (0, 3)} for i, q in enumerate(kin)]
     run_pipeline(job="ko-piqa", dataset="ko-piqa", source=RowsSource(records=rows), stages=[], lake=lake,
                  config={}, run_id="crawl")
-    cfg = ItemsConfig(evaluate=False, release_version="t1")
+    cfg = ItemsConfig(release_version="t1")  # evaluation with the default local engine (Gemma 3 270M, CPU)
     items_run = make_items(lake, "crawl", cfg, "ko-piqa", resume=False,
                            engine=RefineDouble(EngineConfig(backend="transformers", model="double")))
     items = RunManifest.load(lake.manifest_path(items_run))
@@ -125,3 +126,24 @@ def test_questions_become_a_reviewed_deduplicated_balanced_release(ray_local, tm
     assert out["released"], out
     release_run = RunManifest.load(lake.manifest_path(f"{out['final_run']}-release"))
     assert release_run.parents == [out["final_run"]]
+    # the release's zero-shot evaluation: every released item scored by the real local model, overall and on
+    # the cultural subset (kin-0 and kin-3 were sampled as cultural), the eval run a child of the release run
+    ev = RunManifest.load(lake.manifest_path(out["eval_run"]))
+    assert ev.parents == [release_run.run_id] and ev.status == "succeeded" and conservation_errors(ev) == []
+    summary = json.loads(Path(ev.outputs["json"]).read_text(encoding="utf-8"))
+    assert summary["n_items"] == 4 and summary["runs"]
+    for run in summary["runs"]:
+        assert run["overall"]["n"] == 4 and run["overall"]["scored"] + run["overall"]["omitted"] == 4
+        cultural = {g["is_cultural"]: g for g in run["by"]["is_cultural"]}
+        assert cultural[True]["n"] == 2 and cultural[False]["n"] == 2
+    # the evaluation's report (the chain's last) draws the whole chain, oldest first: crawl → items → review →
+    # final → release, and the accuracy overall and on the cultural subset
+    assert out["report"] == str(lake.root / "runs" / out["eval_run"] / "report.html")
+    report = Path(out["report"]).read_text(encoding="utf-8")
+    chain = report.split("Chain of runs", 1)[1]
+    order = ["crawl", items_run, review.run_id, out["final_run"], release_run.run_id]
+    positions = [chain.index(f"<code>{r}</code>") for r in order]
+    assert positions == sorted(positions), positions
+    table = report.split("<h2>Evaluation</h2>", 1)[1].split("</table>", 1)[0]
+    assert "<th>cultural</th>" in table and "(n=2)" in table and table.count("<tr>") == 1 + len(summary["runs"])
+    assert all((lake.root / "runs" / r / "report.html").exists() for r in order[1:])  # every run of the chain has one

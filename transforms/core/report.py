@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from html import escape
 from pathlib import Path
+from typing import Any
 
 from transforms.core.manifest import RunManifest
 
@@ -103,6 +104,26 @@ def chain_html(manifest: RunManifest, runs_dir: Path | None) -> str:
     return f"<h2>Chain of runs</h2><ol>{items}</ol>"
 
 
+def eval_html(table: list[dict[str, Any]]) -> str:
+    """An evaluation run's accuracy table (jobs/evaluate.py's paper rows): overall and cultural subset."""
+    if not table:
+        return "<h2>Evaluation</h2><p>No predictions.</p>"
+
+    def pct(v: Any) -> str:
+        return "n/a" if v is None else f"{100 * float(v):.1f}"
+
+    rows = "".join(
+        f"<tr><td class='l'>{escape(str(r['model']))}</td><td class='l'>{escape(str(r['method']))}</td>"
+        f"<td class='l'>{escape(str(r['variant']))}</td><td>{_fmt(int(r['n']))}</td><td>{_fmt(int(r['scored']))}</td>"
+        f"<td>{_fmt(int(r['omitted']))}</td><td>{pct(r['acc'])} [{pct(r['ci_low'])}, {pct(r['ci_high'])}]</td>"
+        f"<td>{pct(r['cultural_acc'])} (n={_fmt(int(r['cultural_n']))})</td>"
+        f"<td>{pct(r['universal_acc'])} (n={_fmt(int(r['universal_n']))})</td></tr>" for r in table)
+    return ("<h2>Evaluation</h2><p class='meta'>Accuracy in %, 95% Wilson interval; refusals, empty and unparsable "
+            "replies are omitted from accuracy and counted.</p><table><tr><th class='l'>model</th><th class='l'>method"
+            "</th><th class='l'>variant</th><th>items</th><th>scored</th><th>omitted</th><th>overall</th>"
+            f"<th>cultural</th><th>universal</th></tr>{rows}</table>")
+
+
 def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
     from transforms.core.runner import conservation_errors
 
@@ -145,6 +166,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
     from transforms.core.report_examples import EXAMPLES_CSS, render_examples
 
     examples = render_examples(m) if m.stages else ""
+    evaluation = eval_html(m.extras.get("table") or []) if m.job == "evaluate" else ""
     git = m.code_version.get("git_sha", "unknown")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(m.run_id)}: run report</title>
@@ -155,6 +177,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
  {'(dirty)' if m.code_version.get('dirty') else ''}</p>
 {error}
 {chain_html(m, runs_dir)}
+{evaluation}
 <h2>Funnel: rows after each stage</h2>
 {funnel_svg(m.funnel())}
 <h2>Stages</h2>

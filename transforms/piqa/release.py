@@ -32,6 +32,7 @@ from transforms.piqa.global_piqa import card_section as global_piqa_card_section
 from transforms.piqa.global_piqa import write_global_piqa
 
 RELEASED = "RELEASED"
+RUN_FILE = "run.json"  # the run that wrote the release: an evaluation of it names that run as its parent
 DROP_COLUMNS = (*C.BOOKKEEPING, C.DUPLICATE_OF)
 
 
@@ -48,9 +49,17 @@ class ReleaseResult(BaseModel):
 
 
 def find_manifest(input_path: str | Path) -> RunManifest | None:
-    """The run manifest behind `<lake>/curated/<dataset>/<run_id>[/...]`, when the input came from a run."""
+    """The run manifest behind `<lake>/curated/<dataset>/<run_id>[/...]` or a release folder
+    `<lake>/release/<dataset>/<version>[/items.parquet]`, when the input came from a run."""
     path = Path(input_path).resolve()
     parts = path.parts
+    folder = path if path.is_dir() else path.parent
+    if (folder / RUN_FILE).exists() and "release" in folder.parts:
+        run_id = json.loads((folder / RUN_FILE).read_text(encoding="utf-8")).get("run_id")
+        fp = folder.parts
+        lake_root = Path(*fp[:len(fp) - 1 - fp[::-1].index("release")])
+        manifest = lake_root / "runs" / str(run_id) / "manifest.json"
+        return RunManifest.load(manifest) if run_id and manifest.exists() else None
     if "curated" not in parts:
         return None
     i = len(parts) - 1 - parts[::-1].index("curated")
@@ -79,8 +88,9 @@ def release_table(table: pa.Table) -> pa.Table:
 
 def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path, dataset: str, recipe: str,
                   version: str, manifest: RunManifest | None = None, audit: bool = True,
-                  audit_bound: float = 0.6) -> ReleaseResult:
-    """Write the release files for `table` given the gate's result dict (`GateResult.model_dump()`)."""
+                  audit_bound: float = 0.6, run_id: str | None = None) -> ReleaseResult:
+    """Write the release files for `table` given the gate's result dict (`GateResult.model_dump()`);
+    `run_id` (the release run) is recorded in `run.json` and the RELEASED marker."""
     out = Path(out_dir)
     if (out / RELEASED).exists():
         raise ReleaseError(f"{out} was already released; choose another --version")
@@ -126,9 +136,11 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
     (out / "README.md").write_text(card_markdown(stats, title=title, recipe=recipe, version=version, gate=gate,
                                                  audit_md=audit_md, files=files, plots=list(plots),
                                                  sections=extra_sections), "utf-8")
+    if run_id:
+        (out / RUN_FILE).write_text(json.dumps({"run_id": run_id}) + "\n", "utf-8")
     if gate.get("success"):
         stamp = dt.datetime.now(dt.UTC).isoformat()
         (out / RELEASED).write_text(json.dumps({"released_at": stamp, "items": table.num_rows,
-                                                "suite": gate.get("suite")}) + "\n", "utf-8")
+                                                "suite": gate.get("suite"), "run_id": run_id}) + "\n", "utf-8")
     return ReleaseResult(path=str(out), released=bool(gate.get("success")), reasons=list(gate.get("reasons", [])),
                          files=files, audit=audit_result)
