@@ -52,10 +52,6 @@ def strict_judge() -> LinearJudge:
     raise SystemExit("jobs/configs/ko_piqa.yaml has no e5-strict member")
 
 
-def cut_at(scores: np.ndarray, y: np.ndarray, recall: float) -> float:
-    return threshold_for_recall(scores, y, recall)
-
-
 def run_llm(args: argparse.Namespace) -> dict[str, Any]:
     from sklearn.metrics import roc_auc_score
 
@@ -103,7 +99,7 @@ def run_llm(args: argparse.Namespace) -> dict[str, Any]:
     grid = []
     print("e5-strict cut (its OOF recall) | LLM >= | kept | physical | recall | precision")
     for rec in (0.8, 0.85, 0.9, 1.0):
-        cut = cut_at(oof, y, rec)
+        cut = threshold_for_recall(oof, y, rec)
         for t in (0.0, 0.3, 0.5, 0.7):
             m = (e5 >= cut) & (llm >= t)
             r = float(yy[m].sum() / y.sum())
@@ -151,7 +147,7 @@ def run_extra(args: argparse.Namespace) -> dict[str, Any]:
                     w = np.concatenate([w, np.full(len(extra_y), weight)])
                 model = LogisticRegression(C=judge.C, class_weight="balanced", max_iter=5000)
                 oof[te] = model.fit(Xt, yt, sample_weight=w).predict_proba(X[te])[:, 1]
-            prec = [float(y[oof >= cut_at(oof, y, r)].mean()) for r in (0.8, 0.9)]
+            prec = [float(y[oof >= threshold_for_recall(oof, y, r)].mean()) for r in (0.8, 0.9)]
             per_seed.append(prec + [float(roc_auc_score(y, oof))])
         a = np.array(per_seed)
         return {"p_at_0.8": a[:, 0].mean(), "p_at_0.9": a[:, 1].mean(), "auc": a[:, 2].mean(),

@@ -25,6 +25,7 @@ from pydantic import Field, field_validator
 from jobs.config import ConfigError, JobConfig
 from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, fingerprint_file
+from transforms.core.report import write_report
 from transforms.eval import items as I
 from transforms.eval.audit import audit_markdown, audit_release
 from transforms.eval.lm_eval_export import export_lm_eval_task
@@ -181,12 +182,14 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
         manifest.extras.update({"timings_s": {k: round(v, 2) for k, v in timings.items()},
                                 "table": rows, "flagged": summary.get("audit", {}).get("flagged")})
         manifest.write(manifest_path)
+        report = write_report(manifest, lake.run_dir(run_id) / "report.html")
     except BaseException as err:
         if manifest_path.exists():  # the runner wrote it; record what failed after the stages too
             failed = RunManifest.load(manifest_path)
             failed.status, failed.error = "failed", f"{type(err).__name__}: {err}"
             failed.write(manifest_path)
+            write_report(failed, lake.run_dir(run_id) / "report.html")
         raise
     flagged = bool(audit and audit["flagged"])
-    return {"run_id": run_id, "out": str(out), **outputs, "flagged": flagged,
+    return {"run_id": run_id, "out": str(out), **outputs, "report": str(report), "flagged": flagged,
             "exit_code": 3 if flagged and config.fail_on_flag else 0}

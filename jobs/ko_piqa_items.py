@@ -134,26 +134,27 @@ def finish(lake: Lake, review_run: str, cfg: ItemsConfig, dataset: str, resume: 
                          source=RunSource(lake=str(lake.root), run_id=review_run), stages=[cfg.dedup, cfg.balance],
                          lake=lake, config={"recipe": "ko-piqa", **cfg.model_dump()}, run_id=final_id,
                          resume=resume, parents=[review_run])
+    report = write_reports(lake, review_run, final_id)
     left = final.stages[-1].rows_kept if final.stages else 0
     if not left:  # nothing to gate: say why instead of failing inside the release job
         why = f"no items left after review, dedup and balancing (run {final_id}): no release, no evaluation"
         log.error("ko-piqa-items: %s", why)
         return {"final_run": final_id, "release": None, "released": False, "exit_code": 1, "reason": why,
-                "report": write_reports(lake, review_run, final_id)}
+                "report": report}
     release = release_job.run(release_job.Config(input=f"run:{final_id}", recipe="ko-piqa", dataset=dataset,
                                                  lake=str(lake.root), version=cfg.release_version),
                               run_id=f"{final_id}-release")
+    # the last run's report (each job writes its own) draws the whole chain: crawl → items → review → final →
+    # release → evaluation
     out: dict[str, Any] = {"final_run": final_id, "release": release["release"], "released": release["released"],
-                           "exit_code": release["exit_code"]}
+                           "exit_code": release["exit_code"], "report": release["report"]}
     if cfg.evaluate and release["released"]:
         ev = evaluate_job.Config(release=f"{release['release']}/items.parquet", lake=str(lake.root),
                                  dataset=dataset, models=list(cfg.eval_engines), engines=cfg.eval_engines,
                                  prompts={"ko": "eval_ko/ko"}, generate_limit=cfg.eval_limit,
                                  loglik_limit=cfg.eval_limit, name=dataset)
         result = evaluate_job.run(ev, run_id=f"{final_id}-eval")
-        out.update({"evaluation": result["results"], "eval_run": result["run_id"]})
-    # the last run's report draws the whole chain: crawl → items → review → final → release → evaluation
-    out["report"] = write_reports(lake, review_run, final_id, release["run_id"], out.get("eval_run"))
+        out.update({"evaluation": result["results"], "eval_run": result["run_id"], "report": result["report"]})
     return out
 
 

@@ -46,6 +46,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     """Read the items, gate them and write the release, as a run of stages (read_items → gate_and_release)."""
     from expectations.suite import load_suite
     from jobs.cli import UserError
+    from transforms.core.report import write_report
     from transforms.core.runner import init_ray, run_pipeline
     from transforms.io.sources import RunSource
     from transforms.piqa.release import RELEASED, find_manifest
@@ -88,8 +89,9 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
     manifest.outputs["release"] = verdict["path"]
     manifest.extras["gate"] = {k: verdict[k] for k in ("suite", "success", "rows", "failed")}
     manifest.write(lake.manifest_path(run_id))
+    report = write_report(manifest, lake.run_dir(run_id) / "report.html")
     for reason in verdict["failed"]:
         print(f"release gate failed: {reason}", file=sys.stderr)
-    return {"run_id": run_id, "release": verdict["path"], "released": verdict["released"],
+    return {"run_id": run_id, "release": verdict["path"], "released": verdict["released"], "report": str(report),
             "checks": f"{verdict['checks'] - len(verdict['failed'])}/{verdict['checks']} passed",
             "exit_code": 0 if verdict["released"] else 1}

@@ -71,15 +71,22 @@ class PromptTemplate(BaseModel):
             text = cleaned
         return text.strip()[: self.max_chars]
 
+    @functools.cached_property
+    def shot_turns(self) -> list[ChatMessage]:
+        """The worked examples as user/assistant turns, rendered once (the same for every row)."""
+        turns: list[ChatMessage] = []
+        for shot in self.shots:
+            shot_vars = {k: self.sanitise(v) for k, v in shot.items() if k != "answer"}
+            turns.append({"role": "user", "content": compile_template(self.template).render(**shot_vars)})
+            turns.append({"role": "assistant", "content": shot["answer"]})
+        return turns
+
     def render(self, **variables: Any) -> Rendered:
         clean = {k: self.sanitise(v) if isinstance(v, str) else v for k, v in variables.items()}
         messages: list[ChatMessage] = []
         if self.system:
             messages.append({"role": "system", "content": compile_template(self.system).render(**clean)})
-        for shot in self.shots:
-            shot_vars = {k: self.sanitise(v) for k, v in shot.items() if k != "answer"}
-            messages.append({"role": "user", "content": compile_template(self.template).render(**shot_vars)})
-            messages.append({"role": "assistant", "content": shot["answer"]})
+        messages.extend(self.shot_turns)
         messages.append({"role": "user", "content": compile_template(self.template).render(**clean)})
         return Rendered(messages=messages, prompt_id=self.id, version=self.version)
 
@@ -134,8 +141,8 @@ def load_prompt(prompt_id: str, root: str | None = None) -> PromptTemplate:
             raise PromptError(f"{path}: shot {n} has no `answer` (the assistant's reply)")
         if prompt.options and prompt.parse(shot["answer"]) is None:
             raise PromptError(f"{path}: shot {n}'s answer {shot['answer']!r} is none of the options {prompt.options}")
-        try:
-            compile_template(prompt.template).render(**{k: v for k, v in shot.items() if k != "answer"})
-        except Exception as err:  # jinja2's UndefinedError and friends: name the shot, not a stack of frames
-            raise PromptError(f"{path}: shot {n} does not fill the template ({err})") from err
+    try:
+        prompt.shot_turns  # noqa: B018 -- rendered once here, so a shot that does not fill the template fails on load
+    except Exception as err:  # jinja2's UndefinedError and friends: say so in one line, not a stack of frames
+        raise PromptError(f"{path}: a shot does not fill the template ({err})") from err
     return prompt

@@ -54,11 +54,9 @@ def find_manifest(input_path: str | Path) -> RunManifest | None:
     path = Path(input_path).resolve()
     parts = path.parts
     folder = path if path.is_dir() else path.parent
-    if (folder / RUN_FILE).exists() and "release" in folder.parts:
+    if (folder / RUN_FILE).exists() and len(folder.parents) > 2 and folder.parents[1].name == "release":
         run_id = json.loads((folder / RUN_FILE).read_text(encoding="utf-8")).get("run_id")
-        fp = folder.parts
-        lake_root = Path(*fp[:len(fp) - 1 - fp[::-1].index("release")])
-        manifest = lake_root / "runs" / str(run_id) / "manifest.json"
+        manifest = folder.parents[2] / "runs" / str(run_id) / "manifest.json"
         return RunManifest.load(manifest) if run_id and manifest.exists() else None
     if "curated" not in parts:
         return None
@@ -90,7 +88,7 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
                   version: str, manifest: RunManifest | None = None, audit: bool = True,
                   audit_bound: float = 0.6, run_id: str | None = None) -> ReleaseResult:
     """Write the release files for `table` given the gate's result dict (`GateResult.model_dump()`);
-    `run_id` (the release run) is recorded in `run.json` and the RELEASED marker."""
+    `run_id` (the release run) is recorded in `run.json`."""
     out = Path(out_dir)
     if (out / RELEASED).exists():
         raise ReleaseError(f"{out} was already released; choose another --version")
@@ -141,6 +139,6 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
     if gate.get("success"):
         stamp = dt.datetime.now(dt.UTC).isoformat()
         (out / RELEASED).write_text(json.dumps({"released_at": stamp, "items": table.num_rows,
-                                                "suite": gate.get("suite"), "run_id": run_id}) + "\n", "utf-8")
+                                                "suite": gate.get("suite")}) + "\n", "utf-8")
     return ReleaseResult(path=str(out), released=bool(gate.get("success")), reasons=list(gate.get("reasons", [])),
                          files=files, audit=audit_result)
