@@ -192,7 +192,7 @@ def _provenance(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
 
 
 def _degenerate(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
-    from expectations.degenerate import degenerate_rows
+    from transforms.piqa.degenerate import degenerate_rows
 
     rule = suite.degenerate
     assert rule is not None

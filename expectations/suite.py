@@ -11,7 +11,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from expectations.degenerate import DegenerateText
+from transforms.piqa.degenerate import DegenerateText
 from transforms.embed.base import EmbedderConfig
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
@@ -82,7 +82,7 @@ class SuiteConfig(BaseModel):
     length: LengthBounds | None = Field(default_factory=LengthBounds)
     degenerate: DegenerateText | None = Field(
         default_factory=DegenerateText, description="Goals and solutions that are one word repeated or mostly "
-        "one repeated n-gram fail (expectations/degenerate.py).")
+        "one repeated n-gram fail (transforms/piqa/degenerate.py).")
     solution_pattern: str | None = Field(None, description="Regex every solution must match (J-PIQA: '。$').")
     require_provenance: bool = Field(
         False, description="Generated rows (non-null `model`) must carry prompt_id and prompt_version.")

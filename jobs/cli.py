@@ -11,6 +11,7 @@ from typing import Any
 from jobs import JOBS
 from jobs.config import ConfigError, parse_set, resolve_config
 from transforms.core.secrets import install_log_scrubber, scrub_text
+from transforms.flow.recipe import RecipeError
 
 
 class UserError(Exception):
@@ -19,7 +20,10 @@ class UserError(Exception):
 
 def _run(args: argparse.Namespace, extra: list[str]) -> int:
     from jobs.config import load_job_module
+    from transforms.flow.recipe import is_recipe
 
+    if is_recipe(args.job):
+        return _run_recipe(args, extra)
     overrides = run_overrides(args, extra)
     module = load_job_module(args.job)
     config = resolve_config(args.job, args.config, overrides)
@@ -28,8 +32,13 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
 
         hold_ray_logs()  # Ray's start-up lines go to the run's logs/ray.log, not the console
     result = module.run(config, run_id=args.run_id or args.resume, resume=bool(args.resume))
-    print(f"\n{args.job}: done")
-    result = result or {}
+    return _print_result(args.job, result or {})
+
+
+def _print_result(job: str, result: dict[str, Any]) -> int:
+    """The last run's funnel, outputs and report, then what the summary did not print."""
+    status = result.get("status")
+    print(f"\n{job}: {status if status and status != 'succeeded' else 'done'}")
     shown: dict[str, str] = {}  # key → value already printed by the summary
     if result.get("manifest") and os.path.exists(str(result["manifest"])):
         # the funnel, outputs, report and judges' figures of the job's (last) run
@@ -48,6 +57,43 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
         if shown.get(key) != str(value):  # what the summary did not print (a second run, a release ...)
             print(f"  {key:<10} {scrub_text(str(value))}")
     return int(result.get("exit_code", 0))
+
+
+def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+    """`--set`, `--input` and job-style flags (`--review auto`) of a recipe's command line."""
+    overrides: dict[str, Any] = {}
+    it = iter(extra)
+    for token in it:
+        if not token.startswith("--"):
+            raise ConfigError(f"unexpected argument {token!r}")
+        key = token[2:].replace("-", "_")
+        key, value = key.split("=", 1) if "=" in key else (key, next(it, None))
+        if value is None:
+            raise ConfigError(f"{token} needs a value")
+        overrides[key] = parse_set(f"{key}={value}")[1]
+    for item in args.set or []:
+        key, value = parse_set(item)
+        overrides[key] = value
+    if args.input:
+        overrides["input"] = args.input[0] if len(args.input) == 1 else list(args.input)
+    return overrides
+
+
+def _run_recipe(args: argparse.Namespace, extra: list[str]) -> int:
+    from jobs.config import apply_secrets_env
+    from transforms.flow.orchestrator import run_recipe
+    from transforms.flow.recipe import load_recipe
+
+    recipe = load_recipe(args.job, recipe_overrides(args, extra), config_file=args.config)
+    apply_secrets_env(recipe.secrets)
+    if os.environ.get("PIQAFORGE_VERBOSE") != "1":
+        from transforms.core.console import hold_ray_logs
+
+        hold_ray_logs()
+    command = ["piqaforge", "run", args.job, *(a for s in args.set or [] for a in ("--set", s)), *extra]
+    result = run_recipe(recipe, lake=args.lake or "lake", run_id=args.run_id or args.resume,
+                        resume=bool(args.resume), command=command)
+    return _print_result(args.job, result)
 
 
 def run_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
@@ -104,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a job (locally, or on the cluster under `ray job submit`)")
-    run.add_argument("job", choices=sorted(JOBS), help="the recipe or tool to run")
+    run.add_argument("job", metavar="RECIPE", help="a recipe (jobs/recipes/<name>.yaml; `piqaforge recipes`), a "
+                     "recipe file (PATH.yaml), or a tool job (release, evaluate; `piqaforge jobs`)")
     run.add_argument("--config", help="YAML file merged over the job's defaults (jobs/configs/)")
     run.add_argument("--input", nargs="+", help="input path(s), overriding the config")
     run.add_argument("--lake", help="lake root directory")
@@ -121,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
                          ("--resume", {"metavar": "RUN_ID"})):
         submit.add_argument(flag, help="as for `run`", **kwargs)  # type: ignore[arg-type]
     sub.add_parser("jobs", help="list the jobs")
+    sub.add_parser("recipes", help="list the recipes (jobs/recipes/*.yaml), one line each")
+    sub.add_parser("stages", help="list the registered stage names a recipe file can use")
     from jobs.judge_eval import add_parser as add_judge_eval_parser  # argparse only
 
     add_judge_eval_parser(sub)
@@ -156,6 +205,18 @@ def main(argv: list[str] | None = None) -> int:
             for name, module in sorted(JOBS.items()):
                 print(f"{name:<10} {module}")
             return 0
+        if args.command == "recipes":
+            from transforms.flow.recipe import list_recipes
+
+            for name, description in list_recipes():
+                print(f"{name:<12} {description}")
+            return 0
+        if args.command == "stages":
+            from transforms.flow.registry import STAGES
+
+            for name, ref in STAGES.items():
+                print(f"{name:<22} {ref}")
+            return 0
         if args.command == "run":
             return _run(args, extra)
         if args.command in ("runs", "show"):
@@ -168,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(list_runs(lake.root / "runs"))
                 return 0
             path = lake.manifest_path(args.run_id)
+            from transforms.flow.orchestrator import RecipeRecord, print_status
+
+            if not path.exists() and (record := RecipeRecord.load(lake, args.run_id)) is not None:
+                print(print_status(record))
+                return 0
             if not path.exists():
                 raise UserError(f"no run {args.run_id!r} in {lake.root}")
             print(show_run(RunManifest.load(path), lake.run_dir(args.run_id) / "report.html"))
@@ -203,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             return run_review(args)
         if extra:
             parser.error(f"unrecognised arguments: {' '.join(extra)}")
-    except (ConfigError, UserError) as err:
+    except (ConfigError, UserError, RecipeError) as err:
         print(f"piqaforge: error: {scrub_text(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -211,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as err:  # one line for the user; the manifest keeps the traceback
         from transforms.core.stage import StageError
+        from transforms.flow.context import RecipeRunError
 
-        if isinstance(err, StageError | FileNotFoundError | ValueError):
+        if isinstance(err, StageError | FileNotFoundError | ValueError | RecipeRunError):
             print(f"piqaforge: error: {scrub_text(str(err))}", file=sys.stderr)
             return 1
         raise

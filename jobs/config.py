@@ -137,6 +137,16 @@ def secret_names(config: BaseModel) -> list[str]:
     return sorted({n for r in _resources(config) for n in r.secrets} | set(getattr(config, "secrets", [])))
 
 
+def apply_secrets_env(names: list[str]) -> None:
+    """A recipe's `secrets`: all must be set here; their values are scrubbed from our output."""
+    from transforms.core.secrets import register_environment
+
+    if missing := [n for n in names if not os.environ.get(n)]:
+        raise ConfigError(f"secret(s) {missing} are named in the recipe but not set in the environment of this "
+                          "process; set them here, they are forwarded to the workers (docs/secrets.md)")
+    register_environment(names)
+
+
 def apply_secrets(config: BaseModel, bind_lake: bool = True) -> BaseModel:
     """Job-level secrets go to every stage; all must be set here; their values are scrubbed from our output."""
     from transforms.core.secrets import bind_fingerprint_key, register_environment

@@ -9,11 +9,8 @@ gate_and_release on the runner), whose manifest names the run that made the item
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -44,54 +41,29 @@ class Config(JobConfig):
 
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
     """Read the items, gate them and write the release, as a run of stages (read_items → gate_and_release)."""
-    from expectations.suite import load_suite
     from jobs.cli import UserError
     from transforms.core.report import write_report
-    from transforms.core.runner import init_ray, run_pipeline
-    from transforms.io.sources import RunSource
-    from transforms.piqa.release import RELEASED, find_manifest
-    from transforms.piqa.release_stage import GateAndRelease, ItemsSource
+    from transforms.core.runner import init_ray
+    from transforms.flow.release import ReleaseInputError, gate_and_write
 
     dataset = config.dataset or config.recipe
-    version = config.version or dt.datetime.now(dt.UTC).strftime("%Y.%m.%d")
     lake = Lake(config.lake).create()
     run_id = run_id or Lake.new_run_id("release")
-    out = lake.root / "release" / dataset / version
-    # everything that can be refused is checked here, before Ray starts
-    if (out / RELEASED).exists():
-        raise UserError(f"{out} was already released; choose another --version")
-    try:
-        load_suite(config.recipe, config.suite)
-        if config.input.startswith("run:"):  # `--input run:<run_id>`: that run's curated table, as a parent
-            source: Any = RunSource(lake=str(lake.root), run_id=config.input[4:])
-            src = source.location()
-        else:
-            src = Path(config.input)
-            if not src.exists():
-                raise FileNotFoundError(f"release input {src} does not exist")
-            source = ItemsSource(path=str(src))
-    except (ValueError, FileNotFoundError) as err:
-        raise UserError(str(err)) from err
-    upstream = find_manifest(src)
-    parents = [upstream.run_id] if upstream else ([config.input[4:]] if config.input.startswith("run:") else [])
-    upstream_path = lake.manifest_path(upstream.run_id) if upstream else None
-    verdict_path = lake.run_dir(run_id) / "gate.json"
-    gate = GateAndRelease(recipe=config.recipe, suite_overrides=config.suite, dataset=dataset, version=version,
-                          out_dir=str(out), audit=config.audit, audit_bound=config.audit_bound,
-                          upstream_manifest=str(upstream_path) if upstream_path and upstream_path.exists() else None,
-                          result_path=str(verdict_path), run_id=run_id)
+    run_input = config.input[4:] if config.input.startswith("run:") else None
     init_ray(config.ray_address, config.num_cpus)
-    manifest = run_pipeline(job="release", dataset=dataset, source=source, stages=[gate], lake=lake,
-                            config=config.model_dump(), run_id=run_id, resume=resume, parents=parents)
-    verdict = json.loads(verdict_path.read_text(encoding="utf-8"))
-    manifest.status = "succeeded" if verdict["released"] else "failed"
-    manifest.error = None if verdict["released"] else f"quality gate failed: {len(verdict['failed'])} expectation(s)"
-    manifest.outputs["release"] = verdict["path"]
-    manifest.extras["gate"] = {k: verdict[k] for k in ("suite", "success", "rows", "failed")}
-    manifest.write(lake.manifest_path(run_id))
+    try:
+        manifest = gate_and_write(lake, dataset=dataset, input_run=run_input,
+                                  input_path=None if run_input else config.input, suite=config.recipe,
+                                  suite_overrides=config.suite, version=config.version, run_id=run_id,
+                                  audit=config.audit, audit_bound=config.audit_bound, resume=resume,
+                                  config=config.model_dump())
+    except (ReleaseInputError, FileNotFoundError) as err:
+        raise UserError(str(err)) from err
     report = write_report(manifest, lake.run_dir(run_id) / "report.html")
-    for reason in verdict["failed"]:
+    gate = manifest.extras["gate"]
+    for reason in gate["failed"]:
         print(f"release gate failed: {reason}", file=sys.stderr)
-    return {"run_id": run_id, "release": verdict["path"], "released": verdict["released"], "report": str(report),
-            "checks": f"{verdict['checks'] - len(verdict['failed'])}/{verdict['checks']} passed",
-            "exit_code": 0 if verdict["released"] else 1}
+    released = manifest.status == "succeeded"
+    return {"run_id": run_id, "release": manifest.outputs["release"], "released": released, "report": str(report),
+            "checks": f"{gate['checks'] - len(gate['failed'])}/{gate['checks']} passed",
+            "exit_code": 0 if released else 1}

@@ -226,7 +226,7 @@ def test_pair_from_edit_drops_edits_that_cannot_be_applied_and_copies_of_the_for
 def test_corrected_item_refuses_english_and_decoding_loops_and_the_release_checks_drop_loops():
     from pydantic import ValidationError
 
-    from expectations.degenerate import degenerate_reason, worst_repetition
+    from transforms.piqa.degenerate import degenerate_reason, worst_repetition
     from transforms.pindic.schemas import CorrectedItem
 
     ok = {"goal": "दूध को उबलने से रोकने के लिए", "sol1": "बर्तन पर लकड़ी का चम्मच रखें", "sol2": "बर्तन पर स्टील की प्लेट रखें"}
@@ -235,7 +235,7 @@ def test_corrected_item_refuses_english_and_decoding_loops_and_the_release_check
         CorrectedItem(**{**ok, "goal": "To create a delicious rosewater dish in Delhi"})
     # the looping solution of pindic-hi-a3's machine translation (docs/pindic.md)
     loop = "कम या बार्डियों को लिए बार्डियों लिए बार्डियों को लिए बार्डियों को लिए बार्डियों को लिए"
-    # one rule for the reply check, ReleaseChecks and the gate (expectations/degenerate.py)
+    # one rule for the reply check, ReleaseChecks and the gate (transforms/piqa/degenerate.py)
     assert degenerate_reason(loop, "hi") is not None
     assert set(worst_repetition(loop, "hi").ngram.split()) == {"बार्डियों", "को", "लिए"}
     with pytest.raises(ValidationError, match="repeats"):

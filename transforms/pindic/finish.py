@@ -6,7 +6,7 @@
 * `CorrectTranslation` (LLMTransform, json): English source + machine translation → corrected
   goal/sol1/sol2, rewritten only where needed.
 * `ReleaseChecks`: the benchmark text (corrected) must be in its language's script, free of decoding
-  loops (the gate's own rule, expectations/degenerate.py) and long enough for the suite's length rule;
+  loops (the gate's own rule, transforms/piqa/degenerate.py) and long enough for the suite's length rule;
   otherwise dropped with `wrong_script` / `degenerate_text` / `too_short`.
 * `ReleaseColumns`: the columns of the paper's Table 1 (see docs/pindic.md for the mapping).
 
@@ -112,7 +112,7 @@ class ReleaseChecks(Stage):
 
     def process(self, batch: pa.Table) -> pa.Table:
         # the gate's own rule: an item dropped here would have failed the release
-        from expectations.degenerate import degenerate_reason
+        from transforms.piqa.degenerate import degenerate_reason
 
         cols = {c: batch.column(c).to_pylist() for c in self.reads}
         shares: list[float] = []

@@ -70,7 +70,7 @@ def indic_share(text: str) -> float:
 class CorrectedItem(BaseModel):
     """The corrected translation of one item: every text in one Indic script (a reply left in English
     is invalid, so the stage retries it once with the reason shown) and without a decoding loop (the
-    release gate's rule, expectations/degenerate.py, so a reply that passes here passes there)."""
+    release gate's rule, transforms/piqa/degenerate.py, so a reply that passes here passes there)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -84,7 +84,7 @@ class CorrectedItem(BaseModel):
         if indic_share(value) < 0.8:
             raise ValueError("this text is not in the target language's script (it is English or mixed); "
                              "write it in the target language")
-        from expectations.degenerate import degenerate_reason
+        from transforms.piqa.degenerate import degenerate_reason
 
         # the language only picks word or character tokens, and the five locales all put spaces between words
         loop = degenerate_reason(value, "hi")

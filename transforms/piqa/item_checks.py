@@ -201,3 +201,12 @@ def card_section(stats: dict[str, Any], title: str = "Tamil PIQA: items, checks,
     else:
         lines.append("| review | not reviewed |")
     return "\n".join(lines) + "\n"
+
+
+def human_items_card(table: pa.Table, runs: dict[str, Any]) -> str:
+    """The card section of a human-written recipe (a release's `card.make`): items, words per prompt,
+    contrast types, safety flags, and the agreement of the review run among `runs`."""
+    review = next((m.extras["review"] for m in reversed(list(runs.values())) if "review" in m.extras
+                   and isinstance(m.extras["review"], dict) and "agreement" in m.extras["review"]), None)
+    stats = card_statistics(table, agreement=agreement_figures(review))
+    return card_section(stats).split("\n", 2)[2]

@@ -59,7 +59,7 @@ class RefinedItem(BaseModel):
 
 def refine_problem(goal: str, answer: str, word: str, wrong_word: str, lang: str = "ko") -> str | None:
     """Why a refinement cannot become an item (in the prompt's language, for the retry turn), or None."""
-    from expectations.degenerate import degenerate_reason
+    from transforms.piqa.degenerate import degenerate_reason
 
     _, reason = substitute(answer, word, wrong_word)
     if reason is not None:

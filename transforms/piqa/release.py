@@ -86,7 +86,8 @@ def release_table(table: pa.Table) -> pa.Table:
 
 def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path, dataset: str, recipe: str,
                   version: str, manifest: RunManifest | None = None, audit: bool = True,
-                  audit_bound: float = 0.6, run_id: str | None = None) -> ReleaseResult:
+                  audit_bound: float = 0.6, run_id: str | None = None,
+                  sections: list[str] | None = None) -> ReleaseResult:
     """Write the release files for `table` given the gate's result dict (`GateResult.model_dump()`);
     `run_id` (the release run) is recorded in `run.json`."""
     out = Path(out_dir)
@@ -102,7 +103,7 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
         files.append(name)
 
     can_export = all(c in table.column_names for c in ("goal", "sol1", "sol2", "label"))
-    extra_sections: list[str] = []
+    extra_sections: list[str] = list(sections or [])
     write_items(table, out / "items.parquet")
     wrote("items.parquet")
     if can_export:
@@ -136,9 +137,24 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
                                                  sections=extra_sections), "utf-8")
     if run_id:
         (out / RUN_FILE).write_text(json.dumps({"run_id": run_id}) + "\n", "utf-8")
-    if gate.get("success"):
+    reasons = list(gate.get("reasons", [])) + audit_refusals(audit_result)
+    if gate.get("success") and not reasons:
         stamp = dt.datetime.now(dt.UTC).isoformat()
         (out / RELEASED).write_text(json.dumps({"released_at": stamp, "items": table.num_rows,
                                                 "suite": gate.get("suite")}) + "\n", "utf-8")
-    return ReleaseResult(path=str(out), released=bool(gate.get("success")), reasons=list(gate.get("reasons", [])),
+    return ReleaseResult(path=str(out), released=bool(gate.get("success")) and not reasons, reasons=reasons,
                          files=files, audit=audit_result)
+
+
+def audit_refusals(audit: dict[str, Any] | None) -> list[str]:
+    """A flagged artifact audit refuses the release: a solution-only or goal-only baseline above the bound
+    means the items can be answered without reading them as a whole."""
+    if not audit or not audit.get("flagged"):
+        return []
+    out = []
+    for name in audit.get("flags", []):
+        b = audit["baselines"][name]
+        ci = f" (95% CI {b['ci_low']:.2f}-{b['ci_high']:.2f})" if b.get("ci_low") is not None else ""
+        out.append(f"artifact audit: the {name} baseline answers {b['acc']:.2f}{ci} of {audit['n']} items, "
+                   f"above the bound {audit['bound']:.2f}")
+    return out

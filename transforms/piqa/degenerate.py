@@ -15,12 +15,16 @@ the tokens. A single word repeated is the n = 1 case.
 
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from transforms.core.stage import Stage
 from transforms.piqa import textcheck as tc
 
 
@@ -111,3 +115,77 @@ def degenerate_rows(columns: dict[str, list[str]], langs: Sequence[str | None],
                 break
         out.append(reason)
     return out
+
+
+# -- the stage every creating recipe runs after its model writes items ---------------------------------------
+_TERMINAL = ".!?。！？…」』)）\"'”’»"
+
+
+def _plain(text: str | None) -> str:
+    """Letters and digits only, case-folded: spacing and punctuation do not make two texts differ."""
+    return "".join(ch for ch in unicodedata.normalize("NFKC", text or "").casefold() if ch.isalnum())
+
+
+def truncated(text: str | None, min_chars: int) -> bool:
+    """A long text that stops without a sentence end: what a reply cut at the token limit looks like
+    (`...벽면을깨`). Short texts (a phrase, a PIQA solution fragment) are never called truncated."""
+    body = (text or "").rstrip()
+    return len(body) >= min_chars and body[-1] not in _TERMINAL
+
+
+def copies_goal(goal: str | None, solution: str | None, share: float = 0.8) -> bool:
+    """The solution is the goal again, or the goal makes up most of it."""
+    g, s = _plain(goal), _plain(solution)
+    if not g or not s:
+        return False
+    return g == s or (len(g) >= 10 and g in s and len(g) >= share * len(s))
+
+
+class DegenerateFilter(Stage):
+    """Drop items a model wrote badly, with one reason each: a repetition loop in any column
+    (`repetition_loop`), a text cut off at the token limit (`truncated_text`), two solutions that differ
+    only in spacing, case or punctuation (`identical_solutions`), a solution that copies the goal
+    (`solution_copies_goal`). One rule for every recipe; the gate's `degenerate` check is the same
+    repetition rule, so what passes here passes there."""
+
+    name: ClassVar[str] = "degenerate"
+    reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2")
+    writes: ClassVar[tuple[str, ...]] = ("degenerate_detail",)
+    lang: str | None = Field(None, description="Language of the items (per row: a `lang` column wins); decides "
+                             "words or characters as the repetition unit.")
+    repetition: DegenerateText = Field(default_factory=lambda: DegenerateText(max_share=0.5),
+                                       description="The repetition rule (the gate's).")
+    truncation_min_chars: int | None = Field(40, ge=1, description="A text at least this long that does not end "
+                                             "with a sentence end is `truncated_text`; null turns the check off "
+                                             "(items written without full stops).")
+    copy_share: float = Field(0.8, gt=0, le=1, description="A solution of which the goal makes up this share "
+                              "copies it.")
+
+    def reason(self, goal: str | None, sol1: str | None, sol2: str | None, lang: str | None) -> tuple[str, str] | None:
+        for col, text in (("goal", goal), ("sol1", sol1), ("sol2", sol2)):
+            if why := degenerate_reason(text, lang, self.repetition):
+                return "repetition_loop", f"{col}: {why}"
+        if self.truncation_min_chars is not None:
+            for col, text in (("goal", goal), ("sol1", sol1), ("sol2", sol2)):
+                if truncated(text, self.truncation_min_chars):
+                    return "truncated_text", f"{col} ends {(text or '').rstrip()[-12:]!r}"
+        if _plain(sol1) == _plain(sol2):
+            return "identical_solutions", "sol1 and sol2 differ only in spacing or punctuation"
+        for col, text in (("sol1", sol1), ("sol2", sol2)):
+            if copies_goal(goal, text, self.copy_share):
+                return "solution_copies_goal", f"{col} copies the goal"
+        return None
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        from transforms.core.stage import put_column, set_drop_reason
+
+        cols = {c: batch.column(c).to_pylist() for c in ("goal", "sol1", "sol2")}
+        langs = batch.column("lang").to_pylist() if "lang" in batch.schema.names else [None] * batch.num_rows
+        reasons: list[str | None] = []
+        details: list[str | None] = []
+        for i in range(batch.num_rows):
+            found = self.reason(cols["goal"][i], cols["sol1"][i], cols["sol2"][i], langs[i] or self.lang)
+            reasons.append(found[0] if found else None)
+            details.append(found[1] if found else None)
+        out = put_column(batch, "degenerate_detail", pa.array(details, pa.string()))
+        return set_drop_reason(out, pa.array(reasons, pa.string()))

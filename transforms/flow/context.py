@@ -1,0 +1,85 @@
+"""What the runs of one recipe run share: the run ids, the engines, the manifests so far; how a
+stage is built from its recipe entry."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from transforms.core.lake import Lake
+from transforms.core.manifest import RunManifest
+from transforms.flow.engines import resolve_engines, use_doubles
+from transforms.flow.recipe import Recipe, RunSpec
+from transforms.flow.registry import stage_class
+
+
+class RecipeRunError(RuntimeError):
+    """A run of the recipe failed; the message names the run and what went wrong."""
+
+
+class RunEntry(BaseModel):
+    run_id: str
+    status: str = "pending"
+    fingerprint: str = ""
+    batch: str | None = None
+
+
+class Context:
+    """What every run of one recipe run shares."""
+
+    def __init__(self, recipe: Recipe, lake: Lake, root: str, resume: bool, doubles: dict[str, Any] | None,
+                 command: list[str] | None):
+        self.recipe, self.lake, self.root, self.resume = recipe, lake, root, resume
+        self.engines = resolve_engines(recipe)
+        self.doubles = doubles or {}
+        self.command = command or ["piqaforge", "run", recipe.path or recipe.recipe]
+        self.ids: dict[str, str] = {}          # run name -> the run id its children read
+        self.manifests: dict[str, RunManifest] = {}
+
+    def run_id(self, spec: RunSpec) -> str:
+        return f"{self.root}-{spec.name}"
+
+    def resume_command(self) -> str:
+        return shlex.join([*self.command, "--lake", str(self.lake.root), "--resume", self.root])
+
+
+def spec_fingerprint(ctx: Context, spec: RunSpec) -> str:
+    """A run's resolved spec with the engines it will use: a changed spec is never skipped."""
+    blob = json.dumps({"spec": spec.model_dump(mode="json"), "engines": ctx.engines,
+                       "upstream": [ctx.ids.get(p) for p in spec.upstream()]}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def build_stage(ctx: Context, spec: dict[str, Any], run_dir: Path) -> Any:
+    """A stage from its recipe entry: the registered class validated with the entry's fields, engine
+    roles filled from the profile, the run's folders where the stage asks for them."""
+    from transforms.flow.engines import fill_roles
+
+    fields = {k: v for k, v in spec.items() if k not in ("stage", "as", "when")}
+    fields = fill_roles(fields, ctx.engines, f"stage {spec['stage']}")
+    cls = stage_class(spec["stage"])
+    defaults = {"cache_dir": str(ctx.lake.root / "cache" / "llm"), "feedback_dir": str(run_dir / "feedback"),
+                "output_dir": str(run_dir), "lake": str(ctx.lake.root)}
+    for name, value in defaults.items():
+        if name in getattr(cls, "model_fields", {}) and fields.get(name) is None:
+            fields[name] = value
+    stage = cls.model_validate(fields)
+    if ctx.recipe.secrets and hasattr(stage, "resources"):  # recipe-level secrets reach every stage's workers
+        stage.resources.secrets = sorted(set(stage.resources.secrets) | set(ctx.recipe.secrets))
+    return use_doubles(stage, ctx.doubles)
+
+
+def entry_next(ctx: Context, entry: RunEntry) -> str:
+    folder = ctx.lake.root / "review" / str(entry.batch)
+    return (f"fill {folder} (see its README.md), then `piqaforge review import {entry.batch} --from FILLED "
+            f"--lake {ctx.lake.root}` and `{ctx.resume_command()}`")
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr)

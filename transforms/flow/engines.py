@@ -1,0 +1,75 @@
+"""Engine profiles: one switch (`--set engines=<profile>`) for every model call of a recipe.
+
+Profiles are defined once in jobs/engines.yaml (a recipe may add its own under `engine_profiles`).
+A recipe writes `"@role"` where a stage wants an engine; `fill_roles` puts the active profile's
+engine there, so LLM stages, translation engines, auto-review annotators and evaluated models all
+follow the switch, and a stage that names its own engine keeps it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from transforms.flow.recipe import REPO, Recipe, RecipeError
+
+PROFILES_FILE = REPO / "jobs" / "engines.yaml"
+
+
+def profiles(recipe: Recipe) -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load(PROFILES_FILE.read_text(encoding="utf-8")) if PROFILES_FILE.exists() else {}
+    merged = {k: dict(v) for k, v in (data or {}).items()}
+    for name, roles in recipe.engine_profiles.items():
+        merged[name] = {**merged.get(name, {}), **roles}
+    return merged
+
+
+def resolve_engines(recipe: Recipe) -> dict[str, Any]:
+    """The active profile's roles."""
+    known = profiles(recipe)
+    if recipe.engines not in known:
+        raise RecipeError(recipe.path or recipe.recipe, "engines",
+                          f"no engine profile {recipe.engines!r}; profiles: {', '.join(sorted(known))}")
+    return copy.deepcopy(known[recipe.engines])
+
+
+def fill_roles(node: Any, engines: dict[str, Any], where: str) -> Any:
+    """Every `"@role"` value replaced by the profile's engine (or list / mapping of engines) for it."""
+    if isinstance(node, dict):
+        return {k: fill_roles(v, engines, where) for k, v in node.items()}
+    if isinstance(node, list):
+        return [fill_roles(v, engines, where) for v in node]
+    if isinstance(node, str) and node.startswith("@") and len(node) > 1 and " " not in node:
+        role = node[1:]
+        if role not in engines:
+            raise RecipeError(where, node, f"the engine profile has no role {role!r} (roles: "
+                              f"{', '.join(sorted(engines))})")
+        return copy.deepcopy(engines[role])
+    return node
+
+
+def use_doubles(stage: Any, doubles: dict[str, Any]) -> Any:
+    """Tests: an engine double for every LLM stage (by stage name, else "*")."""
+    if not doubles:
+        return stage
+    double = doubles.get(getattr(stage, "name", ""), doubles.get("*"))
+    if double is None:
+        return stage
+    if type(stage).__name__ == "EnsembleClassify":
+        for member in stage.classifiers:
+            if hasattr(member, "engine"):
+                stage = stage.use_engine(member.name, double)
+        return stage
+    if type(stage).__name__ == "TranslateStage":
+        translator = doubles.get("translator")
+        return stage.use_engine(translator) if translator is not None else stage
+    if hasattr(stage, "use_engine"):
+        return stage.use_engine(double)
+    return stage
+
+
+def recipe_dir(recipe: Recipe) -> Path:
+    return Path(recipe.path).parent if recipe.path else REPO / "jobs" / "recipes"

@@ -1,0 +1,134 @@
+"""The one orchestrator: runs a recipe's runs in order, each through the runner.
+
+It owns everything between runs: run ids (`<recipe run id>-<run name>`), parents, the law re-checked
+from disk after every run (raising with the stage named), one report per run, run status
+(`running`, `awaiting_review`, `succeeded`, `failed`) and resume. The recipe's own record,
+`<lake>/runs/<recipe run id>/recipe.json`, lists each run with its id, status and fingerprint, the
+review batch it waits on and the exact next command. `--resume` skips a run whose manifest
+succeeded with the same resolved spec, resumes an interrupted one partition by partition (the
+runner's ledgers), and asks no LLM question twice (the answer cache under `<lake>/cache/`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from transforms.core.lake import Lake
+from transforms.flow import steps
+from transforms.flow.context import Context, RecipeRunError, RunEntry, entry_next
+from transforms.flow.recipe import Recipe, order
+
+log = logging.getLogger("piqaforge")
+RECORD = "recipe.json"
+
+
+class RecipeRecord(BaseModel):
+    """`runs/<root>/recipe.json`: the recipe run as a whole (no manifest of its own)."""
+
+    root: str
+    recipe: str
+    path: str
+    status: str = "running"
+    started_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+    finished_at: str | None = None
+    runs: dict[str, RunEntry] = Field(default_factory=dict)
+    next: str | None = None
+    error: str | None = None
+
+    def write(self, lake: Lake) -> None:
+        path = lake.run_dir(self.root) / RECORD
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(self.model_dump_json(indent=2), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, lake: Lake, root: str) -> RecipeRecord | None:
+        path = lake.run_dir(root) / RECORD
+        return cls.model_validate_json(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | None = None, resume: bool = False,
+               doubles: dict[str, Any] | None = None, command: list[str] | None = None,
+               on_run: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+    """Run (or resume) every run of `recipe`; returns what the command line prints.
+
+    `doubles` (tests): engine doubles by stage name, role or "*", used by every LLM stage and annotator.
+    `on_run(name, event)` is called as runs start and end (tests kill the driver there).
+    """
+    from transforms.core.runner import init_ray
+
+    the_lake = Lake(lake or "lake").create()
+    root = run_id or Lake.new_run_id(recipe.recipe)
+    record = RecipeRecord.load(the_lake, root)
+    if record is not None and not resume:
+        raise RecipeRunError(f"run {root!r} exists in {the_lake.root}; continue it with --resume {root} or choose "
+                             "another --run-id")
+    if record is None and resume:
+        raise RecipeRunError(f"no recipe run {root!r} in {the_lake.root} to resume (`piqaforge runs` lists them)")
+    record = record or RecipeRecord(root=root, recipe=recipe.recipe, path=recipe.path)
+    record.status, record.error, record.next = "running", None, None
+    record.write(the_lake)
+    ctx = Context(recipe, the_lake, root, resume, doubles, command)
+    init_ray(recipe.ray_address, recipe.num_cpus)
+    out: dict[str, Any] = {"recipe": recipe.recipe, "run_id": root}
+    try:
+        for spec in order(recipe):
+            entry = record.runs.get(spec.name) or RunEntry(run_id=ctx.run_id(spec))
+            record.runs[spec.name] = entry
+            if on_run:
+                on_run(spec.name, "start")
+            result = steps.run_one(ctx, spec, entry)
+            record.write(the_lake)
+            if on_run:
+                on_run(spec.name, "end")
+            if result == "awaiting_review":
+                record.status = "awaiting_review"
+                record.next = entry_next(ctx, entry)
+                out.update({"status": "awaiting_review", "review_batch": entry.batch, "next": record.next})
+                return out
+            if result == "stop":  # nothing left to release: said in the run's manifest
+                record.status = "succeeded"
+                out.update({"status": "succeeded", "note": f"run {spec.name}: {entry.status}"})
+                return out
+        record.status = "succeeded"
+        out["status"] = "succeeded"
+    except BaseException as err:
+        record.status, record.error = "failed", f"{type(err).__name__}: {err}"
+        record.next = f"fix the cause, then `{ctx.resume_command()}`"
+        raise
+    finally:
+        record.finished_at = dt.datetime.now(dt.UTC).isoformat()
+        record.write(the_lake)
+        out["runs"] = {name: e.run_id for name, e in record.runs.items()}
+        last = next((ctx.manifests[n] for n in reversed(list(ctx.manifests))), None)
+        if last is not None:
+            out["manifest"] = str(the_lake.manifest_path(last.run_id))
+            out["report"] = str(the_lake.run_dir(last.run_id) / "report.html")
+    for spec in recipe.runs:
+        if spec.release is not None and (m := ctx.manifests.get(spec.name)) and m.outputs.get("release"):
+            out["release"] = m.outputs["release"]
+            out["released"] = m.status == "succeeded"
+            out["exit_code"] = 0 if m.status == "succeeded" else 1
+    return out
+
+
+def print_status(record: RecipeRecord) -> str:
+    """`piqaforge show <recipe run>`: each run's id and status, and what to do next."""
+    lines = [f"recipe run {record.root}  recipe {record.recipe}  status {record.status}",
+             f"started {record.started_at}  finished {record.finished_at or '-'}"]
+    if record.error:
+        lines.append(f"error {record.error}")
+    width = max((len(n) for n in record.runs), default=4)
+    for name, entry in record.runs.items():
+        batch = f"  batch {entry.batch}" if entry.batch else ""
+        lines.append(f"  {name:<{width}}  {entry.status:<16} {entry.run_id}{batch}")
+    if record.next:
+        lines.append(f"next: {record.next}")
+    return "\n".join(lines)

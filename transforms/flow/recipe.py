@@ -1,0 +1,420 @@
+"""The recipe file: a benchmark declared as data (docs/recipes.md).
+
+    recipe: ta-piqa                       # name: `piqaforge run ta-piqa`
+    description: one line for `piqaforge recipes`
+    dataset: ta-piqa                      # the lake's folder name for every run
+    language: {code: ta, script: ta}     # ISO 639 code; the script whose letters items must use
+    engines: local                        # engine profile (jobs/engines.yaml); --set engines=vllm-cluster
+    data: {writers: lake/samples/ta_items}   # named files, checked to exist, `${data.writers}` below
+    params: {review: export}              # what `--set NAME=VALUE` changes, `${review}` below
+    runs:                                 # in order; each a run of the runner with its own report
+      - name: items
+        source: {stage: writers_intake, path: "${data.writers}"}
+        stages: [{stage: prompt_length, min_words: 25}, {stage: degenerate}]
+      - name: review
+        review: {of: items, annotators: 4, mode: "${review}"}
+      - name: final
+        parents: [review]
+        stages: [{stage: confirmed_duplicates}]
+      - name: release
+        release: {of: final, suite: ta-piqa}
+
+A run is one of: `source` (+ `stages`), `parents` (+ `stages`: the parents' kept rows, in order, are
+its input), `rounds` (quota rounds of a creating chain), `review`, `release` or `evaluate`. Values are
+plain YAML; `${name}` is a param, `${data.name}` a data file, `${language.code}` the language, and an
+engine is `"@role"` (a role of the active engine profile: generator, judge, translator, annotators,
+evaluated ...). Nothing here imports a stage: `load_recipe` checks the file's shape, names and graph
+and says what is wrong in one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from transforms.flow.registry import known
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES_DIR = REPO / "jobs" / "recipes"
+_VAR = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
+_RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+class RecipeError(ValueError):
+    """A recipe file that cannot run: one line naming the file, the key and what is wrong."""
+
+    def __init__(self, path: str | Path, key: str, problem: str):
+        self.path, self.key, self.problem = str(path), key, problem
+        super().__init__(f"{path}: {key}: {problem}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Language(_Strict):
+    code: str = Field(..., description="ISO 639-1 (or -3) code of the benchmark's language.")
+    name: str | None = Field(None, description="Its English name, for cards and prompts.")
+    script: str | None = Field(None, description="Language code whose script letters the items use (default: "
+                               "`code`); transforms/piqa/textcheck.py lists the scripts it can check.")
+
+
+class ReviewSpec(_Strict):
+    of: str = Field(..., description="The run whose kept items are reviewed.")
+    mode: Literal["export", "auto", "none"] = Field("export", description="export: write a batch for people "
+                                                    "and stop (awaiting_review); auto: LLM annotators fill it; "
+                                                    "none: pass the items through unreviewed.")
+    to: Literal["csv", "labelstudio"] = Field("csv", description="Batch format for people.")
+    annotators: int = Field(2, ge=1, description="Annotators per item.")
+    consensus: dict[str, Any] = Field(default_factory=lambda: {"rule": "unanimous"},
+                                      description="ConsensusRule (transforms/review/consensus.py).")
+    limit: int | None = Field(None, ge=1, description="Export at most this many items.")
+    auto: dict[str, Any] = Field(default_factory=dict, description="AutoReviewConfig for mode auto; its "
+                                 "engines default to the profile's `annotators`.")
+    guidelines: str | None = Field(None, description="A Markdown file copied into the batch for reviewers.")
+    context: str | None = Field(None, description="'module:function(lake, batch)' writing side files "
+                                "(context.csv ...) into the batch folder.")
+
+
+class CardSection(_Strict):
+    title: str
+    make: str = Field(..., description="'module:function(table, runs) -> markdown': the section's text from "
+                      "the released table and the recipe's run manifests (by run name).")
+
+
+class ReleaseSpec(_Strict):
+    of: str = Field(..., description="The run whose kept items are released.")
+    suite: str = Field("generic", description="Suite in expectations/suites/.")
+    suite_overrides: dict[str, Any] = Field(default_factory=dict)
+    version: str | None = Field(None, description="Release version (default: today's UTC date).")
+    audit: bool = True
+    audit_bound: float = Field(0.6, gt=0, lt=1, description="Solution-only / goal-only baseline accuracy "
+                               "(lower confidence bound) above which the release is refused.")
+    card: list[CardSection] = Field(default_factory=list, description="Recipe sections of the dataset card.")
+    sources: list[str] = Field(default_factory=list, description="What the items were made from, with its "
+                               "licence (card).")
+
+
+class EvaluateSpec(_Strict):
+    of: str = Field(..., description="The release run to evaluate.")
+    models: str | list[str] = Field("@evaluated", description="Engine names, or '@evaluated' (the profile's).")
+    prompts: dict[str, str] = Field(default_factory=dict)
+    limit: int | None = Field(None, ge=1, description="Fixed-seed subset of items (generation and log-lik).")
+    options: dict[str, Any] = Field(default_factory=dict, description="Other fields of the evaluate job.")
+
+
+class RoundsSpec(_Strict):
+    requests: str = Field(..., description="'module:function(k, deficits, accepted, **args) -> rows': round "
+                          "k's request rows.")
+    args: dict[str, Any] = Field(default_factory=dict)
+    group_column: str = "category"
+    quotas: dict[str, int] = Field(..., description="Accepted items wanted per group.")
+    max_rounds: int = Field(3, ge=1)
+
+
+class RunSpec(_Strict):
+    name: str = Field(..., description="Unique in the recipe; the run id is <recipe run id>-<name>.")
+    parents: list[str] = Field(default_factory=list, description="Runs whose kept rows this run reads.")
+    source: dict[str, Any] | None = None
+    stages: list[dict[str, Any]] = Field(default_factory=list)
+    rounds: RoundsSpec | None = None
+    review: ReviewSpec | None = None
+    release: ReleaseSpec | None = None
+    evaluate: EvaluateSpec | None = None
+    when: str | bool = Field(True, description="Run only when this param is true (else the run is skipped "
+                             "and its children read its parents' rows).")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RunSpec:
+        kinds = [k for k in ("source", "rounds", "review", "release", "evaluate") if getattr(self, k) is not None]
+        if len(kinds) > 1:
+            raise ValueError(f"a run is one of source, rounds, review, release, evaluate; this one has {kinds}")
+        if not kinds and not self.parents:
+            raise ValueError("a run needs a source, parents, rounds, review, release or evaluate")
+        if kinds and kinds[0] in ("review", "release", "evaluate") and self.stages:
+            raise ValueError(f"a {kinds[0]} run has no stages of its own")
+        return self
+
+    @property
+    def kind(self) -> str:
+        for k in ("source", "rounds", "review", "release", "evaluate"):
+            if getattr(self, k) is not None:
+                return k
+        return "stages"
+
+    def upstream(self) -> list[str]:
+        """The runs this one reads."""
+        spec = self.review or self.release or self.evaluate
+        return [spec.of] if spec is not None else list(self.parents)
+
+
+class Recipe(_Strict):
+    recipe: str = Field(..., description="The recipe's name.")
+    description: str = Field(..., description="One line for `piqaforge recipes`.")
+    dataset: str = Field(..., description="Lake folder of every run.")
+    language: Language
+    licence: str | None = Field(None, description="SPDX id of the release's licence.")
+    engines: str = Field("local", description="Engine profile (jobs/engines.yaml or engine_profiles).")
+    engine_profiles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Profiles of this "
+                                                       "recipe, merged over jobs/engines.yaml's.")
+    data: dict[str, str] = Field(default_factory=dict, description="Named data files (relative: to the working "
+                                 "directory, else the recipe file, else the repository).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Values `--set NAME=VALUE` changes.")
+    runs: list[RunSpec] = Field(..., min_length=1)
+    num_cpus: int | None = Field(None, description="CPUs of a local Ray instance (default: all).")
+    ray_address: str | None = None
+    secrets: list[str] = Field(default_factory=list, description="Environment variables forwarded to workers.")
+    path: str = Field("", description="Where the recipe was read from (set by the loader).")
+
+    def run(self, name: str) -> RunSpec:
+        for spec in self.runs:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+# -- reading -----------------------------------------------------------------------------------------------
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML whose mappings may not repeat a key (PyYAML keeps the last one silently)."""
+
+
+def _mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice",
+                                                    key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)  # type: ignore[arg-type]
+
+
+def recipe_path(name_or_path: str) -> Path:
+    """`jobs/recipes/<name>.yaml` for a name, the file itself for a path."""
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        return Path(name_or_path)
+    return RECIPES_DIR / f"{name_or_path}.yaml"
+
+
+def is_recipe(name_or_path: str) -> bool:
+    return recipe_path(name_or_path).exists()
+
+
+def list_recipes() -> list[tuple[str, str]]:
+    """(name, description) of every recipe under jobs/recipes/."""
+    out = []
+    for path in sorted(RECIPES_DIR.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        out.append((str(data.get("recipe", path.stem)), str(data.get("description", ""))))
+    return out
+
+
+def read_recipe_file(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise RecipeError(path, "(file)", "no such recipe file" + (
+            f"; recipes here: {', '.join(n for n, _ in list_recipes())}" if path.parent == RECIPES_DIR else ""))
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "(file)"
+        raise RecipeError(path, where, f"not valid YAML: {getattr(err, 'problem', None) or err}") from err
+    if not isinstance(data, dict):
+        raise RecipeError(path, "(file)", "must hold a mapping at the top level")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: Path) -> dict[str, Any]:
+    """`--set` values: a param by its name, `engines`, or any dotted key (`runs.<name>.<...>` finds the
+    run by name, `stages.<stage>` the stage by its `stage` or `as` name)."""
+    data = copy.deepcopy(data)
+    params = data.setdefault("params", {})
+    for key, value in overrides.items():
+        if key in params or key in ("engines", "lake", "num_cpus", "ray_address", "secrets"):
+            (params if key in params else data)[key] = value
+            continue
+        if "." not in key and key not in Recipe.model_fields:
+            raise RecipeError(path, key, f"no such param; this recipe's params: {', '.join(sorted(params)) or 'none'}"
+                              " (or a dotted key such as runs.<run>.stages.<stage>.<field>)")
+        _set_path(data, key.split("."), value, path, key)
+    return data
+
+
+def _flat(data: dict[str, Any]) -> dict[str, Any]:
+    """A `--config` file: `params:` entries by their names, every other key as given."""
+    out = dict(data.pop("params", {}) or {})
+    out.update(data)
+    return out
+
+
+def _set_path(node: Any, keys: list[str], value: Any, path: Path, full: str) -> None:
+    head, rest = keys[0], keys[1:]
+    if isinstance(node, list):
+        for item in node:
+            if isinstance(item, dict) and head in (item.get("name"), item.get("as"), item.get("stage")):
+                if not rest:
+                    raise RecipeError(path, full, "cannot replace a whole run or stage with --set")
+                return _set_path(item, rest, value, path, full)
+        raise RecipeError(path, full, f"no run or stage named {head!r}")
+    if not isinstance(node, dict):
+        raise RecipeError(path, full, f"{head!r} is inside a value that is not a section")
+    if not rest:
+        node[head] = value
+        return None
+    return _set_path(node.setdefault(head, {}), rest, value, path, full)
+
+
+def load_recipe(name_or_path: str, overrides: dict[str, Any] | None = None,
+                config_file: str | None = None) -> Recipe:
+    """Read, override (`--config FILE`, then `--set`), interpolate and check a recipe; nothing is
+    imported or run. `--config` holds params and dotted keys, like `--set`."""
+    path = recipe_path(name_or_path)
+    data = read_recipe_file(path)
+    if config_file:
+        data = apply_overrides(data, _flat(read_recipe_file(Path(config_file))), Path(config_file))
+    data = apply_overrides(data, overrides or {}, path)
+    data["path"] = str(path.resolve())
+    data["data"] = {k: _data_file(v, path, k) for k, v in (data.get("data") or {}).items()}
+    # params may name data files and the language; everything else may name params too
+    data["params"] = interpolate(data.get("params") or {}, {k: v for k, v in data.items() if k != "params"},
+                                 path, "params")
+    data = interpolate(data, data, path)
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise RecipeError(path, _key_name(data, first["loc"]), first["msg"]) from err
+    check_graph(recipe, path)
+    return recipe
+
+
+def _key_name(data: dict[str, Any], loc: tuple[Any, ...]) -> str:
+    """`runs.final.review.of` rather than `runs.2.review.of`."""
+    parts: list[str] = []
+    node: Any = data
+    for part in loc:
+        if isinstance(part, int) and isinstance(node, list) and part < len(node):
+            node = node[part]
+            parts.append(str(node.get("name", part)) if isinstance(node, dict) else str(part))
+        else:
+            node = node.get(part) if isinstance(node, dict) else None
+            parts.append(str(part))
+    return ".".join(parts)
+
+
+def _data_file(value: Any, path: Path, key: str) -> str:
+    if not isinstance(value, str):
+        raise RecipeError(path, f"data.{key}", "must be a path")
+    for base in (Path.cwd(), path.resolve().parent, REPO):
+        candidate = Path(value) if Path(value).is_absolute() else base / value
+        if candidate.exists():
+            return str(candidate.resolve())
+    raise RecipeError(path, f"data.{key}", f"{value} not found (tried the working directory, the recipe's folder "
+                      "and the repository)")
+
+
+def interpolate(node: Any, root: dict[str, Any], path: Path, key: str = "") -> Any:
+    """`${name}` (a param), `${data.x}`, `${language.code}`: a whole-string reference keeps the value's type."""
+    if isinstance(node, dict):
+        return {k: v if k == "params" and not key else interpolate(v, root, path, f"{key}.{k}".strip("."))
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [interpolate(v, root, path, f"{key}.{i}") for i, v in enumerate(node)]
+    if not isinstance(node, str) or "${" not in node:
+        return node
+    whole = _VAR.fullmatch(node)
+    if whole:
+        return _lookup(whole.group(1), root, path, key)
+    return _VAR.sub(lambda m: str(_lookup(m.group(1), root, path, key)), node)
+
+
+def _lookup(name: str, root: dict[str, Any], path: Path, key: str) -> Any:
+    scope: Any = root.get("params", {}) if "." not in name else root
+    for part in name.split("."):
+        if not isinstance(scope, dict) or part not in scope:
+            raise RecipeError(path, key, f"${{{name}}} is not defined (params: "
+                              f"{', '.join(sorted(root.get('params', {})))})")
+        scope = scope[part]
+    return scope
+
+
+def check_graph(recipe: Recipe, path: Path) -> None:
+    """Names unique and well formed, every parent declared before use, no cycle, known stages."""
+    names: dict[str, int] = {}
+    for i, run in enumerate(recipe.runs):
+        if not _RUN_NAME.match(run.name):
+            raise RecipeError(path, f"runs.{run.name}", "a run name is lower-case letters, digits, - and _")
+        if run.name in names:
+            raise RecipeError(path, f"runs.{run.name}", "two runs have this name (each writes its own run)")
+        names[run.name] = i
+    for run in recipe.runs:
+        for parent in run.upstream():
+            if parent not in names:
+                raise RecipeError(path, f"runs.{run.name}", f"reads run {parent!r}, which the recipe does not declare")
+            if parent == run.name:
+                raise RecipeError(path, f"runs.{run.name}", "a run cannot read itself (cycle)")
+        if isinstance(run.when, str) and run.when not in recipe.params:
+            raise RecipeError(path, f"runs.{run.name}.when", f"{run.when!r} is not a param")
+        for where, spec in _stage_specs(run):
+            stage = spec.get("stage")
+            if not isinstance(stage, str):
+                raise RecipeError(path, f"runs.{run.name}.{where}", "needs `stage: <registered name or module:Class>`")
+            when = spec.get("when", True)
+            if isinstance(when, str) and when.lstrip("!") not in recipe.params:
+                raise RecipeError(path, f"runs.{run.name}.{where}.when", f"{when.lstrip('!')!r} is not a param")
+            if not known(stage):
+                raise RecipeError(path, f"runs.{run.name}.{where}", f"unknown stage {stage!r} (`piqaforge stages` "
+                                  "lists the registered names; or give 'module:Class')")
+    _check_acyclic(recipe, path)
+    kinds = {r.name: r.kind for r in recipe.runs}
+    for run in recipe.runs:
+        if run.evaluate is not None and kinds[run.evaluate.of] != "release":
+            raise RecipeError(path, f"runs.{run.name}.evaluate.of", f"{run.evaluate.of!r} is not a release run")
+
+
+def _stage_specs(run: RunSpec) -> list[tuple[str, dict[str, Any]]]:
+    specs = [("source", run.source)] if run.source is not None else []
+    specs += [(f"stages.{i}", s) for i, s in enumerate(run.stages)]
+    return [(w, s) if isinstance(s, dict) else (w, {"stage": None}) for w, s in specs]
+
+
+def _check_acyclic(recipe: Recipe, path: Path) -> None:
+    graph = {r.name: r.upstream() for r in recipe.runs}
+    state: dict[str, int] = {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        if state.get(name) == 1:
+            cycle = " -> ".join([*trail[trail.index(name):], name])
+            raise RecipeError(path, f"runs.{name}", f"the runs read each other in a cycle: {cycle}")
+        if state.get(name) == 2:
+            return
+        state[name] = 1
+        for parent in graph[name]:
+            visit(parent, [*trail, name])
+        state[name] = 2
+
+    for name in graph:
+        visit(name, [])
+
+
+def order(recipe: Recipe) -> list[RunSpec]:
+    """The runs in an order where every run comes after the runs it reads (file order where free)."""
+    done: set[str] = set()
+    out: list[RunSpec] = []
+    pending = list(recipe.runs)
+    while pending:
+        for run in pending:
+            if all(p in done for p in run.upstream()):
+                out.append(run)
+                done.add(run.name)
+                pending.remove(run)
+                break
+    return out

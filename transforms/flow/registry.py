@@ -1,0 +1,92 @@
+"""Stages by registered name, as "module:Class" strings imported only when a recipe uses them.
+
+A recipe file names a stage by one of these names (`stage: langid`) or by its own "module:Class"
+string (a team's stage outside this repository). Nothing here imports a stage module, so listing or
+checking a recipe file is cheap (tests/test_import_light.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any
+
+STAGES: dict[str, str] = {
+    # sources
+    "read_crawl": "transforms.io.crawl:CrawlSource",
+    "read_items": "transforms.piqa.release_stage:ItemsSource",
+    "read_rows": "transforms.io.sources:RowsSource",
+    "read_table": "transforms.io.sources:TableSource",
+    "read_documents": "transforms.io.documents:DocumentSource",
+    "writers_intake": "transforms.io.writers_intake:WritersIntake",
+    # text
+    "normalize": "transforms.text.normalize:NormalizeText",
+    "length_filter": "transforms.text.quality:LengthFilter",
+    "langid": "transforms.text.langid:LanguageFilter",
+    # dedup
+    "exact_dedup": "transforms.dedup.exact:ExactDedup",
+    "minhash_dedup": "transforms.dedup.minhash:MinHashDedup",
+    "semantic_dedup": "transforms.dedup.semantic:SemanticDedup",
+    "novelty": "transforms.dedup.novelty:NoveltyFilter",
+    "review_neighbours": "transforms.dedup.review_neighbours:ReviewNeighbours",
+    "reviewer_duplicates": "transforms.dedup.review_neighbours:ReviewerDuplicates",
+    "confirmed_duplicates": "transforms.dedup.review_neighbours:ConfirmedDuplicates",
+    # judges and LLM stages
+    "supervised_prefilter": "transforms.judge.gate:SupervisedPrefilter",
+    "distilled_prefilter": "transforms.llm.distilled:DistilledPrefilter",
+    "ensemble": "transforms.llm.ensemble:EnsembleClassify",
+    "cultural_tag": "transforms.llm.cultural:CulturalTagger",
+    "sample": "transforms.llm.sampling:SampleGeneralAndCultural",
+    "llm_transform": "transforms.llm.stage:LLMTransform",
+    "llm_generate": "transforms.llm.generate:LLMGenerate",
+    "translate": "transforms.translate.stage:TranslateStage",
+    # PIQA items (every recipe)
+    "pair_from_edit": "transforms.piqa.edit_pairs:MinimalPairFromEdit",
+    "minimal_pair": "transforms.piqa.filters:MinimalPairFilter",
+    "correct_from_label": "transforms.piqa.tables:CorrectFromLabel",
+    "parse_table": "transforms.piqa.tables:ParseTableReply",
+    "set_columns": "transforms.piqa.provenance:SetColumns",
+    "drop_where": "transforms.piqa.provenance:DropWhere",
+    "provenance_columns": "transforms.piqa.provenance:ProvenanceColumns",
+    "balance_labels": "transforms.piqa.balance:BalanceLabels",
+    "degenerate": "transforms.piqa.degenerate:DegenerateFilter",
+    "item_script": "transforms.piqa.degenerate:ItemScriptCheck",
+    "prompt_length": "transforms.piqa.item_checks:PromptLengthCheck",
+    "opening_variety": "transforms.piqa.item_checks:OpeningVariety",
+    "contrast": "transforms.piqa.contrast:ContrastClassifier",
+    "safety_screen": "transforms.piqa.safety:SafetyScreen",
+    # recipe-only stages (one recipe uses them)
+    "ko_pair_from_edit": "transforms.piqa.items:KoreanPairFromEdit",
+    "ko_structural_checks": "transforms.piqa.items:StructuralChecks",
+    "ja_constraints": "transforms.piqa.japanese:JapaneseConstraintFilter",
+    "duplicate_triplet": "transforms.piqa.japanese:DuplicateTripletFilter",
+    "paraphrase_duplicate": "transforms.piqa.japanese:ParaphraseDuplicateFilter",
+    "translation_set": "transforms.piqa.japanese:TranslationSetSelector",
+    "lexicon_candidates": "transforms.piqa.japanese:LexiconCandidates",
+    "unchanged_variant": "transforms.piqa.japanese:UnchangedVariantFilter",
+    "ru_contrast": "transforms.piqa.russian:RussianContrastFilter",
+}
+
+_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def known(name: str) -> bool:
+    """A registered name, or a "module:Class" string (checked for shape only: nothing is imported)."""
+    return name in STAGES or bool(_REF.match(name))
+
+
+def stage_class(name: str) -> Any:
+    """The class behind a registered name or a "module:Class" string, imported now."""
+    ref = STAGES.get(name, name)
+    if not _REF.match(ref):
+        raise KeyError(f"unknown stage {name!r}: not a registered name (piqaforge stages) nor 'module:Class'")
+    module_name, cls_name = ref.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError(f"stage {name!r} needs the module {err.name!r}, which is not installed in this "
+                                  "environment (pyproject.toml's extras say which one brings it)", name=err.name) from err
+    try:
+        return getattr(module, cls_name)
+    except AttributeError as err:
+        raise KeyError(f"stage {name!r}: {module_name} has no {cls_name}") from err

@@ -1,0 +1,88 @@
+"""The release run: the reviewed items → the recipe's suite and artifact audit → the release folder.
+
+Everything the card shows is an input of the gate stage (the recipe's card sections are computed
+before it runs), and nothing touches the folder after `RELEASED` is written. The same function serves
+recipes and `piqaforge run release --input ...` (jobs/release.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from transforms.core.lake import Lake
+from transforms.core.manifest import RunManifest
+
+
+class ReleaseInputError(ValueError):
+    """The release cannot start: a bad suite, an input that does not exist, a version already released."""
+
+
+def gate_and_write(lake: Lake, *, dataset: str, input_run: str | None = None, input_path: str | None = None,
+                   suite: str = "generic", suite_overrides: dict[str, Any] | None = None, version: str | None = None,
+                   run_id: str | None = None, audit: bool = True, audit_bound: float = 0.6,
+                   sections: list[str] | None = None, resume: bool = False,
+                   config: dict[str, Any] | None = None) -> RunManifest:
+    """One run of the runner (read the items → gate_and_release); its status is the gate's verdict."""
+    from expectations.suite import load_suite
+    from transforms.core.runner import run_pipeline
+    from transforms.io.sources import RunSource
+    from transforms.piqa.release import RELEASED, find_manifest
+    from transforms.piqa.release_stage import GateAndRelease, ItemsSource
+
+    version = version or dt.datetime.now(dt.UTC).strftime("%Y.%m.%d")
+    run_id = run_id or Lake.new_run_id("release")
+    out = lake.root / "release" / dataset / version
+    if (out / RELEASED).exists():  # everything that can be refused is checked before Ray starts
+        raise ReleaseInputError(f"{out} was already released; choose another version (--set version=...)")
+    try:
+        load_suite(suite, suite_overrides or {})
+    except (ValueError, FileNotFoundError) as err:
+        raise ReleaseInputError(str(err)) from err
+    source: Any
+    if input_run is not None:
+        source = RunSource(lake=str(lake.root), run_id=input_run)
+        src = source.location()
+    else:
+        src = Path(str(input_path))
+        if not src.exists():
+            raise ReleaseInputError(f"release input {src} does not exist")
+        source = ItemsSource(path=str(src))
+    upstream = find_manifest(src)
+    parents = [upstream.run_id] if upstream else ([input_run] if input_run else [])
+    upstream_path = lake.manifest_path(upstream.run_id) if upstream else None
+    verdict_path = lake.run_dir(run_id) / "gate.json"
+    gate = GateAndRelease(recipe=suite, suite_overrides=suite_overrides or {}, dataset=dataset, version=version,
+                          out_dir=str(out), audit=audit, audit_bound=audit_bound,
+                          upstream_manifest=str(upstream_path) if upstream_path and upstream_path.exists() else None,
+                          result_path=str(verdict_path), run_id=run_id, card_sections=sections or [])
+    manifest = run_pipeline(job="release", dataset=dataset, source=source, stages=[gate], lake=lake,
+                            config=config or {}, run_id=run_id, resume=resume, parents=parents)
+    verdict = json.loads(verdict_path.read_text(encoding="utf-8"))
+    manifest.status = "succeeded" if verdict["released"] else "failed"
+    manifest.error = None if verdict["released"] else (
+        f"quality gate failed: {len(verdict['failed'])} check(s): " + "; ".join(verdict["failed"][:3]))
+    manifest.outputs["release"] = verdict["path"]
+    manifest.extras["gate"] = {k: verdict[k] for k in ("suite", "success", "rows", "failed", "checks")}
+    manifest.write(lake.manifest_path(run_id))
+    return manifest
+
+
+def card_sections(ctx: Any, release: Any) -> list[str]:
+    """The recipe's card sections, each computed from the items to release and the runs so far."""
+    from transforms.core.lake import read_table
+
+    if not release.card and not release.sources:
+        return []
+    table = read_table(Path(ctx.manifests[release.of].outputs["curated"]))
+    out = []
+    for section in release.card:
+        module, func = section.make.split(":")
+        text = getattr(importlib.import_module(module), func)(table, dict(ctx.manifests))
+        out.append(f"## {section.title}\n\n{text.strip()}\n")
+    if release.sources:
+        out.append("## Sources\n\n" + "".join(f"- {s}\n" for s in release.sources))
+    return out

@@ -1,0 +1,325 @@
+"""One run of a recipe, by kind: stages (a source or parents), quota rounds, review, release, evaluate.
+
+Each returns "done", "awaiting_review" (the recipe stops until people's judgments are imported) or
+"stop" (nothing left to release). Every run that reads rows is a run of the runner; its law is
+re-checked from disk here and its report written, also when it fails.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from transforms.core.manifest import RunManifest
+from transforms.flow.context import (
+    Context,
+    RecipeRunError,
+    RunEntry,
+    build_stage,
+    entry_next,
+    say,
+    spec_fingerprint,
+)
+from transforms.flow.recipe import RunSpec
+
+
+def run_one(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
+    if not _wanted(ctx, spec):
+        if len(spec.upstream()) != 1:
+            raise RecipeRunError(f"run {spec.name}: a run switched off by `when` must read exactly one run")
+        parent = spec.upstream()[0]
+        ctx.ids[spec.name] = ctx.ids[parent]
+        ctx.manifests[spec.name] = ctx.manifests[parent]
+        entry.status, entry.run_id = "skipped", ctx.ids[parent]
+        return "done"
+    if spec.review is not None:
+        return review_run(ctx, spec, entry)
+    if spec.release is not None:
+        return release_run(ctx, spec, entry)
+    if spec.evaluate is not None:
+        return evaluate_run(ctx, spec, entry)
+    return rows_run(ctx, spec, entry)
+
+
+def _wanted(ctx: Context, spec: RunSpec) -> bool:
+    if isinstance(spec.when, bool):
+        return spec.when
+    return bool(ctx.recipe.params.get(spec.when))
+
+
+def _stage_wanted(ctx: Context, spec: dict[str, Any]) -> bool:
+    """A stage entry's `when: <param>` (or `when: "!<param>"`): built only when the param says so."""
+    when = spec.get("when", True)
+    if isinstance(when, bool):
+        return when
+    negate = when.startswith("!")
+    return bool(ctx.recipe.params.get(when.lstrip("!"))) != negate
+
+
+def _finished(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -> RunManifest | None:
+    """The run's manifest when a resumed recipe may skip it: succeeded, with the same resolved spec."""
+    path = ctx.lake.manifest_path(entry.run_id)
+    if not (ctx.resume and path.exists() and entry.fingerprint == fingerprint):
+        return None
+    manifest = RunManifest.load(path)
+    return manifest if manifest.status in ("succeeded", "awaiting_review") else None
+
+
+def _check_and_report(ctx: Context, manifest: RunManifest) -> None:
+    from transforms.core.report import write_report
+    from transforms.core.runner import conservation_errors
+
+    write_report(manifest, ctx.lake.run_dir(manifest.run_id) / "report.html")
+    if errors := conservation_errors(manifest):
+        raise RecipeRunError(f"run {manifest.run_id}: rows not accounted for in stage {errors[0]}")
+
+
+def _config(ctx: Context, spec: RunSpec) -> dict[str, Any]:
+    return {"recipe": ctx.recipe.recipe, "recipe_file": ctx.recipe.path, "recipe_run": ctx.root,
+            "engines": ctx.recipe.engines, "params": ctx.recipe.params, "run": spec.model_dump(mode="json")}
+
+
+def _after_failure(ctx: Context, run_id: str) -> None:
+    """A failed run gets its report too: the funnel shows where it stopped."""
+    from transforms.core.report import write_report
+
+    path = ctx.lake.manifest_path(run_id)
+    if path.exists():
+        write_report(RunManifest.load(path), ctx.lake.run_dir(run_id) / "report.html")
+
+
+# -- stages ------------------------------------------------------------------------------------------------
+def rows_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
+    from transforms.core.rounds import UnionSource
+    from transforms.core.runner import run_pipeline
+
+    fingerprint = spec_fingerprint(ctx, spec)
+    if (done := _finished(ctx, spec, entry, fingerprint)) is not None:
+        ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, done
+        say(f"{ctx.recipe.recipe}: run {spec.name} ({entry.run_id}) finished before: skipped")
+        return "done"
+    run_dir = ctx.lake.run_dir(entry.run_id)
+    parents = [ctx.ids[p] for p in spec.parents]
+    if spec.rounds is not None:
+        return rounds_run(ctx, spec, entry, fingerprint)
+    if spec.source is not None:
+        source = build_stage(ctx, spec.source, run_dir)
+    else:
+        source = UnionSource(paths=[ctx.manifests[p].outputs["curated"] for p in spec.parents])
+    stages = [build_stage(ctx, s, run_dir) for s in spec.stages if _stage_wanted(ctx, s)]
+    entry.status = "running"
+    try:
+        manifest = run_pipeline(job=f"{ctx.recipe.recipe}:{spec.name}", dataset=ctx.recipe.dataset, source=source,
+                                stages=stages, lake=ctx.lake, config=_config(ctx, spec), run_id=entry.run_id,
+                                resume=ctx.lake.manifest_path(entry.run_id).exists(), parents=parents)
+    except BaseException:
+        entry.status = "failed"
+        _after_failure(ctx, entry.run_id)
+        raise
+    _check_and_report(ctx, manifest)
+    entry.status, entry.fingerprint = manifest.status, fingerprint
+    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
+    return "done"
+
+
+def rounds_run(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -> str:
+    """Quota rounds: round k asks the `requests` function for rows, runs the chain on them, and the
+    next round asks only for the groups still short (transforms/core/rounds.py)."""
+    from transforms.core.rounds import QuotaConfig, run_quota_rounds
+    from transforms.io.sources import RowsSource
+
+    assert spec.rounds is not None
+    rounds = spec.rounds
+    module, func = rounds.requests.split(":")
+    make_rows = getattr(importlib.import_module(module), func)
+    run_dir = ctx.lake.run_dir(entry.run_id)
+
+    def make_round(k: int, deficits: dict[str, int], accepted: list[str]) -> tuple[Any, list[Any]]:
+        rows = make_rows(k, deficits, accepted, **rounds.args)
+        return RowsSource(records=rows), [build_stage(ctx, s, run_dir) for s in spec.stages if _stage_wanted(ctx, s)]
+
+    quota = QuotaConfig(group_column=rounds.group_column, quotas=rounds.quotas, max_rounds=rounds.max_rounds)
+    entry.status = "running"
+    try:
+        manifest = run_quota_rounds(job=f"{ctx.recipe.recipe}:{spec.name}", dataset=ctx.recipe.dataset,
+                                    lake=ctx.lake, run_id=entry.run_id, quota=quota, make_round=make_round,
+                                    config=_config(ctx, spec), resume=ctx.resume,
+                                    parents=[ctx.ids[p] for p in spec.parents])
+    except BaseException:
+        entry.status = "failed"
+        _after_failure(ctx, entry.run_id)
+        raise
+    _check_and_report(ctx, manifest)
+    entry.status, entry.fingerprint = manifest.status, fingerprint
+    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
+    return "done"
+
+
+# -- review ------------------------------------------------------------------------------------------------
+def review_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
+    """Export the batch and stop (awaiting_review), continue from its import, or let LLM annotators
+    fill it (mode auto). The review run is the import's run; its parent is the reviewed run."""
+    from transforms.core.report import write_report
+    from transforms.review.batch import batch_dir, export_run, load_batch
+    from transforms.review.consensus import ConsensusRule
+
+    review = spec.review
+    assert review is not None
+    of_id, of_manifest = ctx.ids[review.of], ctx.manifests[review.of]
+    kept = of_manifest.stages[-1].rows_kept if of_manifest.stages else 0
+    if review.mode == "none" or kept == 0:
+        why = "review: none" if review.mode == "none" else f"run {review.of} kept no item"
+        say(f"{ctx.recipe.recipe}: run {spec.name}: nothing reviewed ({why}); its children read {of_id}")
+        ctx.ids[spec.name], ctx.manifests[spec.name] = of_id, of_manifest
+        entry.status, entry.run_id = ("not_reviewed" if review.mode == "none" else "nothing_to_review"), of_id
+        return "done"
+    batch = f"review-{of_id}"
+    entry.batch = batch
+    folder = batch_dir(ctx.lake, batch)
+    if (folder / "batch.json").exists():
+        record, _ = load_batch(ctx.lake, batch)
+        if record.imports:  # reviewed: people's import, or the annotators of an earlier attempt
+            return _reviewed(ctx, spec, entry, str(record.imports[-1]["run_id"]))
+    else:
+        export_run(ctx.lake, of_id, to=review.to, annotators=review.annotators, batch=batch,
+                   rule=ConsensusRule.model_validate(review.consensus), limit=review.limit)
+        _batch_side_files(ctx, spec, batch, folder)
+    if review.mode == "export":
+        entry.status = "awaiting_review"
+        of_manifest = RunManifest.load(ctx.lake.manifest_path(of_id))
+        of_manifest.status = "awaiting_review"
+        of_manifest.extras["review"] = {"batch": batch, "next": entry_next(ctx, entry)}
+        of_manifest.write(ctx.lake.manifest_path(of_id))
+        write_report(of_manifest, ctx.lake.run_dir(of_id) / "report.html")
+        say(f"{ctx.recipe.recipe}: review batch {batch} written under {folder}; waiting for reviewers")
+        return "awaiting_review"
+    from transforms.flow.engines import fill_roles
+    from transforms.review.auto import AutoReviewConfig, auto_review
+
+    auto = {"engines": "@annotators", **review.auto, "annotators": review.annotators}
+    cfg = AutoReviewConfig.model_validate(fill_roles(auto, ctx.engines, f"runs.{spec.name}.review.auto"))
+    _, manifest = auto_review(ctx.lake, batch, cfg) if not ctx.doubles else _auto_with_doubles(ctx, batch, cfg)
+    return _reviewed(ctx, spec, entry, manifest.run_id)
+
+
+def _auto_with_doubles(ctx: Context, batch: str, cfg: Any) -> tuple[Any, RunManifest]:
+    """Tests: the annotators' engines are doubles (`doubles["annotators"]`, else "*")."""
+    from unittest import mock
+
+    from transforms.review.auto import auto_review
+
+    double = ctx.doubles.get("annotators", ctx.doubles.get("*"))
+    with mock.patch("transforms.llm.base.build_engine", lambda _cfg: double):
+        return auto_review(ctx.lake, batch, cfg)
+
+
+def _reviewed(ctx: Context, spec: RunSpec, entry: RunEntry, review_id: str) -> str:
+    from transforms.core.report import write_report
+
+    review = spec.review
+    assert review is not None
+    of_id = ctx.ids[review.of]
+    of_path = ctx.lake.manifest_path(of_id)
+    of_manifest = RunManifest.load(of_path)
+    if of_manifest.status == "awaiting_review":  # status moves with the graph: its review is in
+        of_manifest.status = "succeeded"
+        of_manifest.extras.setdefault("review", {})["imported_as"] = review_id
+        of_manifest.write(of_path)
+        write_report(of_manifest, ctx.lake.run_dir(of_id) / "report.html")
+    manifest = RunManifest.load(ctx.lake.manifest_path(review_id))
+    _check_and_report(ctx, manifest)
+    entry.run_id, entry.status = review_id, manifest.status
+    ctx.ids[spec.name], ctx.manifests[spec.name] = review_id, manifest
+    return "done"
+
+
+def _batch_side_files(ctx: Context, spec: RunSpec, batch: str, folder: Path) -> None:
+    """Guidelines, the recipe's context files and a README saying what to do with the batch."""
+    review = spec.review
+    assert review is not None
+    if review.guidelines:
+        shutil.copyfile(_recipe_file(ctx, review.guidelines), folder / "guidelines.md")
+    if review.context:
+        module, func = review.context.split(":")
+        getattr(importlib.import_module(module), func)(ctx.lake, batch)
+    note = entry_next(ctx, RunEntry(run_id="", batch=batch))
+    (folder / "README.md").write_text(
+        f"# Review batch {batch}\n\nRecipe {ctx.recipe.recipe}, run {ctx.root}: {review.annotators} annotator(s) per "
+        f"item, consensus {review.consensus}.\n\nNext: {note}\n", encoding="utf-8")
+
+
+def _recipe_file(ctx: Context, name: str) -> Path:
+    from transforms.flow.recipe import REPO
+
+    for base in (Path.cwd(), Path(ctx.recipe.path).parent, REPO):
+        if (base / name).exists():
+            return base / name
+    raise RecipeRunError(f"{ctx.recipe.path}: file {name} not found")
+
+
+# -- release and evaluation --------------------------------------------------------------------------------
+def release_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
+    from transforms.flow.release import card_sections, gate_and_write
+
+    release = spec.release
+    assert release is not None
+    fingerprint = spec_fingerprint(ctx, spec)
+    if (done := _finished(ctx, spec, entry, fingerprint)) is not None:
+        ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, done
+        return "done"
+    of_manifest = ctx.manifests[release.of]
+    if not of_manifest.stages or of_manifest.stages[-1].rows_kept == 0:
+        entry.status = "nothing_to_release"
+        say(f"{ctx.recipe.recipe}: no items reached the release (run {release.of}, {of_manifest.run_id} kept none); "
+            "the earlier runs' reports say where they were dropped")
+        return "stop"
+    sections = card_sections(ctx, release)
+    entry.status = "running"
+    try:
+        manifest = gate_and_write(ctx.lake, dataset=ctx.recipe.dataset, input_run=ctx.ids[release.of],
+                                  suite=release.suite, suite_overrides=release.suite_overrides,
+                                  version=release.version, run_id=entry.run_id, audit=release.audit,
+                                  audit_bound=release.audit_bound, sections=sections,
+                                  resume=ctx.lake.manifest_path(entry.run_id).exists(),
+                                  config=_config(ctx, spec))
+    except BaseException:
+        entry.status = "failed"
+        _after_failure(ctx, entry.run_id)
+        raise
+    _check_and_report(ctx, manifest)
+    entry.status, entry.fingerprint = manifest.status, fingerprint
+    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
+    if manifest.status != "succeeded":
+        say(f"{ctx.recipe.recipe}: release gate failed: {manifest.error}")
+        return "stop"
+    return "done"
+
+
+def evaluate_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
+    from transforms.flow.engines import fill_roles
+
+    ev = spec.evaluate
+    assert ev is not None
+    fingerprint = spec_fingerprint(ctx, spec)
+    if (done := _finished(ctx, spec, entry, fingerprint)) is not None:
+        ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, done
+        return "done"
+    release_path = ctx.manifests[ev.of].outputs["release"]
+    engines = fill_roles(ev.models, ctx.engines, f"runs.{spec.name}.evaluate.models")
+    if isinstance(engines, list):  # names of the profile's evaluated models
+        engines = {n: ctx.engines["evaluated"][n] for n in engines}
+    evaluate = importlib.import_module("jobs.evaluate")  # moves under transforms/eval with the LLM path
+    cfg = evaluate.Config.model_validate({
+        "release": str(Path(release_path) / "items.parquet"), "lake": str(ctx.lake.root),
+        "dataset": ctx.recipe.dataset, "name": ctx.recipe.dataset, "models": list(engines), "engines": engines,
+        "prompts": ev.prompts, "generate_limit": ev.limit, "loglik_limit": ev.limit, **ev.options})
+    entry.status = "running"
+    result = evaluate.run(cfg, run_id=entry.run_id, resume=ctx.lake.manifest_path(entry.run_id).exists())
+    manifest = RunManifest.load(ctx.lake.manifest_path(entry.run_id))
+    entry.status, entry.fingerprint = manifest.status, fingerprint
+    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
+    say(f"{ctx.recipe.recipe}: evaluation {json.dumps(result.get('results'), default=str)[:300]}")
+    return "done"
