@@ -1,10 +1,15 @@
-"""Nearest neighbours over L2-normalised vectors, one interface, four backends.
+"""Nearest neighbours over L2-normalised vectors, one interface, five backends.
 
 * `faiss-cpu` (default here): exact inner product; `range_search` returns every pair above a cosine.
 * `faiss-gpu`: the same flat index on a GPU; GPU indexes have no range search, so pairs come from a
   k-nearest search filtered by the threshold (raise `k` when groups are larger than k).
 * `cuml`: RAPIDS NearestNeighbors (brute force, cosine) on a GPU node.
 * `sklearn`: brute-force radius search, no extra dependency beyond scikit-learn.
+* `torch`: exact cosine by blocked matrix products on whatever device torch has (`device`, default
+  cuda when available), for GPU nodes with torch but neither faiss-gpu nor cuML. Threshold pairs
+  come from the blocks themselves (every sim ≥ threshold of rows i < j), so there is no k limit.
+  A block holds `block_mb` of similarities. Checked against faiss-cpu in tests/test_knn_torch.py and,
+  on a GPU, by scripts/gpu_check.sh.
 
 Every backend is imported inside the call that needs it, so importing this module is free.
 """
@@ -18,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core.deps import require
 
-Backend = Literal["faiss-cpu", "faiss-gpu", "cuml", "sklearn"]
+Backend = Literal["faiss-cpu", "faiss-gpu", "cuml", "sklearn", "torch"]
 
 
 class KnnConfig(BaseModel):
@@ -28,6 +33,9 @@ class KnnConfig(BaseModel):
     k: int = Field(32, ge=2, description="Neighbours per row for backends without range search "
                    "(faiss-gpu, cuml): pairs beyond the k-th neighbour are not seen.")
     threads: int | None = Field(None, ge=1, description="OpenMP threads for faiss-cpu (default: all).")
+    device: str | None = Field(None, description="torch backend: 'cuda', 'cuda:1', 'cpu'; unset: cuda when "
+                               "available, else cpu.")
+    block_mb: int = Field(512, ge=1, description="torch backend: MiB of similarities per block product.")
 
 
 def knn_search(vectors: np.ndarray, k: int, config: KnnConfig | None = None,
@@ -41,6 +49,8 @@ def knn_search(vectors: np.ndarray, k: int, config: KnnConfig | None = None,
         index = _faiss_index(x, config)
         sims, idx = index.search(q, k)
         return sims, idx.astype(np.int64)
+    if config.backend == "torch":
+        return _torch_knn(x, q, k, config)
     if config.backend == "cuml":
         nn_mod = require("cuml.neighbors", "cuml", "GPU nearest neighbours")
         nn = nn_mod.NearestNeighbors(n_neighbors=k, metric="cosine", algorithm="brute").fit(x)
@@ -65,6 +75,8 @@ def similar_pairs(vectors: np.ndarray, threshold: float, config: KnnConfig | Non
         lims, _, idx = index.range_search(x, float(np.nextafter(np.float32(threshold), np.float32(-1))))
         rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(lims.astype(np.int64)))
         cols = idx.astype(np.int64)
+    elif config.backend == "torch":
+        rows, cols = _torch_pairs(x, threshold, config)
     elif config.backend == "sklearn":
         neighbors = require("sklearn.neighbors", "embed", "nearest neighbours")
         nn = neighbors.NearestNeighbors(metric="cosine", algorithm="brute").fit(x)
@@ -95,3 +107,49 @@ def _faiss_index(x: np.ndarray, config: KnnConfig):  # type: ignore[no-untyped-d
         index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
     index.add(x)
     return index
+
+
+def _torch_setup(config: KnnConfig):  # type: ignore[no-untyped-def]
+    torch = require("torch", "embed", "the torch nearest-neighbour backend")
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if config.threads and device == "cpu":
+        torch.set_num_threads(config.threads)
+    return torch, device
+
+
+def _block_rows(n_cols: int, config: KnnConfig) -> int:
+    return max(1, (config.block_mb << 20) // (4 * max(n_cols, 1)))
+
+
+def _torch_knn(x: np.ndarray, q: np.ndarray, k: int, config: KnnConfig) -> tuple[np.ndarray, np.ndarray]:
+    torch, device = _torch_setup(config)
+    xt = torch.from_numpy(x).to(device)
+    sims_out, idx_out = [], []
+    step = _block_rows(len(x), config)
+    with torch.inference_mode():
+        for start in range(0, len(q), step):
+            block = torch.from_numpy(q[start:start + step]).to(device)
+            sims, idx = torch.topk(block @ xt.T, k, dim=1)  # sorted, best first
+            sims_out.append(sims.cpu().numpy())
+            idx_out.append(idx.cpu().numpy())
+    return np.concatenate(sims_out).astype(np.float32), np.concatenate(idx_out).astype(np.int64)
+
+
+def _torch_pairs(x: np.ndarray, threshold: float, config: KnnConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns of every sim ≥ threshold with row < column: block i of rows against the
+    columns from i's first row on, so each pair is computed once and only the hits leave the device."""
+    torch, device = _torch_setup(config)
+    xt = torch.from_numpy(x).to(device)
+    n = len(x)
+    rows_out, cols_out = [], []
+    step = _block_rows(n, config)
+    with torch.inference_mode():
+        for start in range(0, n, step):
+            block = xt[start:start + step]
+            sims = block @ xt[start:].T
+            r, c = torch.nonzero(sims >= np.float32(threshold), as_tuple=True)
+            keep = r < c  # c counts from `start`, so r < c means i < j and drops the diagonal
+            rows_out.append((r[keep] + start).cpu().numpy())
+            cols_out.append((c[keep] + start).cpu().numpy())
+    return (np.concatenate(rows_out).astype(np.int64) if rows_out else np.zeros(0, np.int64),
+            np.concatenate(cols_out).astype(np.int64) if cols_out else np.zeros(0, np.int64))
