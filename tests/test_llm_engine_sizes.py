@@ -64,3 +64,9 @@ def test_scores_do_not_depend_on_how_rows_are_batched(gemma):
     for a, b in zip(one_batch, many_batches, strict=True):
         assert a == pytest.approx(b, abs=2e-3)
     assert [r.index(max(r)) for r in one_batch] == [r.index(max(r)) for r in many_batches]
+
+
+def test_encode_many_equals_encode_one_by_one(gemma):
+    bos = gemma.tokenizer.bos_token
+    texts = ["물을 끓이려면?", f"{bos}이미 BOS로 시작하는 문장", "", "plain text"]
+    assert gemma.encode_many(texts) == [gemma.encode(t) for t in texts]

@@ -139,6 +139,18 @@ class TransformersEngine(LLMEngine):
     def encode(self, text: str, *, special: bool = True) -> list[int]:
         return encode_prompt(self.tokenizer, text, special=special)
 
+    def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode` of each text (with special tokens), in one batched tokenizer call per BOS case."""
+        bos = self.tokenizer.bos_token
+        out: list[list[int]] = [[] for _ in texts]
+        for add in (True, False):
+            idx = [i for i, t in enumerate(texts) if (not (bos and t.startswith(bos))) == add]
+            if idx:
+                ids = self.tokenizer([texts[i] for i in idx], add_special_tokens=add)["input_ids"]
+                for i, row in zip(idx, ids, strict=True):
+                    out[i] = list(row) or encode_prompt(self.tokenizer, texts[i])
+        return out
+
     def render_chat(self, conversation: list[ChatMessage]) -> str:
         self._ready()
         return render_with_tokenizer(self.tokenizer, conversation, self.options.chat_template)
@@ -163,8 +175,7 @@ class TransformersEngine(LLMEngine):
         multi = [o_idx for o_idx, o in enumerate(opt_ids) if len(o) > 1]
         items: list[ScoreItem] = []
         owners: list[tuple[int, list[int]]] = []  # per item: prompt index, option index per query (-1: all)
-        for p_idx, prompt in enumerate(prompts):
-            ids = self.encode(prompt)
+        for p_idx, ids in enumerate(self.encode_many(prompts)):
             # The first multi-token option rides along in the prompt's own sequence: attention is
             # causal, so appending its tokens leaves the last prompt position's distribution as is.
             host = multi[0] if multi else None
