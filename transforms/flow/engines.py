@@ -65,6 +65,10 @@ def use_doubles(stage: Any, doubles: dict[str, Any]) -> Any:
         return stage
     if type(stage).__name__ == "TranslateStage":
         translator = doubles.get("translator")
+        if translator is None and getattr(stage.engine, "backend", None) in ("llm", "openai"):
+            from transforms.translate.llm import LLMTranslator  # the real LLM translation, asking the double
+
+            translator = LLMTranslator(stage.engine, engine=double)
         return stage.use_engine(translator) if translator is not None else stage
     if hasattr(stage, "use_engine"):
         return stage.use_engine(double)

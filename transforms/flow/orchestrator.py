@@ -93,12 +93,15 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
                 record.next = entry_next(ctx, entry)
                 out.update({"status": "awaiting_review", "review_batch": entry.batch, "next": record.next})
                 return out
-            if result == "stop":  # nothing left to release: said in the run's manifest
-                record.status = "succeeded"
-                out.update({"status": "succeeded", "note": f"run {spec.name}: {entry.status}"})
-                return out
-        record.status = "succeeded"
-        out["status"] = "succeeded"
+            if result == "stop":  # nothing to release, or the gate refused the release
+                record.status = "failed" if entry.status == "failed" else entry.status
+                record.next = f"see {the_lake.run_dir(entry.run_id) / 'report.html'}" if entry.status == "failed" \
+                    else "the earlier runs' reports say where the items were dropped"
+                out.update({"status": record.status, "note": f"run {spec.name}: {entry.status}", "exit_code": 1})
+                break
+        else:
+            record.status = "succeeded"
+            out["status"] = "succeeded"
     except BaseException as err:
         record.status, record.error = "failed", f"{type(err).__name__}: {err}"
         record.next = f"fix the cause, then `{ctx.resume_command()}`"
@@ -115,7 +118,7 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
         if spec.release is not None and (m := ctx.manifests.get(spec.name)) and m.outputs.get("release"):
             out["release"] = m.outputs["release"]
             out["released"] = m.status == "succeeded"
-            out["exit_code"] = 0 if m.status == "succeeded" else 1
+            out["exit_code"] = 0 if m.status == "succeeded" and out.get("exit_code", 0) == 0 else 1
     return out
 
 

@@ -327,7 +327,8 @@ def interpolate(node: Any, root: dict[str, Any], path: Path, key: str = "") -> A
         return {k: v if k == "params" and not key else interpolate(v, root, path, f"{key}.{k}".strip("."))
                 for k, v in node.items()}
     if isinstance(node, list):
-        return [interpolate(v, root, path, f"{key}.{i}") for i, v in enumerate(node)]
+        return [interpolate(v, root, path, f"{key}.{v.get('name', i) if isinstance(v, dict) else i}")
+                for i, v in enumerate(node)]
     if not isinstance(node, str) or "${" not in node:
         return node
     whole = _VAR.fullmatch(node)

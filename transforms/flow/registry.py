@@ -50,7 +50,7 @@ STAGES: dict[str, str] = {
     "provenance_columns": "transforms.piqa.provenance:ProvenanceColumns",
     "balance_labels": "transforms.piqa.balance:BalanceLabels",
     "degenerate": "transforms.piqa.degenerate:DegenerateFilter",
-    "item_script": "transforms.piqa.degenerate:ItemScriptCheck",
+    "item_language": "transforms.piqa.item_checks:ItemLanguageCheck",
     "prompt_length": "transforms.piqa.item_checks:PromptLengthCheck",
     "opening_variety": "transforms.piqa.item_checks:OpeningVariety",
     "contrast": "transforms.piqa.contrast:ContrastClassifier",

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from transforms.core.stage import GlobalStage, Stage, StageError, put_column
+from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_drop_reason
 from transforms.piqa import textcheck as tc
 from transforms.piqa.contrast import contrast_distribution
 
@@ -210,3 +210,37 @@ def human_items_card(table: pa.Table, runs: dict[str, Any]) -> str:
                    and isinstance(m.extras["review"], dict) and "agreement" in m.extras["review"]), None)
     stats = card_statistics(table, agreement=agreement_figures(review))
     return card_section(stats).split("\n", 2)[2]
+
+
+class ItemLanguageCheck(Stage):
+    """Drop items whose goal or a solution is not in the benchmark's language (`wrong_language`), for any
+    language: by its Unicode script where transforms/piqa/textcheck.py knows it, else by fastText
+    lid.176 (176 languages). A translation that came back in English, or a reply in another script,
+    stops here instead of at the gate."""
+
+    name: ClassVar[str] = "item_language"
+    reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2")
+    writes: ClassVar[tuple[str, ...]] = ("language_detail",)
+    lang: str = Field(..., description="ISO 639-1 code the items must be written in (a `lang` column wins).")
+    columns: list[str] = Field(default_factory=lambda: ["goal", "sol1", "sol2"], description="Texts checked.")
+    method: str = Field("auto", description="auto (script where known, else fastText), script or fasttext.")
+    min_script_share: float = Field(0.8, gt=0, le=1, description="Least share of letters in the script.")
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        langs = _langs(batch, self.lang)
+        bad: list[str | None] = [None] * batch.num_rows
+        for col in self.columns:
+            texts = batch.column(col).to_pylist()
+            by_lang: dict[str, list[int]] = {}
+            for i, lang in enumerate(langs):
+                by_lang.setdefault(lang or self.lang, []).append(i)
+            for lang, rows in by_lang.items():
+                method = self.method if self.method != "auto" else ("script" if lang in tc.SCRIPT_RANGES
+                                                                    else "fasttext")
+                ok = tc.in_language([texts[i] for i in rows], [lang] * len(rows), method=method,
+                                    min_script_share=self.min_script_share)
+                for i, good in zip(rows, ok, strict=True):
+                    if not good and bad[i] is None:
+                        bad[i] = f"{col} is not in {lang} ({method})"
+        out = put_column(batch, "language_detail", pa.array(bad, pa.string()))
+        return set_drop_reason(out, pa.array(["wrong_language" if b else None for b in bad], pa.string()))

@@ -38,6 +38,8 @@ SCRIPT_RANGES: dict[str, tuple[tuple[int, int], ...]] = {
     "hy": ((0x0530, 0x058F),),
     "ru": ((0x0400, 0x04FF),),
     "ja": ((0x3040, 0x30FF), (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xFF66, 0xFF9F)),
+    # Han only: lid.176 reads short Chinese sentences as ja or wuu (measured: 3 of 4 four-word items)
+    "zh": ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xF900, 0xFAFF)),
 }
 
 

@@ -1,0 +1,228 @@
+"""Recipes as declared run graphs (jobs/recipes/*.yaml) through the one orchestrator.
+
+- the loader's one-line errors on bad files (unknown stage, missing field, unknown parent, cycle,
+  two runs of one name, a repeated key, an unknown param);
+- ta-piqa on a tiny slice of the bundled writer files: to the review batch (awaiting_review), people's
+  judgments imported from a CSV the test fills, then `--resume` to the release; statuses move with the
+  graph, the law holds in every run (counted from disk) and nothing is re-run;
+- zh-piqa (the sixth recipe, YAML only) with an engine double: translation, checks, LLM annotators,
+  release; a resumed run asks no question twice.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from transforms.core.lake import Lake
+from transforms.core.manifest import RunManifest
+from transforms.core.runner import conservation_errors
+from transforms.flow.recipe import RECIPES_DIR, RecipeError, list_recipes, load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_TA = {"*": "1-3", "writer_d.xlsx": "1-3,151-153"}
+
+
+# -- the loader ------------------------------------------------------------------------------------------
+def _write(tmp_path: Path, data: dict | str, name: str = "r.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _base() -> dict:
+    return {"recipe": "t", "description": "d", "dataset": "t", "language": {"code": "en"},
+            "params": {"n": 1},
+            "runs": [{"name": "items", "source": {"stage": "read_items", "path": "x.jsonl"},
+                      "stages": [{"stage": "degenerate"}]},
+                     {"name": "release", "release": {"of": "items"}}]}
+
+
+@pytest.mark.parametrize("mutate, key, words", [
+    (lambda d: d["runs"][0]["stages"].append({"stage": "no_such_stage"}), "runs.items.stages.1", "unknown stage"),
+    (lambda d: d.pop("dataset"), "dataset", "Field required"),
+    (lambda d: d["runs"][1]["release"].update(of="nowhere"), "runs.release", "does not declare"),
+    (lambda d: d["runs"].append({"name": "items", "parents": ["release"]}), "runs.items", "two runs"),
+    (lambda d: d["runs"].extend([{"name": "a", "parents": ["b"]}, {"name": "b", "parents": ["a"]}]), "runs.a",
+     "cycle"),
+    (lambda d: d["runs"][0]["stages"].append({"stage": "degenerate", "lang": "${nope}"}), "runs.items.stages.1.lang",
+     "not defined"),
+    (lambda d: d["runs"][1]["release"].pop("of"), "runs.release.release.of", "Field required"),
+    (lambda d: d["runs"][0].update(when="missing_param"), "runs.items.when", "not a param"),
+])
+def test_bad_recipe_files_are_refused_with_file_key_and_problem(tmp_path, mutate, key, words):
+    data = _base()
+    mutate(data)
+    path = _write(tmp_path, data)
+    with pytest.raises(RecipeError) as err:
+        load_recipe(str(path))
+    assert err.value.key == key and words in err.value.problem and str(path) in str(err.value)
+
+
+def test_repeated_key_unknown_param_and_missing_file(tmp_path):
+    text = yaml.safe_dump(_base(), sort_keys=False).replace("dataset: t\n", "dataset: t\ndataset: u\n")
+    with pytest.raises(RecipeError, match="'dataset' appears twice"):
+        load_recipe(str(_write(tmp_path, text)))
+    with pytest.raises(RecipeError, match="no such param; this recipe's params: n"):
+        load_recipe(str(_write(tmp_path, _base())), {"nn": 2})
+    with pytest.raises(RecipeError, match="no such recipe file; recipes here: .*ta-piqa"):
+        load_recipe("no-such-recipe")
+
+
+def test_cli_exits_2_naming_file_and_key_before_anything_runs(tmp_path, capsys):
+    from jobs.cli import main
+
+    data = _base()
+    data["runs"][0]["stages"].append({"stage": "no_such_stage"})
+    path = _write(tmp_path, data)
+    assert main(["run", str(path), "--lake", str(tmp_path / "lake")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "runs.items.stages.1" in err[0]
+    assert not (tmp_path / "lake").exists()
+
+
+def test_every_bundled_recipe_loads_and_lists(capsys):
+    from jobs.cli import main
+
+    names = {n for n, _ in list_recipes()}
+    assert {p.stem for p in RECIPES_DIR.glob("*.yaml")} == names
+    for name in names:
+        recipe = load_recipe(name)
+        assert recipe.recipe == name and recipe.runs
+        for run in recipe.runs:   # every stage named resolves to a class with that config
+            for spec in ([run.source] if run.source else []) + run.stages:
+                from transforms.flow.registry import stage_class
+
+                assert stage_class(spec["stage"]) is not None
+    assert main(["recipes"]) == 0
+    assert set(capsys.readouterr().out.split()) >= names
+
+
+def test_set_reaches_params_and_dotted_keys_and_profiles_switch_every_engine():
+    from transforms.flow.engines import fill_roles, resolve_engines
+
+    recipe = load_recipe("zh-piqa", {"n": 7, "runs.items.stages.semantic_dedup.threshold": 0.9,
+                                     "engines": "openai-endpoint"})
+    items = recipe.run("items")
+    assert items.stages[0]["n"] == 7
+    assert next(s for s in items.stages if s["stage"] == "semantic_dedup")["threshold"] == 0.9
+    engines = resolve_engines(recipe)
+    translate = fill_roles(next(s for s in items.stages if s["stage"] == "translate"), engines, "t")
+    assert translate["engine"]["engine"]["backend"] == "openai"
+    local = resolve_engines(load_recipe("zh-piqa"))
+    assert local["translator"]["backend"] == "llamacpp"
+    with pytest.raises(RecipeError, match="no engine profile 'nope'"):
+        resolve_engines(load_recipe("zh-piqa", {"engines": "nope"}))
+
+
+# -- ta-piqa: people review, then resume to the release --------------------------------------------------
+def _law_holds(lake: Path, run_ids: list[str]) -> None:
+    for run_id in run_ids:
+        manifest = RunManifest.load(lake / "runs" / run_id / "manifest.json")
+        assert not conservation_errors(manifest), (run_id, conservation_errors(manifest))
+        assert (lake / "runs" / run_id / "report.html").exists(), run_id
+
+
+def _fill(batch: Path, out: Path) -> dict[str, str]:
+    """Every annotator picks the writer's solution; returns item → verdict."""
+    labels = {r["id"]: r["label"] for r in pq.read_table(batch / "items.parquet").to_pylist()}
+    rows = list(csv.DictReader(io.StringIO((batch / "review.csv").read_text("utf-8-sig"))))
+    for r in rows:
+        r["verdict"] = "sol1" if labels[r["item_id"]] == 0 else "sol2"
+    with out.open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return {i: "sol1" if v == 0 else "sol2" for i, v in labels.items()}
+
+
+def test_ta_piqa_recipe_review_import_then_resume_to_release(tmp_path, ray_local):
+    from transforms.flow.orchestrator import RecipeRecord, run_recipe
+    from transforms.review.importing import import_files
+
+    lake = tmp_path / "lake"
+    recipe = load_recipe("ta-piqa", {"records": TINY_TA, "version": "t1"})
+    out = run_recipe(recipe, lake=lake, run_id="ta")
+    assert out["status"] == "awaiting_review" and out["review_batch"] == "review-ta-items"
+    assert "piqaforge review import review-ta-items" in out["next"] and "--resume ta" in out["next"]
+    items = RunManifest.load(lake / "runs" / "ta-items" / "manifest.json")
+    assert items.status == "awaiting_review" and items.extras["review"]["batch"] == "review-ta-items"
+    batch = lake / "review" / "review-ta-items"
+    assert {"batch.json", "items.parquet", "review.csv", "context.csv", "guidelines.md", "README.md"} <= {
+        p.name for p in batch.iterdir()}
+    record = RecipeRecord.load(Lake(lake), "ta")
+    assert record is not None and record.status == "awaiting_review" and record.runs["review"].batch == batch.name
+
+    # resuming before the import changes nothing: still waiting, nothing re-run
+    again = run_recipe(recipe, lake=lake, run_id="ta", resume=True)
+    assert again["status"] == "awaiting_review"
+    assert RunManifest.load(lake / "runs" / "ta-items" / "manifest.json").started_at == items.started_at
+
+    _fill(batch, tmp_path / "filled.csv")
+    _, review = import_files(Lake(lake), "review-ta-items", [tmp_path / "filled.csv"], n_boot=50)
+    done = run_recipe(recipe, lake=lake, run_id="ta", resume=True)
+    assert done["runs"]["review"] == review.run_id
+    assert RunManifest.load(lake / "runs" / "ta-items" / "manifest.json").status == "succeeded"
+    final = RunManifest.load(lake / "runs" / "ta-final" / "manifest.json")
+    assert final.parents == [review.run_id] and review.parents == ["ta-items"]
+    # the planted exact copies (writer_d 151-153) are dropped without a vote
+    assert final.stages[-1].rows_dropped == {"duplicate": 3}
+    release = RunManifest.load(lake / "runs" / "ta-release" / "manifest.json")
+    assert release.parents == ["ta-final"]
+    _law_holds(lake, ["ta-items", review.run_id, "ta-final", "ta-release"])
+    folder = Path(release.outputs["release"])
+    card = (folder / "README.md").read_text("utf-8")
+    assert "Tamil PIQA: items, checks, screening, review" in card and "XCOPA-ta" in card
+    assert "Fleiss" in card
+    # the gate decides, and the recipe's status and exit code say what it decided
+    assert done["released"] == (folder / "RELEASED").exists() == (release.status == "succeeded")
+    assert done["exit_code"] == (0 if done["released"] else 1)
+    assert RecipeRecord.load(Lake(lake), "ta").status == ("succeeded" if done["released"] else "failed")
+
+
+# -- zh-piqa: the sixth recipe, YAML only, with an engine double ------------------------------------------
+def _correct_solutions(n: int, seed: int = 0) -> set[str]:
+    """The translated correct solutions of the items the recipe draws (the double's oracle)."""
+    from tests.recipe_doubles import zh
+
+    rows = [json.loads(line) for line in (ROOT / "lake/samples/piqa_valid_minimal_pairs.jsonl").read_text(
+        encoding="utf-8").splitlines()]
+    return {zh(r["sol1"] if r["label"] == 0 else r["sol2"]) for r in rows}
+
+
+def test_zh_piqa_recipe_auto_review_to_release_and_resume_asks_nothing_again(tmp_path, ray_local):
+    from tests.recipe_doubles import RecipeDouble
+    from transforms.flow.orchestrator import run_recipe
+
+    lake = tmp_path / "lake"
+    recipe = load_recipe("zh-piqa", {"n": 6, "review": "auto", "evaluate": False, "version": "t1"})
+    double = RecipeDouble(_correct_solutions(6))
+    out = run_recipe(recipe, lake=lake, run_id="zh", doubles={"*": double})
+    assert out["status"] in ("succeeded", "failed"), out
+    items = RunManifest.load(lake / "runs" / "zh-items" / "manifest.json")
+    kept = pq.read_table(Path(items.outputs["curated"])).to_pylist()
+    assert kept and all(r["lang"] == "zh" and r["goal"].endswith("。") for r in kept)
+    assert all(r["goal_gloss"] and r["sol1_gloss"] for r in kept)      # the English beside the translation
+    review_id = out["runs"]["review"]
+    review = RunManifest.load(lake / "runs" / review_id / "manifest.json")
+    assert review.parents == ["zh-items"] and review.extras["review"]["automatic"] is True
+    _law_holds(lake, ["zh-items", review_id, "zh-final", "zh-release"])
+    release = Path(out["release"])
+    assert (release / "RELEASED").exists() and out["exit_code"] == 0
+    released = pq.read_table(release / "items.parquet")
+    final = RunManifest.load(lake / "runs" / "zh-final" / "manifest.json")
+    assert released.num_rows == final.stages[-1].rows_kept > 0 and final.parents == [review_id]
+    assert released.column("id").to_pylist() == pq.read_table(Path(final.outputs["curated"])).column("id").to_pylist()
+    asked = len(double.calls)
+    assert asked >= 3 * len(kept)            # three texts translated per item, then the annotators
+
+    # a resumed run skips every finished run and asks the engine nothing
+    double.calls.clear()
+    again = run_recipe(recipe, lake=lake, run_id="zh", resume=True, doubles={"*": double})
+    assert again["status"] == "succeeded" and double.calls == []
