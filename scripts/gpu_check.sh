@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The prepared GPU check (issue 27; docs/gpu.md). Three modes:
+#
+#   bash scripts/gpu_check.sh --prepare   # here, once: wheels, tokenizer and faiss reference into
+#                                         # .cache/gpu_check/ (~30 MiB, the one path to carry)
+#   bash scripts/gpu_check.sh             # on a bare GPU machine (torch, transformers,
+#                                         # sentence-transformers, CuPy; no Ray, pydantic, vLLM,
+#                                         # network): the `gpu` tests + benchmarks/bench_llm_gpu.py
+#   bash scripts/gpu_check.sh --cpu       # here: --prepare if needed, then the same checks on the CPU
+#                                         # at tiny sizes, in an interpreter that cannot see pyarrow,
+#                                         # Ray, faiss, pydantic or pytest (they come from the wheels)
+#
+# Figures land in $OUT/gpu_check.json ($OUT: the device tool's output folder; else
+# .cache/gpu_check/out). Budget: tests 180 s + benchmark 300 s, within 8 minutes.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+CARRY=".cache/gpu_check"
+MODE="gpu"
+for arg in "$@"; do
+  case "$arg" in
+    --cpu) MODE="cpu" ;;
+    --prepare) MODE="prepare" ;;
+    *) echo "usage: $0 [--cpu|--prepare]" >&2; exit 2 ;;
+  esac
+done
+
+prepare() {
+  local py=".venv/bin/python" wheels="$CARRY/wheels"
+  mkdir -p "$wheels" "$CARRY/models"
+  local dl=("$py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$wheels")
+  if [[ ! -f "$wheels/.done" ]]; then
+    "${dl[@]}" pydantic==2.14.4 annotated-types==0.8.0 typing-extensions==4.16.0 typing-inspection==0.4.5 \
+      pytest==9.2.0 pluggy==1.7.0 iniconfig==2.3.1 packaging==26.4 pygments==2.21.0 exceptiongroup==1.3.2 \
+      jinja2==3.1.6
+    "${dl[@]}" --python-version 3.10 --platform any tomli==2.0.1
+    for v in 3.10 3.11 3.12 3.13 3.14; do
+      "${dl[@]}" --python-version "$v" --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux_2_28_x86_64 pydantic-core==2.50.5 pyyaml==6.0.4 markupsafe==3.0.4
+    done
+    touch "$wheels/.done"
+  fi
+  # The Qwen2.5 tokenizer, saved once from the packaged GGUF (transforms/llm/synthetic.py).
+  PIQAFORGE_MODEL_CACHE="$ROOT/$CARRY/models" "$py" -c \
+    "from transforms.llm.synthetic import qwen_tokenizer; qwen_tokenizer()" 2>/dev/null \
+    || { mkdir -p "$CARRY/models" && cp -r .cache/models/qwen2.5-tokenizer "$CARRY/models/"; }
+  [[ -f "$CARRY/models/qwen2.5-tokenizer/tokenizer.json" ]] || { echo "gpu_check: no tokenizer" >&2; exit 1; }
+  # faiss-cpu's answer on the kNN check's vectors (faiss is not on the GPU machine).
+  [[ -f "$CARRY/knn_reference.npz" ]] || PYTHONPATH=tests "$py" -c \
+    "import pathlib, test_knn_torch as t; t.reference(pathlib.Path('$CARRY/knn_reference.npz'))"
+  du -sh "$CARRY" | sed 's/^/gpu_check: carry /'
+}
+
+if [[ "$MODE" == "prepare" ]]; then prepare; exit 0; fi
+
+OUT="${OUT:-$ROOT/$CARRY/out}"
+mkdir -p "$OUT"
+SITE="$(mktemp -d /tmp/gpu_check_site.XXXX)"
+export PIQAFORGE_MODEL_CACHE="$ROOT/$CARRY/models" PIQAFORGE_KNN_REFERENCE="$ROOT/$CARRY/knn_reference.npz"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIQAFORGE_PROGRESS=0 TOKENIZERS_PARALLELISM=false
+if [[ "$MODE" == "cpu" ]]; then
+  [[ -f "$CARRY/wheels/.done" && -f "$CARRY/knn_reference.npz" ]] || prepare
+  # Rehearse the bare machine: the venv's packages minus pyarrow/Ray/faiss/pydantic/pytest, no site.
+  BARE="$(mktemp -d /tmp/gpu_check_bare.XXXX)"
+  SP="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  .venv/bin/python scripts/gpu_check_env.py bare "$SP" "$BARE"
+  PY=(.venv/bin/python -S)
+  export PYTHONPATH="$ROOT:$SITE:$BARE" PIQAFORGE_TEST_DEVICE=cpu GPU_CHECK_FORCE_WHEELS=1
+  BENCH_ARGS=(--cpu --threads 2)
+else
+  PY=("${PYTHON:-python3}")
+  export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}" PIQAFORGE_TEST_DEVICE=cuda
+  BENCH_ARGS=()
+fi
+echo "== gpu_check ($MODE): unpacking the carried wheels this interpreter needs"
+"${PY[@]}" scripts/gpu_check_env.py install "$CARRY/wheels" "$SITE" || exit 1
+"${PY[@]}" - "$OUT/meta.json" "$MODE" <<'PY'
+import json, platform, sys, torch, transformers
+info = {"mode": sys.argv[2], "python": platform.python_version(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "cuda": torch.cuda.is_available(),
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+for name in ("pyarrow", "ray", "faiss", "pydantic", "vllm"):
+    try:
+        __import__(name); info[f"has_{name}"] = True
+    except ImportError:
+        info[f"has_{name}"] = False
+json.dump(info, open(sys.argv[1], "w"))
+print(info)
+PY
+echo "== gpu_check: tests marked gpu"
+START=$SECONDS
+timeout 180 "${PY[@]}" -m pytest -m gpu -o addopts="" -p no:cacheprovider -q -rs \
+  --junitxml="$OUT/junit.xml" tests/test_gpu_engine.py tests/test_gpu_embed.py tests/test_knn_torch.py
+TESTS_RC=$?
+echo "== gpu_check: benchmarks/bench_llm_gpu.py ${BENCH_ARGS[*]}"
+timeout 300 "${PY[@]}" benchmarks/bench_llm_gpu.py "${BENCH_ARGS[@]}" --json "$OUT/bench.json"
+BENCH_RC=$?
+"${PY[@]}" scripts/gpu_check_env.py report "$OUT"
+echo "gpu_check: tests rc=$TESTS_RC, benchmark rc=$BENCH_RC, $((SECONDS - START)) s; figures in $OUT/gpu_check.json"
+rm -rf "$SITE" "${BARE:-}"
+[[ $TESTS_RC -eq 0 && $BENCH_RC -eq 0 ]]
