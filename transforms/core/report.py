@@ -159,10 +159,15 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
                     "<ul>" + "".join(f'<li class="bad">{escape(e)}</li>' for e in errors) + "</ul>")
     error = f"<h2>Error</h2><pre>{escape(m.error)}</pre>" if m.error else ""
     judges = ""
-    if m.extras.get("judges"):  # judges measured against labels (docs/judges.md)
+    figures = m.extras.get("judges") or recorded_figures(runs_dir / m.run_id if runs_dir else None, "judges")
+    if figures:  # judges measured against labels (docs/judges.md)
         from transforms.judge.report import render_judges
 
-        judges = render_judges(m.extras["judges"])
+        judges = render_judges(figures)
+    waiting = m.extras.get("review") if isinstance(m.extras.get("review"), dict) else {}
+    if m.status == "awaiting_review" and waiting.get("next"):
+        error += (f"<h2>Waiting for review</h2><p>Review batch <code>{escape(str(waiting.get('batch')))}</code>. "
+                  f"Next: {escape(str(waiting['next']))}</p>")
     from transforms.core.report_examples import EXAMPLES_CSS, render_examples
 
     examples = render_examples(m) if m.stages else ""
@@ -193,6 +198,14 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
 <h2>Outputs</h2><ul>{outputs}</ul>
 </body></html>
 """
+
+
+def recorded_figures(run_dir: Path | None, name: str) -> dict[str, Any] | None:
+    """Figures a run's `reports` measured, from runs/<run id>/<name>.json (None when absent)."""
+    import json
+
+    path = run_dir / f"{name}.json" if run_dir is not None else None
+    return json.loads(path.read_text(encoding="utf-8")) if path is not None and path.exists() else None
 
 
 def write_report(manifest: RunManifest, path: Path) -> Path:

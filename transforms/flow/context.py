@@ -40,6 +40,7 @@ class Context:
         self.doubles = doubles or {}
         self.command = command or ["piqaforge", "run", recipe.path or recipe.recipe]
         self.ids: dict[str, str] = {}          # run name -> the run id its children read
+        self.skipped: set[str] = set()          # runs switched off by `when` (and every run reading one)
         self.manifests: dict[str, RunManifest] = {}
 
     def run_id(self, spec: RunSpec) -> str:
@@ -56,6 +57,18 @@ def spec_fingerprint(ctx: Context, spec: RunSpec) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def late_values(node: Any, values: dict[str, str]) -> Any:
+    """`${run_dir}` and `${lake_root}` in a stage's fields, known once the run's id is."""
+    if isinstance(node, dict):
+        return {k: late_values(v, values) for k, v in node.items()}
+    if isinstance(node, list):
+        return [late_values(v, values) for v in node]
+    if isinstance(node, str) and "${" in node:
+        for name, value in values.items():
+            node = node.replace("${" + name + "}", value)
+    return node
+
+
 def build_stage(ctx: Context, spec: dict[str, Any], run_dir: Path) -> Any:
     """A stage from its recipe entry: the registered class validated with the entry's fields, engine
     roles filled from the profile, the run's folders where the stage asks for them."""
@@ -63,6 +76,7 @@ def build_stage(ctx: Context, spec: dict[str, Any], run_dir: Path) -> Any:
 
     fields = {k: v for k, v in spec.items() if k not in ("stage", "as", "when")}
     fields = fill_roles(fields, ctx.engines, f"stage {spec['stage']}")
+    fields = late_values(fields, {"run_dir": str(run_dir), "lake_root": str(ctx.lake.root)})
     cls = stage_class(spec["stage"])
     defaults = {"cache_dir": str(ctx.lake.root / "cache" / "llm"), "feedback_dir": str(run_dir / "feedback"),
                 "output_dir": str(run_dir), "lake": str(ctx.lake.root)}

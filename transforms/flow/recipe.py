@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPES_DIR = REPO / "jobs" / "recipes"
 _VAR = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
 _RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+LATE = ("run_dir", "lake_root")  # known only when a run starts: filled in as its stages are built
 
 
 class RecipeError(ValueError):
@@ -117,6 +118,12 @@ class RoundsSpec(_Strict):
     max_rounds: int = Field(3, ge=1)
 
 
+class RunReport(_Strict):
+    name: str = Field(..., description="File name (runs/<run id>/<name>.json).")
+    make: str = Field(..., description="'module:function(manifest, lake, **args) -> dict'.")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class RunSpec(_Strict):
     name: str = Field(..., description="Unique in the recipe; the run id is <recipe run id>-<name>.")
     parents: list[str] = Field(default_factory=list, description="Runs whose kept rows this run reads.")
@@ -126,8 +133,11 @@ class RunSpec(_Strict):
     review: ReviewSpec | None = None
     release: ReleaseSpec | None = None
     evaluate: EvaluateSpec | None = None
-    when: str | bool = Field(True, description="Run only when this param is true (else the run is skipped "
-                             "and its children read its parents' rows).")
+    when: str | bool | list[str] = Field(True, description="Run only when this param is true (`name`, `!name`, "
+                                         "`name=value`; a list: all of them); a run switched off switches off "
+                                         "every run that reads it.")
+    reports: list[RunReport] = Field(default_factory=list, description="Figures measured on the finished run, "
+                                     "each written to runs/<run id>/<name>.json (the report shows them).")
 
     @model_validator(mode="after")
     def _one_kind(self) -> RunSpec:
@@ -186,11 +196,14 @@ class _UniqueKeys(yaml.SafeLoader):
 def _mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; its keys may be overridden
+            continue
         key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice",
                                                     key_node.start_mark)
         seen.add(key)
+    loader.flatten_mapping(node)
     return loader.construct_mapping(node, deep=deep)
 
 
@@ -238,6 +251,10 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: Path)
     data = copy.deepcopy(data)
     params = data.setdefault("params", {})
     for key, value in overrides.items():
+        head = key.split(".", 1)[0]
+        if "." in key and isinstance(params.get(head), dict):  # inside a param that is a mapping
+            _set_path(params, key.split("."), value, path, key)
+            continue
         if key in params or key in ("engines", "lake", "num_cpus", "ray_address", "secrets"):
             (params if key in params else data)[key] = value
             continue
@@ -332,9 +349,10 @@ def interpolate(node: Any, root: dict[str, Any], path: Path, key: str = "") -> A
     if not isinstance(node, str) or "${" not in node:
         return node
     whole = _VAR.fullmatch(node)
-    if whole:
+    if whole and whole.group(1) not in LATE:
         return _lookup(whole.group(1), root, path, key)
-    return _VAR.sub(lambda m: str(_lookup(m.group(1), root, path, key)), node)
+    return _VAR.sub(lambda m: m.group(0) if m.group(1) in LATE else str(_lookup(m.group(1), root, path, key)),
+                    node)
 
 
 def _lookup(name: str, root: dict[str, Any], path: Path, key: str) -> Any:
@@ -362,15 +380,16 @@ def check_graph(recipe: Recipe, path: Path) -> None:
                 raise RecipeError(path, f"runs.{run.name}", f"reads run {parent!r}, which the recipe does not declare")
             if parent == run.name:
                 raise RecipeError(path, f"runs.{run.name}", "a run cannot read itself (cycle)")
-        if isinstance(run.when, str) and run.when not in recipe.params:
-            raise RecipeError(path, f"runs.{run.name}.when", f"{run.when!r} is not a param")
+        for cond in conditions(run.when):
+            if cond_param(cond) not in recipe.params:
+                raise RecipeError(path, f"runs.{run.name}.when", f"{cond_param(cond)!r} is not a param")
         for where, spec in _stage_specs(run):
             stage = spec.get("stage")
             if not isinstance(stage, str):
                 raise RecipeError(path, f"runs.{run.name}.{where}", "needs `stage: <registered name or module:Class>`")
-            when = spec.get("when", True)
-            if isinstance(when, str) and when.lstrip("!") not in recipe.params:
-                raise RecipeError(path, f"runs.{run.name}.{where}.when", f"{when.lstrip('!')!r} is not a param")
+            for cond in conditions(spec.get("when", True)):
+                if cond_param(cond) not in recipe.params:
+                    raise RecipeError(path, f"runs.{run.name}.{where}.when", f"{cond_param(cond)!r} is not a param")
             if not known(stage):
                 raise RecipeError(path, f"runs.{run.name}.{where}", f"unknown stage {stage!r} (`piqaforge stages` "
                                   "lists the registered names; or give 'module:Class')")
@@ -379,6 +398,31 @@ def check_graph(recipe: Recipe, path: Path) -> None:
     for run in recipe.runs:
         if run.evaluate is not None and kinds[run.evaluate.of] != "release":
             raise RecipeError(path, f"runs.{run.name}.evaluate.of", f"{run.evaluate.of!r} is not a release run")
+
+
+def conditions(when: Any) -> list[str]:
+    """`when` as a list of conditions (`name`, `!name`, `name=value`); true/false give none / one false."""
+    if isinstance(when, bool):
+        return [] if when else ["!__always__"]
+    return [when] if isinstance(when, str) else list(when)
+
+
+def cond_param(cond: str) -> str:
+    return cond.lstrip("!").split("=", 1)[0].strip() if cond != "!__always__" else "__always__"
+
+
+def holds(when: Any, params: dict[str, Any]) -> bool:
+    """Whether every condition of `when` holds for these params."""
+    for cond in conditions(when):
+        if cond == "!__always__":
+            return False
+        name = cond_param(cond)
+        if "=" in cond:
+            if str(params.get(name)) != cond.split("=", 1)[1].strip():
+                return False
+        elif bool(params.get(name)) == cond.startswith("!"):
+            return False
+    return True
 
 
 def _stage_specs(run: RunSpec) -> list[tuple[str, dict[str, Any]]]:

@@ -23,17 +23,15 @@ from transforms.flow.context import (
     say,
     spec_fingerprint,
 )
-from transforms.flow.recipe import RunSpec
+from transforms.flow.recipe import RunSpec, holds
 
 
 def run_one(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
-    if not _wanted(ctx, spec):
-        if len(spec.upstream()) != 1:
-            raise RecipeRunError(f"run {spec.name}: a run switched off by `when` must read exactly one run")
-        parent = spec.upstream()[0]
-        ctx.ids[spec.name] = ctx.ids[parent]
-        ctx.manifests[spec.name] = ctx.manifests[parent]
-        entry.status, entry.run_id = "skipped", ctx.ids[parent]
+    off = [p for p in spec.upstream() if p in ctx.skipped]
+    if off or not holds(spec.when, ctx.recipe.params):
+        ctx.skipped.add(spec.name)
+        entry.status = "skipped"
+        say(f"{ctx.recipe.recipe}: run {spec.name} skipped ({'it reads ' + off[0] if off else 'when: ' + str(spec.when)})")
         return "done"
     if spec.review is not None:
         return review_run(ctx, spec, entry)
@@ -44,19 +42,9 @@ def run_one(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
     return rows_run(ctx, spec, entry)
 
 
-def _wanted(ctx: Context, spec: RunSpec) -> bool:
-    if isinstance(spec.when, bool):
-        return spec.when
-    return bool(ctx.recipe.params.get(spec.when))
-
-
 def _stage_wanted(ctx: Context, spec: dict[str, Any]) -> bool:
-    """A stage entry's `when: <param>` (or `when: "!<param>"`): built only when the param says so."""
-    when = spec.get("when", True)
-    if isinstance(when, bool):
-        return when
-    negate = when.startswith("!")
-    return bool(ctx.recipe.params.get(when.lstrip("!"))) != negate
+    """A stage entry's `when` (as a run's): the stage is built only when it holds."""
+    return holds(spec.get("when", True), ctx.recipe.params)
 
 
 def _finished(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -> RunManifest | None:
@@ -114,15 +102,41 @@ def rows_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
     try:
         manifest = run_pipeline(job=f"{ctx.recipe.recipe}:{spec.name}", dataset=ctx.recipe.dataset, source=source,
                                 stages=stages, lake=ctx.lake, config=_config(ctx, spec), run_id=entry.run_id,
-                                resume=ctx.lake.manifest_path(entry.run_id).exists(), parents=parents)
+                                resume=ctx.lake.manifest_path(entry.run_id).exists(), parents=parents,
+                                after_stage=_stop_if_nothing_read if spec.source is not None else None)
     except BaseException:
         entry.status = "failed"
         _after_failure(ctx, entry.run_id)
         raise
+    _measure(ctx, spec, manifest)
     _check_and_report(ctx, manifest)
     entry.status, entry.fingerprint = manifest.status, fingerprint
     ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
     return "done"
+
+
+def _stop_if_nothing_read(record: Any) -> None:
+    """A recipe's declared source that read nothing usable stops the recipe, saying why."""
+    from transforms.io.crawl import EmptyInputError
+
+    if record.kind != "source":
+        return
+    if record.rows_created == 0:
+        raise EmptyInputError(f"the input holds no records ({record.name} read nothing: a header or footer only?)")
+    if record.rows_kept == 0:
+        reasons = ", ".join(f"{k}: {v}" for k, v in sorted(record.rows_dropped.items()))
+        raise EmptyInputError(f"no usable rows in the input: all {record.rows_created} records were rejected "
+                              f"({reasons}); they are in {record.outputs.get('rejected')}")
+
+
+def _measure(ctx: Context, spec: RunSpec, manifest: RunManifest) -> None:
+    """The run's `reports`: figures measured on its finished outputs, each in its own file."""
+    for report in spec.reports:
+        module, func = report.make.split(":")
+        figures = getattr(importlib.import_module(module), func)(manifest, ctx.lake, **report.args)
+        if figures is not None:
+            path = ctx.lake.run_dir(manifest.run_id) / f"{report.name}.json"
+            path.write_text(json.dumps(figures, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
 
 
 def rounds_run(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -> str:

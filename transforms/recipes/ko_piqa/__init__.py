@@ -1,0 +1,1 @@
+"""Ko-PIQA's own pieces (jobs/recipes/ko-piqa.yaml)."""
