@@ -3,7 +3,8 @@
 A verdict comes from comparing the log-probabilities of the answer options (`logprob`: score =
 P(positive) normalised over the options, verdict = score >= threshold) or from generating a short
 reply and parsing it (`generate`: one retry, then unparsable). Answers are cached by the stage
-(`LLMStage.answer_cache`) under the classifier's key, keyed by the rendered prompt, model and mode.
+(`LLMStage.answer_cache`) under the classifier's key, keyed by the rendered prompt, model and mode;
+the engine is asked through the LLM base (transforms/llm/asking.py: the stage's retries with backoff).
 
 `views` decides what part of a row the LLM reads (transforms/judge/views.py): `whole` (the text, cut
 by the prompt's `max_chars`), `first` (the first segment: the text up to its first sentence end,
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.judge.views import prefix_views
 from transforms.llm.answers import match_choice
+from transforms.llm.asking import call_chat, call_option_logprobs
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams
 from transforms.llm.cache import answer_key
 from transforms.llm.prompts import PromptTemplate
@@ -141,11 +143,9 @@ class Classifier(BaseModel):
 
     def _answer(self, stage: LLMStage, prompt: PromptTemplate, convs: list[list[ChatMessage]],
                 retry_temperature: float) -> list[Answer]:
-        engine = stage.engine_for(self.short_name, self.engine)
-        label = f"classifier {self.short_name!r}"
+        slot, label = self.short_name, f"classifier {self.short_name!r}"
         if self.mode == "logprob":
-            prompts = [engine.render_chat(m) for m in convs]
-            lps = stage.call_engine(label, self.engine, lambda: engine.option_logprobs(prompts, prompt.options))
+            lps = call_option_logprobs(stage, slot, self.engine, convs, prompt.options, label)
             answers = []
             for row in lps:
                 score = _positive_share(row)
@@ -154,13 +154,13 @@ class Classifier(BaseModel):
                                       raw=None if score is not None else json.dumps(row), calls=1))
             return answers
         params = GenerationParams(max_tokens=self.max_tokens, temperature=0.0)
-        replies = stage.call_engine(label, self.engine, lambda: engine.chat(convs, params))
+        replies = call_chat(stage, slot, self.engine, convs, params, label)
         options = [match_choice(r, prompt.options, prompt.aliases) for r in replies]
         retry = [j for j, o in enumerate(options) if o is None]
         calls = [1] * len(convs)
         if retry:  # a second, sampled try of the same question
             again = GenerationParams(max_tokens=self.max_tokens, temperature=retry_temperature, seed=1)
-            second = stage.call_engine(label, self.engine, lambda: engine.chat([convs[j] for j in retry], again))
+            second = call_chat(stage, slot, self.engine, [convs[j] for j in retry], again, label)
             for j, reply in zip(retry, second, strict=True):
                 calls[j] = 2
                 options[j] = match_choice(reply, prompt.options, prompt.aliases)

@@ -191,8 +191,10 @@ class LLMStage(Stage):
                 if attempt == self.engine_retries:
                     where = f" Answers so far are cached in {self.cache_dir}; rerun with --resume <run_id> " \
                             f"to continue without asking again." if self.cache_dir else ""
+                    endpoint = config.options.get("base_url")
+                    at = f" at {endpoint}" if endpoint else ""
                     raise EngineUnavailableError(
-                        f"{label} ({config.backend}:{config.model}) failed {attempt + 1} times: "
+                        f"{label} ({config.backend}:{config.model}{at}) failed {attempt + 1} times: "
                         f"{type(err).__name__}: {err}.{where}") from err
                 wait = self.retry_backoff_s * 2**attempt
                 log.warning("%s: %s; retrying in %.1fs", label, err, wait)
