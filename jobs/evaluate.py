@@ -31,7 +31,8 @@ from transforms.eval.audit import audit_markdown, audit_release
 from transforms.eval.lm_eval_export import export_lm_eval_task
 from transforms.eval.report import markdown, paper_rows, plot, summarize, write_csv
 from transforms.eval.templates import prompts_for_style
-from transforms.llm.base import EngineConfig, GenerationParams, LLMEngine, build_engine
+from transforms.llm.asking import Asker
+from transforms.llm.base import EngineConfig, GenerationParams, build_engine
 
 log = logging.getLogger("piqaforge.evaluate")
 
@@ -102,7 +103,7 @@ def predict_on_runner(config: Config, items: pa.Table, lake: Lake, run_id: str, 
     predict = PredictItems(engines=engines, modes=list(config.modes), swap=config.swap, generation=config.generation,
                            prompts=prompts_for_style(config.prompt_style, config.prompts),
                            answer_cue=config.answer_cue, norm=config.norm,
-                           batch_size=config.batch_size)
+                           batch_size=config.batch_size, cache_dir=str(answer_cache(lake, run_id)))
     predict.attach_engines({m: build_engine(cfg) for m, cfg in engines.items()})  # built here, loaded in setup
     marks = MarkEvalSubsets(generate_limit=config.generate_limit if "generate" in config.modes else 0,
                             loglik_limit=config.loglik_limit if "loglik" in config.modes else 0, seed=config.seed)
@@ -114,6 +115,11 @@ def predict_on_runner(config: Config, items: pa.Table, lake: Lake, run_id: str, 
                             parents=[upstream.run_id] if upstream else [])
     curated = Path(manifest.outputs["curated"])
     return predictions_for_summary(read_table(curated)) if curated.exists() else pa.table({})
+
+
+def answer_cache(lake: Lake, run_id: str) -> Path:
+    """The evaluated models' answers: a resumed run asks only the questions not answered yet."""
+    return lake.run_dir(run_id) / "cache" / "llm"
 
 
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
@@ -138,10 +144,11 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
         started = time.perf_counter()
         preds = predict_on_runner(config, items, lake, run_id, resume)
         timings["predict"] = time.perf_counter() - started
-        audit_engine: LLMEngine | None = None
-        if keep_for_audit:
-            audit_engine = build_engine(config.engines[keep_for_audit])
-            audit_engine.setup()
+        audit_engine: Asker | None = None
+        if keep_for_audit:  # asked through the LLM base, its answers cached beside the predictions'
+            audit_engine = Asker.for_engine(build_engine(config.engines[keep_for_audit]),
+                                            label=f"audit-{keep_for_audit}", chunk_size=2 * config.batch_size,
+                                            cache_dir=str(answer_cache(lake, run_id)))
         started = time.perf_counter()
         audit: dict[str, Any] | None = None
         if config.audit:

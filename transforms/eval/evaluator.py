@@ -5,6 +5,10 @@ the report read: the item's id, label and subset columns, then `model`, `method`
 ("generate" | "loglik_acc" | "loglik_acc_norm" | "loglik_acc_bytes"), `variant` ("original" | "swapped"), `prompt`
 (id@version, the provenance of every number), `pred`, `correct`, `status` and the raw `reply` or
 log-probabilities. `correct` is null when the reply was not an answer (refusal, empty, unparsable).
+
+The model is asked through the LLM base: `engine` is an `Asker` (transforms/llm/asking.py: the answer
+cache, retries with backoff, the recorded questions) or a bare engine, which gets an asker with an
+in-memory cache.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from transforms.eval import items as I
 from transforms.eval.metrics import loglik_picks
 from transforms.eval.parse import parse_answer
 from transforms.eval.templates import LoglikContexts, answer_index, prompt_for
+from transforms.llm.asking import Asker
 from transforms.llm.base import GenerationParams, LLMEngine
 
 log = logging.getLogger("piqaforge.eval")
@@ -47,7 +52,7 @@ def _batches(n: int, size: int) -> list[tuple[int, int]]:
     return [(i, min(i + size, n)) for i in range(0, n, max(1, size))]
 
 
-def generate_predictions(engine: LLMEngine, items: pa.Table, *, model: str, params: GenerationParams,
+def generate_predictions(engine: LLMEngine | Asker, items: pa.Table, *, model: str, params: GenerationParams,
                          prompts: dict[str, str] | None = None, variant: str = ORIGINAL, batch_size: int = 16,
                          cues: LoglikContexts | None = None, progress: Progress | None = None) -> pa.Table:
     """Ask the model to name the better solution; parse each reply exactly, then leniently.
@@ -72,11 +77,11 @@ def generate_predictions(engine: LLMEngine, items: pa.Table, *, model: str, para
         parsers.append(answer_index(prompt))
     replies: list[str] = []
     started = time.perf_counter()
+    asker = Asker.wrap(engine, model, chunk_size=batch_size)
+    ids = [f"{i}|{variant}" for i in items.column(I.ID).to_pylist()] if I.ID in items.schema.names else None
     for lo, hi in _batches(n, batch_size):
-        out = engine.chat(conversations[lo:hi], params)
-        if len(out) != hi - lo:
-            raise RuntimeError(f"engine returned {len(out)} replies for {hi - lo} conversations")
-        replies.extend("" if r is None else str(r) for r in out)
+        replies += asker.ask_chat(conversations[lo:hi], params, refs=refs[lo:hi],
+                                  ids=ids[lo:hi] if ids is not None else None)
         if progress:
             progress(hi, n)
     log.info("%s generate/%s: %d items in %.1fs", model, variant, n, time.perf_counter() - started)
@@ -92,17 +97,16 @@ def generate_predictions(engine: LLMEngine, items: pa.Table, *, model: str, para
     return _to_table(table, n)
 
 
-def loglik_scores(engine: LLMEngine, contexts: Sequence[str], sol1: Sequence[str], sol2: Sequence[str],
-                  batch_size: int = 16, progress: Progress | None = None) -> np.ndarray:
+def loglik_scores(engine: LLMEngine | Asker, contexts: Sequence[str], sol1: Sequence[str], sol2: Sequence[str],
+                  batch_size: int = 16, progress: Progress | None = None, ref: str = "") -> np.ndarray:
     """(n, 4) array: sum log P(' ' + sol | context) for sol1, sol2, then their token counts."""
     n = len(contexts)
     out = np.zeros((n, 4), dtype=np.float64)
+    asker = Asker.wrap(engine, "loglik", chunk_size=2 * batch_size)
     for lo, hi in _batches(n, batch_size):
         requests = [(contexts[i], " " + sol1[i]) for i in range(lo, hi)]
         requests += [(contexts[i], " " + sol2[i]) for i in range(lo, hi)]
-        res = engine.loglikelihood(requests)
-        if len(res) != len(requests):
-            raise RuntimeError(f"engine returned {len(res)} scores for {len(requests)} requests")
+        res = asker.ask_loglikelihood(requests, ref=ref)
         m = hi - lo
         out[lo:hi, 0] = [r[0] for r in res[:m]]
         out[lo:hi, 1] = [r[0] for r in res[m:]]
@@ -134,7 +138,7 @@ def choose(scores: np.ndarray, sol1: Sequence[str], sol2: Sequence[str], norm: s
     return {LOGLIK_ACC: acc, LOGLIK_NORM: acc_norm, LOGLIK_BYTES: acc_bytes}
 
 
-def loglik_predictions(engine: LLMEngine, items: pa.Table, *, model: str, contexts: LoglikContexts,
+def loglik_predictions(engine: LLMEngine | Asker, items: pa.Table, *, model: str, contexts: LoglikContexts,
                        norm: str = "chars", batch_size: int = 16, hide_goal: bool = False,
                        progress: Progress | None = None) -> pa.Table:
     """Score both solutions as continuations of the goal's context; three methods: acc, acc_norm, acc_bytes.
@@ -145,7 +149,7 @@ def loglik_predictions(engine: LLMEngine, items: pa.Table, *, model: str, contex
     cols = items.select([I.LANG, I.GOAL, I.SOL1, I.SOL2, I.LABEL]).to_pydict()
     ctx = [contexts.render(cols[I.LANG][i], "" if hide_goal else cols[I.GOAL][i]) for i in range(n)]
     started = time.perf_counter()
-    scores = loglik_scores(engine, ctx, cols[I.SOL1], cols[I.SOL2], batch_size, progress)
+    scores = loglik_scores(engine, ctx, cols[I.SOL1], cols[I.SOL2], batch_size, progress, ref=contexts.ref)
     log.info("%s loglik: %d items in %.1fs", model, n, time.perf_counter() - started)
     picks = choose(scores, cols[I.SOL1], cols[I.SOL2], norm)
     labels = np.asarray(cols[I.LABEL])

@@ -20,6 +20,7 @@ from transforms.core import columns as C
 from transforms.core.creating import ExpandStage
 from transforms.core.stage import GlobalStage, put_column
 from transforms.eval import items as I
+from transforms.llm.asking import Asker
 from transforms.llm.base import EngineConfig, GenerationParams, LLMEngine, build_engine
 
 IN_GENERATE, IN_LOGLIK = "_eval_generate", "_eval_loglik"
@@ -68,8 +69,12 @@ class PredictItems(ExpandStage):
     norm: str = "chars"
     batch_size: int = 8
     inherit_columns: bool = False
+    cache_dir: str | None = Field(None, description="Answer cache of the evaluated models (jobs/evaluate.py: "
+                                  "<run>/cache/llm, so a resumed run asks only what was not answered); "
+                                  "unset: in memory.")
 
     _engines: dict[str, LLMEngine] = PrivateAttr(default_factory=dict)
+    _askers: dict[str, Asker] = PrivateAttr(default_factory=dict)
 
     def attach_engines(self, engines: dict[str, LLMEngine]) -> PredictItems:
         """Engines built by the caller (not yet set up); they load their weights in `setup()`."""
@@ -77,10 +82,18 @@ class PredictItems(ExpandStage):
         return self
 
     def setup(self) -> None:
+        # Each model is asked through the LLM base; its engine loads at the first question the
+        # answer cache cannot answer.
         for name, cfg in self.engines.items():
             engine = self._engines.get(name) or build_engine(cfg)
-            engine.setup()
             self._engines[name] = engine
+            self._askers[name] = Asker.for_engine(engine, label=name, chunk_size=self.batch_size,
+                                                  cache_dir=self.cache_dir)
+
+    @property
+    def questions(self) -> dict[str, Any]:
+        """Per model, the questions asked (prompt ref → first conversation or context)."""
+        return {name: asker.questions for name, asker in self._askers.items()}
 
     def expand(self, batch: pa.Table) -> pa.Table:
         from transforms.eval.evaluator import ORIGINAL, SWAPPED, generate_predictions, loglik_predictions
@@ -91,7 +104,7 @@ class PredictItems(ExpandStage):
         gen_rows = batch.filter(pc.equal(batch.column(IN_GENERATE), True))
         ll_rows = batch.filter(pc.equal(batch.column(IN_LOGLIK), True))
         contexts = load_loglik_contexts()
-        for model, engine in self._engines.items():
+        for model, engine in self._askers.items():
             if "generate" in self.modes and gen_rows.num_rows:
                 cues = contexts if self.answer_cue else None
                 variants = [(ORIGINAL, gen_rows)] + ([(SWAPPED, I.swap_solutions(gen_rows))] if self.swap else [])
@@ -113,6 +126,7 @@ class PredictItems(ExpandStage):
     def close(self) -> None:
         for engine in self._engines.values():
             engine.close()
+        self._askers.clear()
 
 
 def predictions_for_summary(table: pa.Table) -> pa.Table:

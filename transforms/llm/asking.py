@@ -125,13 +125,31 @@ class Asker(LLMStage):
     engine: EngineConfig = Field(default_factory=EngineConfig, description="Which model, served how.")
 
     _questions: dict[str, list[ChatMessage] | str] = PrivateAttr(default_factory=dict)
+    _set_up: set[int] = PrivateAttr(default_factory=set)
 
     @classmethod
-    def for_engine(cls, engine: LLMEngine, label: str = "ask", **kw: Any) -> Asker:
+    def for_engine(cls, engine: LLMEngine | Any, label: str = "ask", **kw: Any) -> Asker:
         """An asker around an engine built elsewhere (tests, a model shared with another step)."""
-        asker = cls(label=label, engine=engine.config, **kw)
+        config = getattr(engine, "config", None)
+        if not isinstance(config, EngineConfig):  # a duck-typed test double
+            config = EngineConfig(model=type(engine).__name__)
+        asker = cls(label=label, engine=config, **kw)
         asker.attach_engine(label, engine)
         return asker
+
+    @classmethod
+    def wrap(cls, engine: LLMEngine | Asker | Any, label: str, **kw: Any) -> Asker:
+        """`engine` if it is an asker already, else an asker around it (in-memory answer cache)."""
+        return engine if isinstance(engine, Asker) else cls.for_engine(engine, label, **kw)
+
+    def engine_for(self, slot: str, config: EngineConfig) -> LLMEngine:
+        """The engine, set up at its first use (a run whose answers are all cached never loads it)."""
+        engine = super().engine_for(slot, config)
+        if id(engine) not in self._set_up:
+            if hasattr(engine, "setup"):
+                engine.setup()
+            self._set_up.add(id(engine))
+        return engine
 
     @property
     def questions(self) -> dict[str, list[ChatMessage] | str]:
@@ -148,21 +166,23 @@ class Asker(LLMStage):
         return self.engine_for(self.label, self.engine).render_chat(conversation)
 
     def ask_chat(self, convs: list[list[ChatMessage]], params: GenerationParams, *, ref: str = "",
-                 ids: Sequence[str] | None = None) -> list[str]:
-        if convs:
-            self._record(ref, convs[0])
+                 ids: Sequence[str] | None = None, refs: Sequence[str] | None = None) -> list[str]:
+        """`refs`: each conversation's prompt ref, when they differ (recorded; the cache key holds the
+        conversation itself)."""
+        for i, conv in enumerate(convs):
+            self._record(refs[i] if refs is not None else ref, conv)
         return ask_chat(self, self.label, self.engine, ref, convs, params, ids, self._label())
 
     def ask_option_logprobs(self, convs: list[list[ChatMessage]], options: Sequence[str], *, ref: str = "",
                             ids: Sequence[str] | None = None) -> list[list[float]]:
-        if convs:
-            self._record(ref, convs[0])
+        for conv in convs[:1]:
+            self._record(ref, conv)
         return ask_option_logprobs(self, self.label, self.engine, ref, convs, options, ids, self._label())
 
     def ask_loglikelihood(self, requests: list[tuple[str, str]], *, ref: str = "",
                           ids: Sequence[str] | None = None) -> list[tuple[float, int]]:
-        if requests:
-            self._record(ref, requests[0][0])
+        for context, _ in requests[:1]:
+            self._record(ref, context)
         return ask_loglikelihood(self, self.label, self.engine, ref, requests, ids, self._label())
 
     def close(self) -> None:

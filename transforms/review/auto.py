@@ -37,6 +37,9 @@ class AutoReviewConfig(BaseModel):
                                "prompt (i div E) mod P, so annotators differ in model or prompt.")
     annotators: int = Field(2, ge=1, description="How many LLM annotators judge every item.")
     batch_size: int = Field(16, ge=1, description="Items per engine call.")
+    cache_dir: str | None = Field(None, description="Answer cache of the annotators (one row per item x "
+                                  "annotator x solution order); unset: <lake>/cache/llm, so a rerun of the "
+                                  "review asks nothing twice.")
     n_boot: int = Field(1000, ge=0, description="Bootstrap replicates for the agreement intervals.")
     both_orders: bool = Field(True, description="Also judge every item with its solutions swapped and average "
                               "the two readings' option probabilities (cancels a preference for the first "
@@ -78,11 +81,19 @@ def combine_orders(as_shown: list[float], swapped: list[float]) -> list[float]:
 
 
 def judge_detailed(engine: Any, prompt_id: str, items: list[dict[str, Any]], batch_size: int,
-                   both_orders: bool = True) -> list[dict[str, Any]]:
+                   both_orders: bool = True, *, asker: Any = None) -> list[dict[str, Any]]:
     """One judgment per item from one (loaded) engine and prompt: the verdict, its probability, every
     verdict's probability and, with `both_orders`, the verdict each reading alone would give
-    (`position_consistent` when they are the same)."""
+    (`position_consistent` when they are the same).
+
+    The engine is asked through the LLM base (`asker`, an `Asker`; by default one around `engine`
+    with an in-memory answer cache): one question per item and solution order, cached by what was
+    asked, retried with backoff."""
+    from transforms.llm.asking import Asker
     from transforms.llm.prompts import load_prompt
+
+    if asker is None:
+        asker = Asker.for_engine(engine, label="review", chunk_size=batch_size)
 
     prompt = load_prompt(prompt_id)
     if len(prompt.options) != len(VERDICTS):
@@ -90,12 +101,12 @@ def judge_detailed(engine: Any, prompt_id: str, items: list[dict[str, Any]], bat
     verdicts = list(VERDICTS)
 
     def logprobs(swap: bool) -> list[list[float]]:
-        texts = [engine.render_chat(prompt.render(goal=r["goal"], sol1=r["sol2" if swap else "sol1"],
-                                                  sol2=r["sol1" if swap else "sol2"]).messages) for r in items]
-        out: list[list[float]] = []
-        for start in range(0, len(texts), batch_size):
-            out += engine.option_logprobs(texts[start:start + batch_size], prompt.options)
-        return out
+        convs = [prompt.render(goal=r["goal"], sol1=r["sol2" if swap else "sol1"],
+                               sol2=r["sol1" if swap else "sol2"]).messages for r in items]
+        order = "swapped" if swap else "shown"
+        ids = [f"{r.get('id', i)}|{order}" for i, r in enumerate(items)]
+        scores: list[list[float]] = asker.ask_option_logprobs(convs, prompt.options, ref=prompt.ref, ids=ids)
+        return scores
 
     def top(p: list[float]) -> str:
         return verdicts[p.index(max(p))]
@@ -131,7 +142,8 @@ def position_summary(judgments: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportResult, RunManifest]:
-    from transforms.llm.base import build_engine
+    from transforms.llm import base
+    from transforms.llm.asking import Asker
     from transforms.llm.prompts import load_prompt
 
     start = time.perf_counter()
@@ -140,14 +152,16 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
     rows = items.select(["id", "goal", "sol1", "sol2"]).to_pylist()
     names = [f"llm:{e.short_name}:{load_prompt(p).ref}" for e, p in plan]
     judgments: list[dict[str, Any]] = []
+    cache_dir = cfg.cache_dir or str(lake.root / "cache" / "llm")
     for engine_cfg in {e.model_dump_json(): e for e, _ in plan}.values():
-        engine = build_engine(engine_cfg)
-        engine.setup()
+        engine = base.build_engine(engine_cfg)  # looked up here: tests swap in doubles
         try:
             for (e, prompt_id), name in zip(plan, names, strict=True):
                 if e != engine_cfg:
                     continue
-                detailed = judge_detailed(engine, prompt_id, rows, cfg.batch_size, cfg.both_orders)
+                # The engine loads at the first question the cache cannot answer.
+                asker = Asker.for_engine(engine, label=name, chunk_size=cfg.batch_size, cache_dir=cache_dir)
+                detailed = judge_detailed(engine, prompt_id, rows, cfg.batch_size, cfg.both_orders, asker=asker)
                 for row, j in zip(rows, detailed, strict=True):
                     judgments.append({"item_id": str(row["id"]), "annotator": name, **j,
                                       "model": e.model, "prompt": load_prompt(prompt_id).ref})
