@@ -187,7 +187,7 @@ def assert_clear_failure(proc: subprocess.CompletedProcess[str], *needles: str) 
 def test_cli_wrong_mapping(tmp_path):
     proc = piqaforge(tmp_path, "--set", "input.columns.text=question")
     assert_clear_failure(proc, "'question'", "fields seen: ['id', 'source', 'text', 'url']")
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # refused while the recipe is checked, before anything runs
 
 
 def test_cli_wrong_parquet_mapping(tmp_path, shared_data):
@@ -206,14 +206,14 @@ def test_cli_too_few_cpus_for_an_actor_stage_fails_instead_of_hanging(tmp_path):
     """With one CPU, langid's actor would hold it and the reads feeding the actor would wait forever."""
     proc = piqaforge(tmp_path, "--run-id", "one-cpu", "--set", "num_cpus=1", "--set", "ensemble=null", timeout=300)
     assert_clear_failure(proc, "stage 'langid' cannot run", "--set num_cpus=N")
-    manifest = json.loads((tmp_path / "lake" / "runs" / "one-cpu" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "lake" / "runs" / "one-cpu-crawl" / "manifest.json").read_text())
     assert manifest["status"] == "failed"
     assert [s["name"] for s in manifest["stages"]] == ["read", "normalize", "length_filter"]
 
 
 def test_cli_invalid_format_is_a_config_error(tmp_path):
     proc = piqaforge(tmp_path, "--set", "input.format=xml")
-    assert_clear_failure(proc, "input.format")
+    assert_clear_failure(proc, "runs.crawl.source.spec.format", "xml")
     assert proc.returncode == 2
 
 
@@ -227,20 +227,20 @@ def test_cli_bad_rows_keep_the_job_going_and_land_in_rejected(tmp_path):
                      "--set", "ensemble=null")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lake = tmp_path / "lake"
-    manifest = json.loads((lake / "runs" / "bad" / "manifest.json").read_text())
+    manifest = json.loads((lake / "runs" / "bad-crawl" / "manifest.json").read_text())
     read = manifest["stages"][0]
     bad_reasons = [r for r in expected.values() if r]
     assert read["rows_in"] == 0 and read["rows_created"] == len(expected) == 48
     assert read["rows_dropped"] == {r: bad_reasons.count(r) for r in set(bad_reasons)}
-    rejected = read_table(lake / "rejected" / "ko-piqa" / "bad")
-    curated = read_table(lake / "curated" / "ko-piqa" / "bad")
+    rejected = read_table(lake / "rejected" / "ko-piqa" / "bad-crawl")
+    curated = read_table(lake / "curated" / "ko-piqa" / "bad-crawl")
     assert rejected.num_rows + curated.num_rows == 48  # nothing silently lost
     by_id = dict(zip(rejected.column("id").to_pylist(), rejected.column("drop_reason").to_pylist(), strict=True))
     for rid, reason in expected.items():
         if reason:
             assert by_id[rid] == reason
-    assert (lake / "runs" / "bad" / "report.html").exists()
-    assert str(lake / "runs" / "bad" / "report.html") in proc.stdout
+    assert (lake / "runs" / "bad-crawl" / "report.html").exists()
+    assert str(lake / "runs" / "bad-crawl" / "report.html") in proc.stdout
 
 
 @pytest.mark.slow
@@ -252,4 +252,4 @@ def test_cli_input_with_no_usable_row_fails_clearly(tmp_path):
                      "--set", "ensemble=null")
     assert_clear_failure(proc, "no usable rows in the input: all 3 records were rejected",
                          "invalid_utf8: 1, malformed_json: 2")
-    assert (tmp_path / "lake" / "runs" / "garbage" / "report.html").exists()
+    assert (tmp_path / "lake" / "runs" / "garbage-crawl" / "report.html").exists()

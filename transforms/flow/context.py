@@ -97,3 +97,25 @@ def entry_next(ctx: Context, entry: RunEntry) -> str:
 
 def say(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+def check_stages(ctx: Context) -> None:
+    """Every stage of every run built once before anything runs: a bad field is a RecipeError naming the
+    run, the stage and the key (exit 2), not a failure an hour into the recipe."""
+    from pydantic import ValidationError
+
+    from transforms.flow.recipe import RecipeError, holds
+
+    for run in ctx.recipe.runs:
+        specs = ([("source", run.source)] if run.source else []) + [(f"stages.{i}", s)
+                                                                   for i, s in enumerate(run.stages)]
+        for where, spec in specs:
+            if not holds(spec.get("when", True), ctx.recipe.params):
+                continue
+            try:
+                build_stage(ctx, spec, ctx.lake.run_dir(ctx.run_id(run)))
+            except ValidationError as err:
+                first = err.errors()[0]
+                key = ".".join(str(p) for p in first["loc"])
+                raise RecipeError(ctx.recipe.path, f"runs.{run.name}.{where}.{key}".rstrip("."),
+                                  f"{first['msg']} (stage {spec['stage']}; got {str(first.get('input'))[:120]})") from err

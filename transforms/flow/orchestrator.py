@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from transforms.core.lake import Lake
 from transforms.flow import steps
-from transforms.flow.context import Context, RecipeRunError, RunEntry, entry_next
+from transforms.flow.context import Context, RecipeRunError, RunEntry, check_stages, entry_next
 from transforms.flow.recipe import Recipe, order
 
 log = logging.getLogger("piqaforge")
@@ -64,8 +64,10 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
     """
     from transforms.core.runner import init_ray
 
-    the_lake = Lake(lake or "lake").create()
+    the_lake = Lake(lake or "lake")
     root = run_id or Lake.new_run_id(recipe.recipe)
+    check_stages(Context(recipe, the_lake, root, resume, doubles, command))  # before the lake is touched
+    the_lake.create()
     record = RecipeRecord.load(the_lake, root)
     if record is not None and not resume:
         raise RecipeRunError(f"run {root!r} exists in {the_lake.root}; continue it with --resume {root} or choose "

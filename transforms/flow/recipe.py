@@ -252,6 +252,10 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: Path)
     params = data.setdefault("params", {})
     for key, value in overrides.items():
         head = key.split(".", 1)[0]
+        if key == "input" and isinstance(params.get("input"), dict) and "paths" in params["input"] \
+                and isinstance(value, str | list):  # `--input PATH ...` of a recipe whose input is a mapping
+            params["input"]["paths"] = [value] if isinstance(value, str) else list(value)
+            continue
         if "." in key and isinstance(params.get(head), dict):  # inside a param that is a mapping
             _set_path(params, key.split("."), value, path, key)
             continue

@@ -1,0 +1,109 @@
+"""The ko-piqa recipe file after its crawl run: questions → items → review by two people → dedup → balance →
+release → zero-shot evaluation (overall and cultural subset) with the local Gemma 3 270M, all through the one
+orchestrator, then resumed after the import.
+
+The recipe is jobs/recipes/ko-piqa.yaml itself with only its crawl run replaced by eight real KiN questions
+(a recipe is data: the test swaps one run). The refinement engine is the test double of the engine interface
+from tests/test_ko_piqa_items.py (Korean replies written there, one broken); the judgments are a filled CSV
+with a disagreement and a rejection; dedup, balancing, the gate and the evaluation are real.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ray import cloudpickle as ray_cloudpickle
+
+from tests.test_ko_piqa_items import RefineDouble
+from transforms.core.lake import Lake, read_table
+from transforms.core.manifest import RunManifest
+from transforms.core.runner import conservation_errors
+from transforms.flow.recipe import RECIPES_DIR, load_recipe
+from transforms.llm.base import EngineConfig
+from transforms.review.importing import import_files
+
+ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _recipe(tmp_path: Path, shared_data: Path) -> Path:
+    data = yaml.safe_load((RECIPES_DIR / "ko-piqa.yaml").read_text(encoding="utf-8"))
+    kin = [json.loads(x) for x in (shared_data / "ko_naverkin_certifiedjoon" / "questions_unique.jsonl")
+           .read_text(encoding="utf-8").splitlines()[:8]]
+    rows = [{"id": f"kin-{i}", "text": f"#{i} {q['question'][:200]}", "lang": "ko", "source": "kin",
+             "is_cultural": i in (0, 3)} for i, q in enumerate(kin)]
+    data["runs"][0] = {"name": "crawl", "source": {"stage": "read_rows", "records": rows}}
+    data["data"] = {k: str((RECIPES_DIR.parents[1] / v).resolve()) for k, v in data["data"].items()}
+    path = tmp_path / "ko-piqa-kin.yaml"
+    path.write_text(yaml.safe_dump(data, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.mark.ray
+def test_ko_piqa_recipe_items_review_release_evaluation(ray_local, tmp_path, shared_data):
+    from transforms.flow.orchestrator import RecipeRecord, run_recipe
+
+    lake = tmp_path / "lake"
+    recipe = load_recipe(str(_recipe(tmp_path, shared_data)), {"review_to": "csv", "version": "t1"})
+    double = RefineDouble(EngineConfig(backend="transformers", model="double"))
+    out = run_recipe(recipe, lake=lake, run_id="ko", doubles={"llm_transform": double})
+    assert out["status"] == "awaiting_review" and out["review_batch"] == "review-ko-items"
+    items = RunManifest.load(lake / "runs" / "ko-items" / "manifest.json")
+    assert items.parents == ["ko-crawl"] and conservation_errors(items) == []
+    assert items.status == "awaiting_review" and "piqaforge review import review-ko-items" in items.extras["review"]["next"]
+    refine = next(s for s in items.stages if s.name == "llm_transform")
+    assert refine.rows_dropped == {"invalid_output": 1}  # question 7: broken JSON, retried once, then dropped
+    kept = read_table(Path(items.outputs["curated"]))
+    assert kept.num_rows == 7 and set(kept.column("_prompt").to_pylist()) == {"ko_piqa/refine@2"}
+    # two annotators review through the CSV; item 4 is rejected by both, item 2 is disputed
+    folder = lake / "review" / "review-ko-items"
+    record = json.loads((folder / "batch.json").read_text(encoding="utf-8"))
+    with open(folder / "review.csv", encoding="utf-8-sig") as f:
+        slots = list(csv.DictReader(f))
+    by_id = {r["id"]: r for r in kept.to_pylist()}
+    for slot in slots:
+        item = by_id[slot["item_id"]]
+        n = int(item["id"].split("-")[1])
+        slot["verdict"] = ("sol1", "sol2")[item["label"]]
+        if n == 4:
+            slot["verdict"] = "not_physical"
+        elif n == 2 and slot["annotator"] == record["annotators"][1]:
+            slot["verdict"] = ("sol2", "sol1")[item["label"]]
+    filled = tmp_path / "filled.csv"
+    with open(filled, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(slots[0]))
+        writer.writeheader()
+        writer.writerows(slots)
+    _, review = import_files(Lake(lake), "review-ko-items", [filled])
+    assert review.parents == ["ko-items"]
+
+    done = run_recipe(recipe, lake=lake, run_id="ko", resume=True, doubles={"llm_transform": double})
+    assert done["status"] == "succeeded" and done["released"], done
+    assert RunManifest.load(lake / "runs" / "ko-items" / "manifest.json").status == "succeeded"
+    final = RunManifest.load(lake / "runs" / "ko-final" / "manifest.json")
+    assert final.parents == [review.run_id] and conservation_errors(final) == []
+    assert next(s for s in final.stages if s.name == "semantic_dedup").rows_dropped  # 5 restates 0's goal
+    released = read_table(Path(final.outputs["curated"]))
+    assert set(released.column("id").to_pylist()) == {"kin-0", "kin-1", "kin-3", "kin-6"}
+    release_run = RunManifest.load(lake / "runs" / "ko-release" / "manifest.json")
+    assert release_run.parents == ["ko-final"] and release_run.status == "succeeded"
+    ev = RunManifest.load(lake / "runs" / "ko-evaluation" / "manifest.json")
+    assert ev.parents == ["ko-release"] and ev.status == "succeeded" and conservation_errors(ev) == []
+    summary = json.loads(Path(ev.outputs["json"]).read_text(encoding="utf-8"))
+    assert summary["n_items"] == 4
+    for run in summary["runs"]:
+        cultural = {g["is_cultural"]: g for g in run["by"]["is_cultural"]}
+        assert cultural[True]["n"] == 2 and cultural[False]["n"] == 2
+    # every run of the chain has its report; the evaluation's draws the chain oldest first
+    order = ["ko-crawl", "ko-items", review.run_id, "ko-final", "ko-release"]
+    assert all((lake / "runs" / r / "report.html").exists() for r in [*order, "ko-evaluation"])
+    chain = (lake / "runs" / "ko-evaluation" / "report.html").read_text(encoding="utf-8").split("Chain of runs", 1)[1]
+    positions = [chain.index(f"<code>{r}</code>") for r in order]
+    assert positions == sorted(positions), positions
+    record = RecipeRecord.load(Lake(lake), "ko")
+    assert record is not None and record.status == "succeeded"
+    assert {n: e.status for n, e in record.runs.items()} == {n: "succeeded" for n in record.runs}
