@@ -66,7 +66,13 @@ class CT2Config(_Common):
                 "no_repeat_ngram_size": self.no_repeat_ngram_size}
 
 
-class LLMTranslateConfig(_Common):
+class _LLMCommon(_Common):
+    engine_retries: int = Field(2, ge=0, description="Retries of a failing engine call (the LLM base's, "
+                                "transforms/llm/asking.py) before the chunk counts as failed.")
+    retry_backoff_s: float = Field(2.0, ge=0, description="First wait between engine retries; doubles.")
+
+
+class LLMTranslateConfig(_LLMCommon):
     """Any LLMEngine (transformers, llama.cpp, vLLM, openai) with the translation prompt."""
 
     backend: Literal["llm"] = "llm"
@@ -78,7 +84,7 @@ class LLMTranslateConfig(_Common):
         return self.engine
 
 
-class OpenAITranslateConfig(_Common):
+class OpenAITranslateConfig(_LLMCommon):
     """An OpenAI-compatible endpoint, through the `openai` LLM engine; the key only from the environment."""
 
     backend: Literal["openai"] = "openai"

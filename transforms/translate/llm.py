@@ -5,6 +5,11 @@ engine for an OpenAI-compatible endpoint (the API key is read from the environme
 config names, by the engine, at call time). One chat per sentence; the reply is cleaned of the
 things small models add around a translation (fence tags, a "Translation:" label, quotes, a
 second line of notes).
+
+The engine is asked through the LLM base (transforms/llm/asking.py `Asker`): retries with backoff
+(`engine_retries`, `retry_backoff_s`), equal sentences asked once, the question recorded. What was
+translated persists in the segment cache (transforms/translate/cache.py), keyed by the segment and
+this model's identity, so a resumed run asks only the segments not translated yet.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 
+from transforms.llm.asking import Asker
 from transforms.llm.base import LLMEngine, build_engine
 from transforms.llm.prompts import load_prompt
 from transforms.translate.base import TranslationEngine
@@ -45,6 +51,7 @@ class LLMTranslator(TranslationEngine):
         super().__init__(config)
         self.prompt = load_prompt(config.prompt)
         self.engine = engine
+        self.asker: Asker | None = None
 
     @property
     def model_identity(self) -> str:
@@ -61,12 +68,17 @@ class LLMTranslator(TranslationEngine):
         if self.engine is None:
             self.engine = build_engine(self.config.engine_config())
         self.engine.setup()
+        self.asker = Asker.for_engine(self.engine, label="translate", chunk_size=self.config.batch_size,
+                                      engine_retries=self.config.engine_retries,
+                                      retry_backoff_s=self.config.retry_backoff_s)
 
     def translate_segments(self, segments: list[str], src: str, tgt: str) -> list[str]:
-        assert self.engine is not None
+        if self.asker is None:
+            self.load()
+        assert self.asker is not None
         source, target = language_name(src), language_name(tgt)
         conversations = [self.prompt.render(source=source, target=target, text=s).messages for s in segments]
-        replies = self.engine.chat(conversations, self.config.generation)
+        replies = self.asker.ask_chat(conversations, self.config.generation, ref=self.prompt.ref)
         return [clean_reply(r, self.prompt.fence, target) for r in replies]
 
     def close(self) -> None:
