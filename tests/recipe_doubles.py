@@ -8,6 +8,7 @@ resume, review, gates); the real engines' code is tested against their real APIs
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 
@@ -16,6 +17,24 @@ import xxhash
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 
 _WORD = re.compile(r"[A-Za-z0-9']+")
+# Russian items in the edit form (goal, correct answer, the word to change, its wrong replacement), written here
+RU_EDITS = [
+    ("Летом на даче нужно быстро охладить бутылку воды, а холодильника нет."
+     " Рядом никого нет, магазины закрыты, а под рукой только то, что обычно лежит дома или в сарае.",
+     "Опустите бутылку в ведро с холодной водой.", "холодной", "горячей"),
+    ("Нужно открыть тугую металлическую крышку стеклянной банки."
+     " Рядом никого нет, магазины закрыты, а под рукой только то, что обычно лежит дома или в сарае.",
+     "Подержите крышку под горячей водой.", "горячей", "ледяной"),
+    ("Зимой у ребёнка на прогулке замёрзли руки."
+     " Рядом никого нет, магазины закрыты, а под рукой только то, что обычно лежит дома или в сарае.", "Наденьте ребёнку сухие варежки.", "сухие", "мокрые"),
+    ("Нужно сохранить лёд в жаркий день подольше."
+     " Рядом никого нет, магазины закрыты, а под рукой только то, что обычно лежит дома или в сарае.", "Заверните лёд в шерстяной плед.", "шерстяной", "мокрый"),
+    ("Нужно забить гвоздь в деревянную доску."
+     " Рядом никого нет, магазины закрыты, а под рукой только то, что обычно лежит дома или в сарае.", "Ударьте по шляпке гвоздя молотком.", "молотком", "губкой"),
+    ("Нужно высушить мокрую обувь к утру."
+     " Рядом никого нет, магазины закрыты, а под рукой только то, что обычно лежит дома или в сарае.", "Набейте обувь сухими газетами.", "сухими", "влажными"),
+]
+RU_WRONG = {e[3] for e in RU_EDITS}
 
 
 def zh(text: str) -> str:
@@ -38,8 +57,22 @@ class RecipeDouble(LLMEngine):
             user = conv[-1]["content"]
             self.calls.append(user)
             text = re.search(r"<text>\s*(.*?)\s*</text>", user, re.S)
-            out.append(zh(text.group(1)) if text else "")
+            if text:
+                out.append(zh(text.group(1)))
+            elif "одно задание" in conv[0]["content"]:  # ru-piqa's edit form: one item, by request and sample
+                goal, answer, word, wrong = RU_EDITS[(xxhash.xxh32_intdigest(user.encode()) + (params.seed or 0))
+                                                     % len(RU_EDITS)]
+                out.append(json.dumps({"goal": goal, "answer": answer, "word": word, "wrong_word": wrong},
+                                      ensure_ascii=False))
+            else:
+                out.append("")
         return out
+
+    def is_correct(self, solution: str) -> bool:
+        """Known correct translations, or a Russian solution without one of the wrong words."""
+        if solution in self.correct:
+            return True
+        return bool(re.search("[а-яё]", solution)) and not any(w in solution for w in RU_WRONG)
 
     def render_chat(self, conversation: list[ChatMessage]) -> str:
         return "\n".join(m["content"] for m in conversation)
@@ -50,8 +83,8 @@ class RecipeDouble(LLMEngine):
             self.calls.append(prompt)
             s1 = re.search(r"Solution 1: (.*)", prompt)
             s2 = re.search(r"Solution 2: (.*)", prompt)
-            first = s1 is not None and s1.group(1).strip() in self.correct
-            second = s2 is not None and s2.group(1).strip() in self.correct
+            first = s1 is not None and self.is_correct(s1.group(1).strip())
+            second = s2 is not None and self.is_correct(s2.group(1).strip())
             pick = 0 if first and not second else 1 if second and not first else 2
             out.append([0.0 if i == pick else -9.0 for i in range(len(options))])
         return out

@@ -226,3 +226,30 @@ def test_zh_piqa_recipe_auto_review_to_release_and_resume_asks_nothing_again(tmp
     double.calls.clear()
     again = run_recipe(recipe, lake=lake, run_id="zh", resume=True, doubles={"*": double})
     assert again["status"] == "succeeded" and double.calls == []
+
+
+# -- ru-piqa: arms, checks with their figures, LLM annotators, release with provenance ---------------------
+def test_ru_piqa_recipe_arms_checks_review_release(tmp_path, ray_local):
+    from tests.recipe_doubles import RecipeDouble
+    from transforms.flow.orchestrator import run_recipe
+
+    lake = tmp_path / "lake"
+    recipe = load_recipe("ru-piqa", {"chunks": 2, "n_items": 3, "evaluate": False, "version": "t1"})
+    out = run_recipe(recipe, lake=lake, run_id="ru", doubles={"*": RecipeDouble()})
+    arms = ["ru-arm-grounded-t03", "ru-arm-grounded-t08", "ru-arm-no-source"]
+    models = set()
+    for arm in arms:
+        manifest = RunManifest.load(lake / "runs" / arm / "manifest.json")
+        table = pq.read_table(Path(manifest.outputs["curated"]))
+        models |= set(table.column("model").to_pylist())
+        assert table.num_rows and set(table.column("lang").to_pylist()) == {"ru"}
+    assert len(models) == 3                                  # each arm under its own honest name
+    checks = RunManifest.load(lake / "runs" / "ru-checks" / "manifest.json")
+    assert checks.parents == arms
+    figures = json.loads((lake / "runs" / "ru-checks" / "figures.json").read_text("utf-8"))
+    assert figures["contrast_types"] and "openings" in figures and "figures" not in checks.extras
+    review_id = out["runs"]["review"]
+    _law_holds(lake, [*arms, "ru-checks", review_id, "ru-final", "ru-release"])
+    assert out["released"], out
+    card = (Path(out["release"]) / "README.md").read_text("utf-8")
+    assert "Items by provenance" in card and "Items per model" in card

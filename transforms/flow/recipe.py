@@ -103,7 +103,8 @@ class ReleaseSpec(_Strict):
 
 class EvaluateSpec(_Strict):
     of: str = Field(..., description="The release run to evaluate.")
-    models: str | list[str] = Field("@evaluated", description="Engine names, or '@evaluated' (the profile's).")
+    models: str | list[str] | dict[str, Any] = Field("@evaluated", description="'@evaluated' (the profile's), "
+                                                     "names of the profile's evaluated models, or name -> engine.")
     prompts: dict[str, str] = Field(default_factory=dict)
     limit: int | None = Field(None, ge=1, description="Fixed-seed subset of items (generation and log-lik).")
     options: dict[str, Any] = Field(default_factory=dict, description="Other fields of the evaluate job.")

@@ -65,6 +65,8 @@ STAGES: dict[str, str] = {
     "lexicon_candidates": "transforms.piqa.japanese:LexiconCandidates",
     "unchanged_variant": "transforms.piqa.japanese:UnchangedVariantFilter",
     "ru_contrast": "transforms.piqa.russian:RussianContrastFilter",
+    "chunk_requests": "transforms.recipes.ru_piqa.stages:ChunkRequests",
+    "attach_chunks": "transforms.io.documents:AttachChunks",
 }
 
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")

@@ -1,0 +1,1 @@
+"""Russian PIQA's own pieces (jobs/recipes/ru-piqa.yaml)."""
