@@ -167,3 +167,19 @@ def test_asker_records_the_questions_it_asked(tmp_path, items):
     generate_predictions(asker, items, model="m", params=GenerationParams(max_tokens=8))
     (ref, conv), = asker.questions.items()
     assert ref.startswith("eval_") and conv[-1]["content"].count(items.column("goal")[0].as_py()) == 1
+
+
+def test_questions_are_recorded_beside_the_answers_and_the_report_reads_them(tmp_path, items):
+    import json
+
+    from transforms.core.report_prompts import recorded_answers
+    from transforms.core.rowcache import load
+
+    asker = _asker(tmp_path, CountingEngine())
+    generate_predictions(asker, items, model="m", params=GenerationParams(max_tokens=8))
+    (folder,) = (tmp_path / "cache").iterdir()
+    rows = load(folder).to_pylist()
+    with_question = [r for r in rows if r["question"]]
+    assert len(rows) == items.num_rows and len(with_question) == -(-items.num_rows // 5)  # one per chunk of 5
+    shown = recorded_answers(folder, 3)
+    assert len(shown) == 3 and json.loads(shown[0]["question"])[-1]["role"] == "user"

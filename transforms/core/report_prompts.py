@@ -1,12 +1,16 @@
 """Prompts and replies of an LLM stage, for the run report.
 
 The answer cache (transforms/llm/cache.py) stores each reply under a key, the sha256 of the rendered
-conversation, the model and the sampling parameters, but not the conversation itself. So the report
-rebuilds it: it re-renders the stage's prompt (from the stage's config in the manifest) with a few
-of the stage's input rows, computes the key exactly as the stage does, and looks the key up in the
-stage's cache folder. A prompt is shown only when its key is found, which proves it is the very
-conversation the model was sent (the first attempt; a retry adds a follow-up turn). If the prompt
-file or the engine config changed since the run, no key matches and the report says so.
+conversation, the model and the sampling parameters; the first answer of every chunk also records
+the question itself (`question`). The report reads those recorded questions from the stage's cache
+folder (found from the stage's config in the manifest) and shows them with their replies: exactly
+what the model was sent, with nothing rebuilt.
+
+Caches written before questions were recorded have none; for them the report falls back to
+rebuilding: it re-renders the stage's prompt with a few of the stage's input rows, computes the key
+exactly as the stage does, and shows a prompt only when its key is found (the first attempt; a retry
+adds a follow-up turn). If the prompt file or the engine config changed since the run, no key
+matches and the report says so.
 
 Two shapes of LLM stage are known: an `LLMCall` (LLMTransform, LLMGenerate: `engine`, `prompt`,
 `variables`, `params`, `output` in the config) and a `Classifier` member (the ensemble's
@@ -15,6 +19,7 @@ Two shapes of LLM stage are known: an `LLMCall` (LLMTransform, LLMGenerate: `eng
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -107,6 +112,35 @@ def _asked_texts(clf: Any, text: str) -> list[str]:
     return cut[:1] if views == "first" else list(reversed(cut))
 
 
+def recorded_answers(folder: Path, want: int, budget: int = CACHE_FILES_BUDGET) -> list[dict[str, Any]]:
+    """Up to `want` cached rows that recorded their question, from the first `budget` files."""
+    found: list[dict[str, Any]] = []
+    for f in parquet_files(folder)[:budget]:
+        if "question" not in pq.read_schema(f).names:
+            continue
+        for row in pq.read_table(f).to_pylist():
+            if row.get("question"):
+                found.append(row)
+                break  # one per file: examples from different chunks
+        if len(found) >= want:
+            break
+    return found
+
+
+def _recorded_html(rows: list[dict[str, Any]], reply_fields: tuple[str, ...]) -> str:
+    items = []
+    for row in rows:
+        question = json.loads(row["question"])
+        messages = question if isinstance(question, list) else [{"role": "context", "content": str(question)}]
+        fields = [f for f in reply_fields if row.get(f) is not None] or ["value"]
+        reply = "".join(f"<p><b>{escape(f)}</b>: {cell(row.get(f), MESSAGE_CHARS)}</p>"
+                        for f in fields if row.get(f) is not None)
+        items.append(f"<div class='llm-example'><p>row <code>{escape(str(row.get('id')))}</code> · cache key "
+                     f"<code>{escape(str(row.get('key'))[:16])}</code> · question as recorded</p>"
+                     f"{_messages_html(messages)}{reply or '<p><b>reply</b>: (empty)</p>'}</div>")
+    return "".join(items)
+
+
 def find_answers(folder: Path, keys: set[str], want: int, budget: int = CACHE_FILES_BUDGET
                  ) -> tuple[dict[str, dict[str, Any]], int]:
     """Cached rows whose key is in `keys` (until `want` are found), and how many files were read."""
@@ -147,6 +181,10 @@ def llm_examples(manifest: RunManifest, rec: StageRecord) -> str:
     plans = _call_plans(rec, table.to_pylist())
     out = []
     for plan in plans:
+        recorded = recorded_answers(plan.folder, N_SHOWN)
+        if recorded:
+            out.append(f"<h4>{escape(plan.label)}</h4>" + _recorded_html(recorded, plan.reply_fields))
+            continue
         keys = {a.key for a in plan.asked}
         found, read = find_answers(plan.folder, keys, N_SHOWN)
         rows_shown: set[str] = set()
@@ -173,7 +211,8 @@ def llm_examples(manifest: RunManifest, rec: StageRecord) -> str:
         out.append(head + "".join(items))
     if not out:
         return ""
-    note = ("<p class='meta'>Prompts re-rendered from the stage's config and its input rows; each is shown only "
-            "where its cache key matches the one stored with the answer, i.e. it is exactly what the model "
-            "was sent.</p>")
+    note = ("<p class='meta'>Questions as the stage recorded them beside its answers; for caches written "
+            "before questions were recorded, prompts re-rendered from the stage's config and its input rows, "
+            "each shown only where its cache key matches the one stored with the answer, i.e. it is exactly "
+            "what the model was sent.</p>")
     return "<h3>Prompts and replies</h3>" + note + "".join(out)

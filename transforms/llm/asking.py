@@ -25,10 +25,11 @@ import pyarrow as pa
 from pydantic import Field, PrivateAttr
 
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
-from transforms.llm.cache import answer_key, namespace
+from transforms.llm.cache import answer_key, namespace, recorded_question
 from transforms.llm.stage import LLMStage
 
-VALUE_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("value", pa.string())])
+VALUE_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("value", pa.string()),
+                          ("question", pa.string())])
 
 
 # -- engine calls (retries, counters) -----------------------------------------------------------------
@@ -84,7 +85,9 @@ def ask_cached(stage: LLMStage, slot: str, config: EngineConfig, ref: str, kind:
         stage.counters.requests += len(chunk)
         values = compute(chunk)
         cache.put([{"key": keys[i], "id": str(ids[i]) if ids is not None else str(i),
-                    "value": json.dumps(v, ensure_ascii=False)} for i, v in zip(chunk, values, strict=True)])
+                    "value": json.dumps(v, ensure_ascii=False),
+                    "question": recorded_question(questions[i]) if r == 0 else None}
+                   for r, (i, v) in enumerate(zip(chunk, values, strict=True))])
     return [json.loads(cache.get(k)["value"]) for k in keys]  # type: ignore[index]
 
 

@@ -5,6 +5,10 @@ can change an answer), the sampling parameters (without `n`) and the sample inde
 row id: a transform that rewrites a row's text must not get the old text's answer, and two rows that
 render the same prompt share one answer. Changing `n` from 3 to 5 keeps samples 0-2.
 
+The first answer of every chunk also records its question (`question`: the conversation as JSON), so
+the run report shows what the model was asked without rebuilding it (transforms/core/report_prompts.py);
+one in a chunk keeps the cache small (a whole conversation per answer would multiply its size).
+
 Answers live in `<cache_dir>/<namespace>/*.parquet`, one namespace per (stage part, model, prompt),
 so a stage loads only its own. Files are append-only and each is written under a hidden name and
 renamed (`transforms.core.rowcache`): a process killed with -9 leaves no half file, and concurrent
@@ -47,6 +51,11 @@ def answer_key(messages: list[ChatMessage] | str, engine: EngineConfig, params: 
     blob = json.dumps([messages, engine_identity(engine), params, sample], sort_keys=True, ensure_ascii=False,
                       default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def recorded_question(question: list[ChatMessage] | str | Any) -> str:
+    """The question as stored beside its answer: the conversation (or text) as JSON."""
+    return json.dumps(question, ensure_ascii=False)
 
 
 def namespace(label: str, engine: EngineConfig, prompt_ref: str) -> str:

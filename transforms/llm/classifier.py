@@ -29,12 +29,13 @@ from transforms.judge.views import prefix_views
 from transforms.llm.answers import match_choice
 from transforms.llm.asking import call_chat, call_option_logprobs
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams
-from transforms.llm.cache import answer_key
+from transforms.llm.cache import answer_key, recorded_question
 from transforms.llm.prompts import PromptTemplate
 from transforms.llm.stage import LLMStage, PromptRef
 
 ANSWER_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("score", pa.float64()),
-                           ("option", pa.string()), ("raw", pa.string()), ("calls", pa.int32())])
+                           ("option", pa.string()), ("raw", pa.string()), ("calls", pa.int32()),
+                           ("question", pa.string())])
 
 class Answer(BaseModel):
     score: float | None
@@ -138,7 +139,9 @@ class Classifier(BaseModel):
             chunk = todo[start:start + stage.chunk_size]
             stage.counters.requests += len(chunk)
             fresh = self._answer(stage, prompt, [convs[j] for j in chunk], retry_temperature)
-            cache.put([{"key": keys[j], "id": str(ids[j]), **a.model_dump()} for j, a in zip(chunk, fresh, strict=True)])
+            cache.put([{"key": keys[j], "id": str(ids[j]), **a.model_dump(),
+                        "question": recorded_question(convs[j]) if r == 0 else None}
+                       for r, (j, a) in enumerate(zip(chunk, fresh, strict=True))])
         return [Answer.model_validate({f: cache.get(k)[f] for f in Answer.model_fields}) for k in keys]  # type: ignore[index]
 
     def _answer(self, stage: LLMStage, prompt: PromptTemplate, convs: list[list[ChatMessage]],

@@ -31,7 +31,7 @@ from transforms.core import columns as C
 from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
 from transforms.llm.answers import AnswerError
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine, build_engine
-from transforms.llm.cache import AnswerCache, Counters, answer_key, namespace
+from transforms.llm.cache import AnswerCache, Counters, answer_key, namespace, recorded_question
 from transforms.llm.output import ChoiceOutput, JsonOutput, OutputSpec, TextOutput
 from transforms.llm.prompts import PromptError, PromptTemplate, load_prompt
 
@@ -39,7 +39,7 @@ log = logging.getLogger("piqaforge.llm")
 T = TypeVar("T")
 INVALID = "invalid_output"
 REPLY_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("sample", pa.int32()),
-                          ("reply", pa.string())])
+                          ("reply", pa.string()), ("question", pa.string())])
 RETRY_MESSAGE = ("Your reply could not be used: {error}. Answer again, following the instructions exactly, "
                  "and write nothing but the answer.")
 
@@ -261,7 +261,8 @@ class LLMStage(Stage):
             for start in range(0, len(rows), self.chunk_size):
                 chunk = rows[start:start + self.chunk_size]
                 got = self._generate(call, engine, params, [convs[i] for i in chunk], ks)
-                cache.put([{"key": keys[i][j], "id": str(ids[i]), "sample": k, "reply": got[r][j]}
+                cache.put([{"key": keys[i][j], "id": str(ids[i]), "sample": k, "reply": got[r][j],
+                            "question": recorded_question(convs[i]) if r == 0 and j == 0 else None}
                            for r, i in enumerate(chunk) for j, k in enumerate(ks)])
         return [[str(cache.get(key)["reply"] or "") for key in row] for row in keys]  # type: ignore[index]
 
