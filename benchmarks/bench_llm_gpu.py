@@ -114,6 +114,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     figures["engine_cpu_sizes"] = {"batch_size": 16, "max_batch_tokens": 8192, "seconds": round(dt, 3),
                                    "rows_per_s": round(n_rows / dt, 1)}
     engine.batch_size, engine.max_batch_tokens = defaults
+    if args.profile:
+        profile(torch, device, args.profile, lambda: engine.option_logprobs(prompts[:512], options))
     _, dt = timed(torch, device, lambda: plain_forward(engine, suffixes, option_ids))
     flops = 2 * matmul_params(size) * suffix_tokens
     figures["plain_forward_limit"] = {"seconds": round(dt, 3), "rows_per_s": round(n_rows / dt, 1),
@@ -138,6 +140,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "gpu_hours_note": "4B measured; 14B and 32B scaled by the weights a token multiplies through" if hours
         else "only a run with --size 4b on a GPU gives these",
     }
+
+
+def profile(torch: Any, device: str, path: Path, fn: Any) -> None:
+    """The engine's top operators on up to 512 rows (where the time goes when it trails the limit)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+    path.write_text(prof.key_averages().table(sort_by=key, row_limit=25))
 
 
 def table(r: dict[str, Any]) -> str:
@@ -165,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--profile", type=Path, default=None, help="write the engine's top operators here")
     args = ap.parse_args(argv)
     result = run(args)
     print(table(result))

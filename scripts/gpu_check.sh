@@ -96,7 +96,8 @@ timeout 180 "${PY[@]}" -m pytest -m gpu -o addopts="" -p no:cacheprovider -q -rs
   --junitxml="$OUT/junit.xml" tests/test_gpu_engine.py tests/test_gpu_embed.py tests/test_knn_torch.py
 TESTS_RC=$?
 echo "== gpu_check: benchmarks/bench_llm_gpu.py ${BENCH_ARGS[*]}"
-timeout 300 "${PY[@]}" benchmarks/bench_llm_gpu.py "${BENCH_ARGS[@]}" --json "$OUT/bench.json"
+timeout 300 "${PY[@]}" benchmarks/bench_llm_gpu.py "${BENCH_ARGS[@]}" --json "$OUT/bench.json" \
+  --profile "$OUT/engine_profile.txt"
 BENCH_RC=$?
 "${PY[@]}" scripts/gpu_check_env.py report "$OUT"
 echo "gpu_check: tests rc=$TESTS_RC, benchmark rc=$BENCH_RC, $((SECONDS - START)) s; figures in $OUT/gpu_check.json"
