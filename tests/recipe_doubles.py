@@ -35,6 +35,16 @@ RU_EDITS = [
      " Рядом никого нет, магазины закрыты, а под рукой только то, что обычно лежит дома или в сарае.", "Набейте обувь сухими газетами.", "сухими", "влажными"),
 ]
 RU_WRONG = {e[3] for e in RU_EDITS}
+# J-PIQA's direct items (question, answer, the word to change, its wrong replacement), written here
+JA_EDITS = [
+    ("麦茶を早く冷やしたい。", "やかんを氷水につける。", "氷水", "熱湯"),
+    ("鍋の焦げを落としたい。", "重曹を入れて煮る。", "重曹", "砂糖"),
+    ("床の油汚れを落としたい。", "洗剤を薄めて拭く。", "洗剤", "油"),
+    ("まな板のにおいを消したい。", "酢を吹きかけて洗う。", "酢", "牛乳"),
+    ("排水口のぬめりを取りたい。", "ブラシでこすって洗う。", "ブラシ", "綿あめ"),
+    ("窓の結露を防ぎたい。", "部屋の換気をする。", "換気", "加湿"),
+]
+JA_WRONG = {e[3] for e in JA_EDITS}
 
 
 def zh(text: str) -> str:
@@ -59,6 +69,19 @@ class RecipeDouble(LLMEngine):
             text = re.search(r"<text>\s*(.*?)\s*</text>", user, re.S)
             if text:
                 out.append(zh(text.group(1)))
+            elif "before they are translated" in conv[0]["content"]:  # j-piqa's preference judge
+                out.append(json.dumps({"verdict": "physical", "reason": "written by the double"}))
+            elif "一問だけ" in conv[0]["content"]:  # j-piqa's direct item, by the request's number and round
+                n = int(m.group(1)) if (m := re.search(r"(\d+) 問目", user)) else 0
+                k = int(m.group(1)) if (m := re.search(r"ラウンド (\d+)", user)) else 1
+                cat = 0 if "台所" in user else 3
+                q, a, w, x = JA_EDITS[(cat + n - 1 + 2 * (k - 1)) % len(JA_EDITS)]
+                out.append(json.dumps({"question": q, "answer": a, "word": w, "wrong_word": x}, ensure_ascii=False))
+            elif "編集者" in conv[0]["content"]:  # j-piqa's lexical variant: the item unchanged
+                goal = m.group(1) if (m := re.search(r"目的: (.*)", user)) else ""
+                sols = re.findall(r"解答[12]: (.*)", user) + ["", ""]
+                out.append(json.dumps({"goal": goal, "sol1": sols[0], "sol2": sols[1], "replacements": [],
+                                       "changed": False}, ensure_ascii=False))
             elif "одно задание" in conv[0]["content"]:  # ru-piqa's edit form: one item, by request and sample
                 goal, answer, word, wrong = RU_EDITS[(xxhash.xxh32_intdigest(user.encode()) + (params.seed or 0))
                                                      % len(RU_EDITS)]
@@ -72,7 +95,9 @@ class RecipeDouble(LLMEngine):
         """Known correct translations, or a Russian solution without one of the wrong words."""
         if solution in self.correct:
             return True
-        return bool(re.search("[а-яё]", solution)) and not any(w in solution for w in RU_WRONG)
+        if re.search("[а-яё]", solution):
+            return not any(w in solution for w in RU_WRONG)
+        return any(a == solution for _, a, _, _ in JA_EDITS)
 
     def render_chat(self, conversation: list[ChatMessage]) -> str:
         return "\n".join(m["content"] for m in conversation)

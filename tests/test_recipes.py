@@ -253,3 +253,30 @@ def test_ru_piqa_recipe_arms_checks_review_release(tmp_path, ray_local):
     assert out["released"], out
     card = (Path(out["release"]) / "README.md").read_text("utf-8")
     assert "Items by provenance" in card and "Items per model" in card
+
+
+# -- j-piqa: translation, lexical variants, direct generation in quota rounds, union, review, release -------
+def test_j_piqa_recipe_three_parts_quota_rounds_release(tmp_path, ray_local):
+    pytest.importorskip("fugashi", reason="the `lang` extra (fugashi, unidic-lite) is not installed")
+    from tests.recipe_doubles import RecipeDouble
+    from transforms.flow.orchestrator import run_recipe
+
+    lake = tmp_path / "lake"
+    recipe = load_recipe("j-piqa", {"translation_n": 3, "version": "t1"})
+    double = RecipeDouble(_correct_solutions(3))
+    out = run_recipe(recipe, lake=lake, run_id="ja", doubles={"*": double})
+    direct = RunManifest.load(lake / "runs" / "ja-direct" / "manifest.json")
+    rounds = direct.extras["rounds"]
+    assert rounds and rounds[0]["requested"] == {"台所": 2, "掃除": 2} and direct.extras["stop_reason"]
+    union = RunManifest.load(lake / "runs" / "ja-union" / "manifest.json")
+    assert union.parents == ["ja-lexical", "ja-translation", "ja-direct"]
+    review_id = out["runs"]["review"]
+    runs = ["ja-translation", "ja-lexical", *[r["run_id"] for r in rounds], "ja-direct", "ja-union", review_id,
+            "ja-final"]
+    _law_holds(lake, runs)
+    assert out.get("release"), out
+    folder = Path(out["release"])
+    assert (folder / "j-piqa-appendix.csv").exists() and "Direct generation: categories" in (
+        folder / "README.md").read_text("utf-8")
+    if out["released"]:   # the suite decides; a refusal names its checks in the release run
+        assert (folder / "RELEASED").exists()

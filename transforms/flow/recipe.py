@@ -84,8 +84,14 @@ class ReviewSpec(_Strict):
 
 class CardSection(_Strict):
     title: str
-    make: str = Field(..., description="'module:function(table, runs) -> markdown': the section's text from "
-                      "the released table and the recipe's run manifests (by run name).")
+    make: str = Field(..., description="'module:function(table, runs, **args) -> markdown': the section's text "
+                      "from the released table and the recipe's run manifests (by run name).")
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReleaseFile(_Strict):
+    name: str = Field(..., description="File name inside the release folder.")
+    make: str = Field(..., description="'module:function(table) -> str': the file's text from the released table.")
 
 
 class ReleaseSpec(_Strict):
@@ -99,6 +105,8 @@ class ReleaseSpec(_Strict):
     card: list[CardSection] = Field(default_factory=list, description="Recipe sections of the dataset card.")
     sources: list[str] = Field(default_factory=list, description="What the items were made from, with its "
                                "licence (card).")
+    files: list[ReleaseFile] = Field(default_factory=list, description="Recipe files written into the release "
+                                     "with the rest, before RELEASED (e.g. the paper's appendix columns).")
 
 
 class EvaluateSpec(_Strict):

@@ -24,7 +24,7 @@ class ReleaseInputError(ValueError):
 def gate_and_write(lake: Lake, *, dataset: str, input_run: str | None = None, input_path: str | None = None,
                    suite: str = "generic", suite_overrides: dict[str, Any] | None = None, version: str | None = None,
                    run_id: str | None = None, audit: bool = True, audit_bound: float = 0.6,
-                   sections: list[str] | None = None, resume: bool = False,
+                   sections: list[str] | None = None, files: dict[str, str] | None = None, resume: bool = False,
                    config: dict[str, Any] | None = None) -> RunManifest:
     """One run of the runner (read the items → gate_and_release); its status is the gate's verdict."""
     from expectations.suite import load_suite
@@ -58,7 +58,8 @@ def gate_and_write(lake: Lake, *, dataset: str, input_run: str | None = None, in
     gate = GateAndRelease(recipe=suite, suite_overrides=suite_overrides or {}, dataset=dataset, version=version,
                           out_dir=str(out), audit=audit, audit_bound=audit_bound,
                           upstream_manifest=str(upstream_path) if upstream_path and upstream_path.exists() else None,
-                          result_path=str(verdict_path), run_id=run_id, card_sections=sections or [])
+                          result_path=str(verdict_path), run_id=run_id, card_sections=sections or [],
+                          extra_files=files or {})
     manifest = run_pipeline(job="release", dataset=dataset, source=source, stages=[gate], lake=lake,
                             config=config or {}, run_id=run_id, resume=resume, parents=parents)
     verdict = json.loads(verdict_path.read_text(encoding="utf-8"))
@@ -71,6 +72,20 @@ def gate_and_write(lake: Lake, *, dataset: str, input_run: str | None = None, in
     return manifest
 
 
+def release_files(ctx: Any, release: Any) -> dict[str, str]:
+    """The recipe's extra release files, computed from the items to release."""
+    from transforms.core.lake import read_table
+
+    if not release.files:
+        return {}
+    table = read_table(Path(ctx.manifests[release.of].outputs["curated"]))
+    out = {}
+    for spec in release.files:
+        module, func = spec.make.split(":")
+        out[spec.name] = str(getattr(importlib.import_module(module), func)(table))
+    return out
+
+
 def card_sections(ctx: Any, release: Any) -> list[str]:
     """The recipe's card sections, each computed from the items to release and the runs so far."""
     from transforms.core.lake import read_table
@@ -81,7 +96,7 @@ def card_sections(ctx: Any, release: Any) -> list[str]:
     out = []
     for section in release.card:
         module, func = section.make.split(":")
-        text = getattr(importlib.import_module(module), func)(table, dict(ctx.manifests))
+        text = getattr(importlib.import_module(module), func)(table, dict(ctx.manifests), **section.args)
         out.append(f"## {section.title}\n\n{text.strip()}\n")
     if release.sources:
         out.append("## Sources\n\n" + "".join(f"- {s}\n" for s in release.sources))

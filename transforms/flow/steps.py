@@ -166,6 +166,8 @@ def rounds_run(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -
         entry.status = "failed"
         _after_failure(ctx, entry.run_id)
         raise
+    for r in manifest.extras.get("rounds", []):  # every round is a run with its report and its law
+        _check_and_report(ctx, RunManifest.load(ctx.lake.manifest_path(r["run_id"])))
     _check_and_report(ctx, manifest)
     entry.status, entry.fingerprint = manifest.status, fingerprint
     ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
@@ -276,7 +278,7 @@ def _recipe_file(ctx: Context, name: str) -> Path:
 
 # -- release and evaluation --------------------------------------------------------------------------------
 def release_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
-    from transforms.flow.release import card_sections, gate_and_write
+    from transforms.flow.release import card_sections, gate_and_write, release_files
 
     release = spec.release
     assert release is not None
@@ -297,6 +299,7 @@ def release_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
                                   suite=release.suite, suite_overrides=release.suite_overrides,
                                   version=release.version, run_id=entry.run_id, audit=release.audit,
                                   audit_bound=release.audit_bound, sections=sections,
+                                  files=release_files(ctx, release),
                                   resume=ctx.lake.manifest_path(entry.run_id).exists(),
                                   config=_config(ctx, spec))
     except BaseException:

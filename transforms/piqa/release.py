@@ -87,7 +87,7 @@ def release_table(table: pa.Table) -> pa.Table:
 def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path, dataset: str, recipe: str,
                   version: str, manifest: RunManifest | None = None, audit: bool = True,
                   audit_bound: float = 0.6, run_id: str | None = None,
-                  sections: list[str] | None = None) -> ReleaseResult:
+                  sections: list[str] | None = None, extra_files: dict[str, str] | None = None) -> ReleaseResult:
     """Write the release files for `table` given the gate's result dict (`GateResult.model_dump()`);
     `run_id` (the release run) is recorded in `run.json`."""
     out = Path(out_dir)
@@ -116,6 +116,9 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
         for name in global_piqa["files"]:
             wrote(name)
         extra_sections.append(global_piqa_card_section(global_piqa))
+    for name, text in (extra_files or {}).items():  # the recipe's own files, before the card lists them
+        (out / name).write_text(text, "utf-8")
+        wrote(name)
     stats = item_stats(table, manifest.funnel() if manifest else None)
     plots = render_plots(stats)
     for name, data in plots.items():

@@ -70,6 +70,8 @@ class GateAndRelease(GlobalStage):
     run_id: str | None = Field(None, description="The release run, recorded in the release folder (run.json).")
     card_sections: list[str] = Field(default_factory=list, description="The recipe's sections of the card "
                                      "(Markdown), written with the rest before RELEASED.")
+    extra_files: dict[str, str] = Field(default_factory=dict, description="The recipe's own files (name -> "
+                                        "text), written into the release before RELEASED.")
 
     def process_table(self, table: pa.Table) -> pa.Table:
         from expectations.gate import run_gate
@@ -83,7 +85,8 @@ class GateAndRelease(GlobalStage):
         manifest = RunManifest.load(Path(self.upstream_manifest)) if self.upstream_manifest else None
         result = build_release(items, gate_dict, out_dir=self.out_dir, dataset=self.dataset, recipe=self.recipe,
                                version=self.version, manifest=manifest, audit=self.audit,
-                               audit_bound=self.audit_bound, run_id=self.run_id, sections=self.card_sections)
+                               audit_bound=self.audit_bound, run_id=self.run_id, sections=self.card_sections,
+                               extra_files=self.extra_files)
         verdict = {"suite": suite.name, "success": gate.success, "rows": gate.rows, "checks": len(gate.checks),
                    "failed": result.reasons, "released": result.released, "path": result.path}
         Path(self.result_path).parent.mkdir(parents=True, exist_ok=True)

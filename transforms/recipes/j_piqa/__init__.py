@@ -1,0 +1,1 @@
+"""J-PIQA's own pieces (jobs/recipes/j-piqa.yaml)."""
