@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from jobs import JOBS
@@ -80,12 +81,21 @@ def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, An
 
 
 def _run_recipe(args: argparse.Namespace, extra: list[str]) -> int:
-    from jobs.config import apply_secrets_env
+    from jobs.config import apply_secrets_env, read_yaml, warn_literal_secrets
+    from jobs.submit import receive_forwarded_secrets
+    from transforms.core.secrets import bind_fingerprint_key
     from transforms.flow.orchestrator import run_recipe
-    from transforms.flow.recipe import load_recipe
+    from transforms.flow.recipe import load_recipe, secret_names_of
 
-    recipe = load_recipe(args.job, recipe_overrides(args, extra), config_file=args.config)
-    apply_secrets_env(recipe.secrets)
+    overrides = recipe_overrides(args, extra)
+    # under `piqaforge submit`, secrets (and --set items holding one) arrive outside Ray's job record
+    overrides.update(dict(parse_set(item) for item in receive_forwarded_secrets()))
+    if args.config:
+        warn_literal_secrets(read_yaml(Path(args.config)), f"config file {args.config}")
+    warn_literal_secrets({k: v for k, v in overrides.items() if not isinstance(v, dict)}, "--set", dotted=True)
+    recipe = load_recipe(args.job, overrides, config_file=args.config)
+    apply_secrets_env(secret_names_of(recipe))
+    bind_fingerprint_key(args.lake or "lake")
     if os.environ.get("PIQAFORGE_VERBOSE") != "1":
         from transforms.core.console import hold_ray_logs
 
@@ -159,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="name the run (default: <job>-<utc time>-<random>)")
     run.add_argument("--resume", metavar="RUN_ID", help="continue RUN_ID, reusing finished stages")
     submit = sub.add_parser("submit", help="run a job on a Ray cluster through the Jobs API (docs/cluster.md)")
-    submit.add_argument("job", choices=sorted(JOBS), help="the recipe or tool to run")
+    submit.add_argument("job", metavar="RECIPE", help="a recipe (`piqaforge recipes`) or a tool job, as for `run`")
     submit.add_argument("--address", default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
                         help="the cluster's Jobs API, e.g. http://HEAD:8265 (default: $RAY_DASHBOARD_ADDRESS)")
     submit.add_argument("--no-wait", action="store_true", help="print the job id and return; do not stream logs")

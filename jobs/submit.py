@@ -111,10 +111,13 @@ def split_secret_sets(run_args: list[str]) -> tuple[list[str], list[str]]:
 
 def forwarded_secret_names(job: str, run_args: list[str]) -> list[str]:
     """The variables the job names in `secrets:` (job level and per stage), from its resolved config."""
-    from jobs.cli import build_parser, run_overrides
+    from jobs.cli import build_parser, recipe_overrides, run_overrides
     from jobs.config import resolve_config, secret_names
+    from transforms.flow.recipe import is_recipe, load_recipe, secret_names_of
 
     args, extra = build_parser().parse_known_args(["run", job, *run_args])
+    if is_recipe(job):
+        return secret_names_of(load_recipe(job, recipe_overrides(args, extra), config_file=args.config))
     return secret_names(resolve_config(job, args.config, run_overrides(args, extra), bind_lake=False))
 
 

@@ -12,12 +12,14 @@ import pyarrow as pa
 from transforms.core import columns as C
 
 # The LLM back half off: for tests about the front half and the Ray cluster.
-FRONT_HALF_ONLY = ["--set", "ensemble=null"]
+FRONT_HALF_ONLY = ["--set", "ensemble=false"]
 # The LLM back half shrunk to fit a test: the distilled prefilter (the ensemble labels a 96-row sample)
 # passes 1% of the rows on to the ensemble stage (one actor, answers cached in chunks of 16 rows); the
-# items back half (refinement, review) is off.
-SHRUNK_BACK_HALF = ["--set", "prefilter.mode=distilled", "--set", "prefilter.sample_size=96",
-                    "--set", "prefilter.max_pass_rate=0.01", "--set", "items=null"]
+# items runs (refinement, review) are off.
+SHRUNK_BACK_HALF = ["--set", "prefilter=distilled", "--set", "runs.crawl.stages.distilled_prefilter.sample_size=96",
+                    "--set", "runs.crawl.stages.distilled_prefilter.max_pass_rate=0.01", "--set", "items=false"]
+# The crawl run of a ko-piqa recipe run (its id is <recipe run id>-crawl).
+CRAWL = "-crawl"
 
 
 def answer_files(lake: Path, run_id: str) -> list[Path]:

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 from expectations.checks import derive
-from transforms.piqa.degenerate import DegenerateText, degenerate_reason, degenerate_rows, worst_repetition
 from expectations.gate import run_gate, to_frame
 from expectations.suite import load_suite
+from transforms.piqa.degenerate import DegenerateText, degenerate_reason, degenerate_rows, worst_repetition
 from transforms.piqa.schema import RECIPES
 
 QWEN_KANNADA = [

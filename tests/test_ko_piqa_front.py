@@ -11,8 +11,6 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from jobs import ko_piqa
-from jobs.config import resolve_config
 from transforms.core import columns as C
 from transforms.core.lake import read_table
 from transforms.core.manifest import RunManifest
@@ -22,14 +20,28 @@ SAMPLE = Path(__file__).resolve().parents[1] / "lake" / "samples" / "ko_crawl_sa
 FRONT = ["read", "normalize", "length_filter", "langid", "exact_dedup"]
 
 
+def run_front(lake: Path, run_id: str, **overrides: object) -> dict[str, str]:
+    """The ko-piqa recipe's crawl run cut to the stages under test (its source and stages as the
+    orchestrator builds them), with its report."""
+    from transforms.core.lake import Lake
+    from transforms.core.report import write_report
+    from transforms.core.runner import run_pipeline
+    from transforms.flow.context import run_stages
+    from transforms.flow.recipe import load_recipe
+
+    recipe = load_recipe("ko-piqa", {"input.paths": [str(SAMPLE)], **overrides})
+    source, stages = run_stages(recipe, "crawl", lake=lake, run_id=run_id)
+    manifest = run_pipeline(job="ko-piqa:crawl", dataset="ko-piqa", source=source,
+                            stages=[s for s in stages if s.name in FRONT], lake=Lake(lake), config={}, run_id=run_id)
+    report = write_report(manifest, Lake(lake).run_dir(run_id) / "report.html")
+    return {"manifest": str(Lake(lake).manifest_path(run_id)), "report": str(report)}
+
+
 @pytest.fixture(scope="module")
 def front_run(ray_local, tmp_path_factory):
     lake = tmp_path_factory.mktemp("lake")
-    config = resolve_config("ko-piqa", None, {"lake": str(lake), "input.paths": [str(SAMPLE)]})
-    assert isinstance(config, ko_piqa.Config)
     # Only the front half: stages another helper appends later are not under test here.
-    front = [s for s in ko_piqa.stages(config) if s.name in FRONT]
-    result = ko_piqa.run_stages(config, front, run_id="front")
+    result = run_front(lake, "front")
     return lake, result, RunManifest.load(Path(result["manifest"]))
 
 
@@ -105,11 +117,8 @@ def test_distributed_dedup_through_the_runner_gives_the_same_rows(front_run, tmp
     """gather_below_rows=0 forces the groupby + broadcast path a real crawl takes; 1-4 min on a busy
     2-core box (`pytest -m slow tests/test_ko_piqa_front.py`)."""
     lake, _, _ = front_run
-    config = resolve_config("ko-piqa", None, {"lake": str(tmp_path), "input.paths": [str(SAMPLE)],
-                                              "exact_dedup.gather_below_rows": 0})
-    assert isinstance(config, ko_piqa.Config)
-    front = [s for s in ko_piqa.stages(config) if s.name in FRONT]
-    manifest = RunManifest.load(Path(ko_piqa.run_stages(config, front, run_id="dist")["manifest"]))
+    manifest = RunManifest.load(Path(run_front(
+        tmp_path, "dist", **{"runs.crawl.stages.exact_dedup.gather_below_rows": 0})["manifest"]))
     assert conservation_errors(manifest) == []
     gathered = read_table(lake / "curated" / "ko-piqa" / "front", columns=["id"]).column("id").to_pylist()
     distributed = read_table(tmp_path / "curated" / "ko-piqa" / "dist", columns=["id"]).column("id").to_pylist()

@@ -25,7 +25,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from jobutil import FRONT_HALF_ONLY, SHRUNK_BACK_HALF, answer_files, assert_same_rows, log_tail, popen_logged
+from jobutil import (
+    CRAWL,
+    FRONT_HALF_ONLY,
+    SHRUNK_BACK_HALF,
+    answer_files,
+    assert_same_rows,
+    log_tail,
+    popen_logged,
+)
 from netutil import free_ports
 
 from transforms.core import columns as C
@@ -187,7 +195,7 @@ def _log(lake: Path, run_id: str) -> Path:
 
 
 def _outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManifest]:
-    manifest = RunManifest.load(lake / "runs" / run_id / "manifest.json")
+    manifest = RunManifest.load(lake / "runs" / f"{run_id}{CRAWL}" / "manifest.json")
 
     def load(path: str) -> pa.Table:
         t = read_table(Path(path))
@@ -219,7 +227,7 @@ def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, clean_r
     address, workers, _ = three_nodes
     lake = tmp_path / "lake"
     job = _job(lake, "nodes", address)
-    staged = lake / "staged" / "ko-piqa" / "nodes"
+    staged = lake / "staged" / "ko-piqa" / f"nodes{CRAWL}"
     deadline = time.time() + 600
     try:
         while time.time() < deadline and job.poll() is None and not list(staged.glob(KILL_WHEN[kill_when])):
@@ -248,8 +256,8 @@ def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, clean_r
 # The back half shrunk as in test_resume.py (SHRUNK_BACK_HALF). The ensemble and the prefilter's scoring
 # actor ask for a custom resource only the worker nodes advertise, as the vLLM stage asks for `env_vllm`
 # on the cluster, so their actors run on worker nodes that the test can kill.
-ON_LLM_WORKERS = ["--set", "ensemble.resources.custom_resources={llm_worker: 1}",
-                  "--set", "prefilter.resources.custom_resources={llm_worker: 1}"]  # placement only
+ON_LLM_WORKERS = ["--set", "runs.crawl.stages.ensemble.resources.custom_resources={llm_worker: 1}",
+                  "--set", "runs.crawl.stages.distilled_prefilter.resources.custom_resources={llm_worker: 1}"]
 # The node that dies: the one the ensemble's actor runs on, once it has cached answers; or, as the
 # ensemble stage starts, the one that ran the prefilter's scoring actor, the stage before. For a while
 # after a stage ends, Ray Data still holds its blocks and their lineage, so Ray restarts that actor to
@@ -262,7 +270,7 @@ ZOMBIE_EXITS = "finished before this actor (re)started"
 def _answers(lake: Path, run_id: str) -> dict[str, str]:
     """classifier/row -> option, over every answer chunk the run cached; a repeated question fails."""
     out: dict[str, str] = {}
-    for f in answer_files(lake, run_id):
+    for f in answer_files(lake, f"{run_id}{CRAWL}"):
         for r in read_table(f).select([C.ID, "option"]).to_pylist():
             key = f"{f.parent.name}/{r[C.ID]}"
             assert key not in out, f"{key} was asked twice"
@@ -300,24 +308,24 @@ def test_killing_a_node_while_the_llm_ensemble_answers_loses_and_reasks_nothing(
     address, workers, ray_temp = three_nodes
     lake = tmp_path / "lake"
     job = _job(lake, "llm", address, [*SHRUNK_BACK_HALF, *ON_LLM_WORKERS])
-    staged = lake / "staged" / "ko-piqa" / "llm"
+    staged = lake / "staged" / "ko-piqa" / f"llm{CRAWL}"
     deadline = time.time() + 1500
     victim, answered, scorer_sid = None, 0, None
     try:
         while time.time() < deadline and job.poll() is None and not list(staged.glob("*_ensemble/.parts/_PLAN.json")):
             scorer_sid = _actor_session("_ScoreActor") or scorer_sid  # where the prefilter scores rows
             time.sleep(0.05)
-        started_with = len(answer_files(lake, "llm"))  # the prefilter's labelled sample
+        started_with = len(answer_files(lake, f"llm{CRAWL}"))  # the prefilter's labelled sample
         if VICTIMS[victim_of] == "_ScoreActor":
             victim = next((w for w in workers if w.pid == scorer_sid), None)
         # wait until the ensemble stage itself has cached an answer chunk, then kill the node its actor is on
         while time.time() < deadline and job.poll() is None and victim is None:
-            if len(answer_files(lake, "llm")) > started_with:
+            if len(answer_files(lake, f"llm{CRAWL}")) > started_with:
                 victim = next((w for w in workers if w.pid == _actor_session("_StageActor")), None)
             time.sleep(0.05)
         assert job.poll() is None, "the job ended before the node could be killed"
         assert victim is not None, f"the {VICTIMS[victim_of]} actor was not seen on a worker node"
-        answered = len(answer_files(lake, "llm")) - started_with
+        answered = len(answer_files(lake, f"llm{CRAWL}")) - started_with
         _kill(victim)
         # a clean run takes ~2 min; a stage waiting for CPUs that never free up fails here, not at the timeout
         assert job.wait(timeout=900) == 0, log_tail(_log(lake, "llm"))

@@ -226,8 +226,8 @@ def test_pair_from_edit_drops_edits_that_cannot_be_applied_and_copies_of_the_for
 def test_corrected_item_refuses_english_and_decoding_loops_and_the_release_checks_drop_loops():
     from pydantic import ValidationError
 
-    from transforms.piqa.degenerate import degenerate_reason, worst_repetition
     from transforms.pindic.schemas import CorrectedItem
+    from transforms.piqa.degenerate import degenerate_reason, worst_repetition
 
     ok = {"goal": "दूध को उबलने से रोकने के लिए", "sol1": "बर्तन पर लकड़ी का चम्मच रखें", "sol2": "बर्तन पर स्टील की प्लेट रखें"}
     assert CorrectedItem(**ok).goal == ok["goal"]

@@ -20,15 +20,15 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from jobutil import SHRUNK_BACK_HALF, answer_files, assert_same_rows, popen_logged, run_logged
+from jobutil import CRAWL, SHRUNK_BACK_HALF, answer_files, assert_same_rows, popen_logged, run_logged
 
-from jobs.config import resolve_config
 from transforms.core import columns as C
 from transforms.core import rowcache
 from transforms.core.lake import Lake, parquet_files, read_table
 from transforms.core.manifest import RunManifest
 from transforms.core.runner import conservation_errors, run_pipeline
 from transforms.core.stage import FilterStage
+from transforms.flow.recipe import load_recipe
 from transforms.io.crawl import CrawlInput, CrawlSource
 from transforms.text.normalize import NormalizeText
 
@@ -170,7 +170,7 @@ def _env() -> dict[str, str]:
 
 
 def _job_outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManifest]:
-    manifest = RunManifest.load(lake / "runs" / run_id / "manifest.json")
+    manifest = RunManifest.load(lake / "runs" / f"{run_id}{CRAWL}" / "manifest.json")
     return (_sorted(read_table(Path(manifest.outputs["curated"]))),
             _sorted(read_table(Path(manifest.outputs["rejected"]))), manifest)
 
@@ -178,7 +178,7 @@ def _job_outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManife
 def _cached_answers(lake: Path, run_id: str) -> dict[str, list[str]]:
     """Row ids answered per classifier (cache key), over every answer file the run wrote."""
     out: dict[str, list[str]] = {}
-    for f in answer_files(lake, run_id):
+    for f in answer_files(lake, f"{run_id}{CRAWL}"):
         out.setdefault(f.parent.name, []).extend(read_table(f).column("id").to_pylist())
     return out
 
@@ -186,7 +186,7 @@ def _cached_answers(lake: Path, run_id: str) -> dict[str, list[str]]:
 def _answers(lake: Path, run_id: str) -> tuple[dict[str, str], dict[str, float]]:
     """The option and the score each classifier gave each row, over the run's verdict cache."""
     options, scores = {}, {}
-    for f in answer_files(lake, run_id):
+    for f in answer_files(lake, f"{run_id}{CRAWL}"):
         for r in read_table(f).to_pylist():
             options[f"{f.parent.name}/{r['id']}"] = r["option"]
             scores[f"{f.parent.name}/{r['id']}"] = r["score"]
@@ -196,12 +196,12 @@ def _answers(lake: Path, run_id: str) -> tuple[dict[str, str], dict[str, float]]
 # Kill points: what must be on disk before the driver is killed.
 def _partition_done(lake: Path, run_id: str) -> bool:
     """A partition of a stage after `read` has finished: the cut lands between partitions of a stage."""
-    return bool(list((lake / "staged" / "ko-piqa" / run_id).glob("*/.parts/p*.json")))
+    return bool(list((lake / "staged" / "ko-piqa" / f"{run_id}{CRAWL}").glob("*/.parts/p*.json")))
 
 
 def _llm_answers_cached(lake: Path, run_id: str) -> bool:
     """Two chunks of LLM answers are in the verdict cache: the cut lands inside the LLM back half."""
-    return len(answer_files(lake, run_id)) >= 2
+    return len(answer_files(lake, f"{run_id}{CRAWL}")) >= 2
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +228,7 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when)
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and the Ray processes it started
         proc.wait()
         subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)  # anything that left the group
-    killed = RunManifest.load(lake / "runs" / run_id / "manifest.json")
+    killed = RunManifest.load(lake / "runs" / f"{run_id}{CRAWL}" / "manifest.json")
     assert killed.status == "running"  # a SIGKILLed driver writes nothing more
     answers_before = _cached_answers(lake, run_id)
     run_logged(_piqaforge(lake, "--resume", run_id), lake.parent / f"{run_id}-resume.log", timeout=1800, cwd=ROOT,
@@ -250,7 +250,8 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when)
     judged = pa.concat_tables([kept, rejected], promote_options="default")
     judged_clean = pa.concat_tables([kept_clean, rejected_clean], promote_options="default")
     verdicts = [*VERDICTS, *(n for n in kept.schema.names if n.endswith("_verdict"))]
-    classifiers = resolve_config("ko-piqa", bind_lake=False).ensemble.classifiers  # one verdict column each
+    crawl = load_recipe("ko-piqa").run("crawl")
+    classifiers = next(s for s in crawl.stages if s["stage"] == "ensemble")["classifiers"]  # a verdict column each
     assert len(verdicts) == len(VERDICTS) + len(classifiers) > len(VERDICTS)
     mine = {r[C.ID]: r for r in judged.select([C.ID, *verdicts]).to_pylist() if r["ens_calls"] is not None}
     theirs = {r[C.ID]: r for r in judged_clean.select([C.ID, *verdicts]).to_pylist() if r["ens_calls"] is not None}

@@ -119,3 +119,16 @@ def check_stages(ctx: Context) -> None:
                 key = ".".join(str(p) for p in first["loc"])
                 raise RecipeError(ctx.recipe.path, f"runs.{run.name}.{where}.{key}".rstrip("."),
                                   f"{first['msg']} (stage {spec['stage']}; got {str(first.get('input'))[:120]})") from err
+
+
+def run_stages(recipe: Recipe, run_name: str, *, lake: str | Path = "lake", run_id: str = "run",
+               doubles: dict[str, Any] | None = None) -> tuple[Any, list[Any]]:
+    """The source (None for a run that reads its parents) and stages of one run of `recipe`, built as
+    the orchestrator builds them (tests and benchmarks run them alone or in part)."""
+    from transforms.flow.recipe import holds
+
+    ctx = Context(recipe, Lake(lake), run_id, False, doubles, None)
+    spec = recipe.run(run_name)
+    run_dir = ctx.lake.run_dir(ctx.run_id(spec))
+    source = build_stage(ctx, spec.source, run_dir) if spec.source is not None else None
+    return source, [build_stage(ctx, s, run_dir) for s in spec.stages if holds(s.get("when", True), recipe.params)]

@@ -251,7 +251,10 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
         raise RecipeError(path, where, f"not valid YAML: {getattr(err, 'problem', None) or err}") from err
     if not isinstance(data, dict):
         raise RecipeError(path, "(file)", "must hold a mapping at the top level")
-    return data
+    import json
+
+    # an anchor's values are shared objects in the loaded data: a copy each, so `--set` changes one place
+    return dict(json.loads(json.dumps(data, default=str)))
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -476,3 +479,22 @@ def order(recipe: Recipe) -> list[RunSpec]:
                 pending.remove(run)
                 break
     return out
+
+
+def secret_names_of(recipe: Recipe) -> list[str]:
+    """Every variable a recipe forwards: its `secrets` and every stage's `resources.secrets`."""
+    names = set(recipe.secrets)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            res = node.get("resources")
+            if isinstance(res, dict) and isinstance(res.get("secrets"), list):
+                names.update(str(n) for n in res["secrets"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk([r.model_dump() for r in recipe.runs])
+    return sorted(names)
