@@ -183,3 +183,33 @@ def test_questions_are_recorded_beside_the_answers_and_the_report_reads_them(tmp
     assert len(rows) == items.num_rows and len(with_question) == -(-items.num_rows // 5)  # one per chunk of 5
     shown = recorded_answers(folder, 3)
     assert len(shown) == 3 and json.loads(shown[0]["question"])[-1]["role"] == "user"
+
+
+class NoScoreEngine(CountingEngine):
+    """Gives no usable option scores for prompts about rice (밥): a reply the review cannot read."""
+
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
+        good = super().option_logprobs(prompts, options)
+        return [[float("-inf")] * len(options) if "밥" in p else g for p, g in zip(prompts, good, strict=True)]
+
+
+def test_review_withholds_unusable_scores_with_the_raw_reply_and_reason(tmp_path):
+    import json
+
+    from test_review import ITEMS, make_run
+
+    from transforms.core.lake import Lake
+    from transforms.review.auto import AutoReviewConfig, auto_review
+    from transforms.review.batch import export_run
+
+    lake = Lake(tmp_path / "lake").create()
+    export_run(lake, make_run(lake, ITEMS), to="csv", annotators=2, batch="b1")
+    cfg = AutoReviewConfig(engines=[EngineConfig(model="counting")], annotators=2, n_boot=10)
+    with mock.patch("transforms.llm.base.build_engine", lambda _cfg: NoScoreEngine()):
+        result, _ = auto_review(lake, "b1", cfg)
+    folder = lake.root / "review" / "b1"
+    held = [json.loads(x) for x in (folder / "auto-abstained.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(held) == 2 and all(j["invalid"] == "no finite option log-probability" and j["raw"] for j in held)
+    assert {j["item_id"] for j in held} == {"q1"} and result.stats["invalid_output"] == 2
+    reviewed = {r["id"]: r for r in result.reviewed.to_pylist()}
+    assert reviewed["q1"].get("drop_reason") is not None  # no judgment kept for it: not reviewed

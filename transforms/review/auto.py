@@ -58,6 +58,15 @@ def annotator_plan(cfg: AutoReviewConfig) -> list[tuple[EngineConfig, str]]:
     return combos[: cfg.annotators]
 
 
+def invalid_scores(logprobs: list[float], n_options: int) -> str | None:
+    """Why an engine's option scores cannot be used as a judgment, or None."""
+    if len(logprobs) != n_options:
+        return f"expected {n_options} option log-probabilities, got {len(logprobs)}"
+    if not any(math.isfinite(v) for v in logprobs) or any(math.isnan(v) for v in logprobs):
+        return "no finite option log-probability"
+    return None
+
+
 def _probs(logprobs: list[float]) -> list[float]:
     top = max(logprobs)
     exp = [math.exp(v - top) for v in logprobs]
@@ -116,10 +125,16 @@ def judge_detailed(engine: Any, prompt_id: str, items: list[dict[str, Any]], bat
                 "probs": {v: round(x, 4) for v, x in zip(verdicts, p, strict=True)}}
 
     shown = logprobs(swap=False)
-    if not both_orders:
-        return [judgment(_probs(lp)) for lp in shown]
+    swapped = logprobs(swap=True) if both_orders else shown
     result: list[dict[str, Any]] = []
-    for lp, lq in zip(shown, logprobs(swap=True), strict=True):
+    for lp, lq in zip(shown, swapped, strict=True):
+        bad = invalid_scores(lp, len(verdicts)) or (invalid_scores(lq, len(verdicts)) if both_orders else None)
+        if bad:  # withheld (auto-abstained.jsonl) with the raw scores and the reason, never a guess
+            result.append({"verdict": None, "invalid": bad, "raw": json.dumps([lp, lq] if both_orders else lp)})
+            continue
+        if not both_orders:
+            result.append(judgment(_probs(lp)))
+            continue
         v_shown, v_swapped = top(_probs(lp)), top(_swapped_back(lq))
         result.append({**judgment(combine_orders(lp, lq)), "verdict_as_shown": v_shown,
                        "verdict_swapped": v_swapped, "position_consistent": v_shown == v_swapped})
@@ -168,9 +183,10 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
         finally:
             engine.close()
     folder = batch_dir(lake, batch)
-    abstained: list[dict[str, Any]] = []
+    abstained = [j for j in judgments if j.get("invalid")]
+    judgments = [j for j in judgments if not j.get("invalid")]
     if cfg.both_orders and cfg.inconsistent == "abstain":
-        abstained = [j for j in judgments if not j["position_consistent"]]
+        abstained += [j for j in judgments if not j["position_consistent"]]
         judgments = [j for j in judgments if j["position_consistent"]]
     (folder / "auto-abstained.jsonl").write_text(
         "".join(json.dumps(j, ensure_ascii=False) + "\n" for j in abstained), encoding="utf-8")
@@ -179,6 +195,7 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
     record.annotators, record.named_annotators, record.automatic = names, True, True
     record.write(folder)
     result = import_judgments(lake, batch, read_judgment_files([path]), n_boot=cfg.n_boot)
-    result.stats["position"] = position_summary(judgments + abstained)
-    result.stats["position_abstained"] = len(abstained)
+    result.stats["position"] = position_summary(judgments + [j for j in abstained if not j.get("invalid")])
+    result.stats["position_abstained"] = sum(not j.get("invalid") for j in abstained)
+    result.stats["invalid_output"] = sum(bool(j.get("invalid")) for j in abstained)
     return result, write_import(lake, result, [path], seconds=time.perf_counter() - start)
