@@ -213,3 +213,15 @@ def test_review_withholds_unusable_scores_with_the_raw_reply_and_reason(tmp_path
     assert {j["item_id"] for j in held} == {"q1"} and result.stats["invalid_output"] == 2
     reviewed = {r["id"]: r for r in result.reviewed.to_pylist()}
     assert reviewed["q1"].get("drop_reason") is not None  # no judgment kept for it: not reviewed
+
+
+class NaNEngine(CountingEngine):
+    def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, int]]:
+        got = super().loglikelihood(requests)
+        return [(float("nan"), n) if i % 4 == 0 else (v, n) for i, (v, n) in enumerate(got)]
+
+
+def test_loglik_scores_that_are_not_numbers_are_unparsable_not_guesses(items):
+    preds = loglik_predictions(NaNEngine(), items, model="m", contexts=load_loglik_contexts(), batch_size=4)
+    bad = [r for r in preds.to_pylist() if r["status"] != "scored"]
+    assert bad and all(r["status"] == "unparsable" and r["pred"] is None and r["correct"] is None for r in bad)

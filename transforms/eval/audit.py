@@ -121,11 +121,13 @@ def solution_only_model(table: pa.Table, engine: Any, model: str = "model", batc
                                batch_size=batch_size)
     out: dict[str, Any] = {"n": table.num_rows, "model": model}
     for method in sorted(set(preds.column("method").to_pylist())):
-        correct = [c for c, m in zip(preds.column("correct").to_pylist(), preds.column("method").to_pylist(),
-                                     strict=True) if m == method]
+        mine = [c for c, m in zip(preds.column("correct").to_pylist(), preds.column("method").to_pylist(),
+                                  strict=True) if m == method]
+        correct = [c for c in mine if c is not None]  # an unusable score is omitted, not a guess
         k = sum(bool(c) for c in correct)
         lo, hi = wilson_interval(k, len(correct))
-        out[method] = {"acc": k / len(correct) if correct else None, "ci_low": lo, "ci_high": hi}
+        out[method] = {"acc": k / len(correct) if correct else None, "ci_low": lo, "ci_high": hi,
+                       "omitted": len(mine) - len(correct)}
     norm = out.get(LOGLIK_NORM, {})
     out["acc"] = norm.get("acc")
     return out

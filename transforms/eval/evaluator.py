@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from transforms.eval import items as I
 from transforms.eval.metrics import loglik_picks
-from transforms.eval.parse import parse_answer
+from transforms.eval.parse import UNPARSABLE, parse_answer
 from transforms.eval.templates import LoglikContexts, answer_index, prompt_for
 from transforms.llm.asking import Asker
 from transforms.llm.base import GenerationParams, LLMEngine
@@ -153,11 +153,16 @@ def loglik_predictions(engine: LLMEngine | Asker, items: pa.Table, *, model: str
     log.info("%s loglik: %d items in %.1fs", model, n, time.perf_counter() - started)
     picks = choose(scores, cols[I.SOL1], cols[I.SOL2], norm)
     labels = np.asarray(cols[I.LABEL])
+    # A score that is not a number is an unusable reply: no prediction, counted as unparsable.
+    usable = np.isfinite(scores[:, :2]).any(axis=1) & ~np.isnan(scores[:, :2]).any(axis=1)
+    status = ["scored" if ok else UNPARSABLE for ok in usable]
     parts = []
     for method, pred in picks.items():
+        preds = [int(p) if ok else None for p, ok in zip(pred.tolist(), usable, strict=True)]
+        correct = [bool(c) if ok else None for c, ok in zip((pred == labels).tolist(), usable, strict=True)]
         table = {**_carry(items), "model": [model] * n, "method": [method] * n, "variant": [ORIGINAL] * n,
-                 "prompt": [contexts.ref] * n, "pred": pred.tolist(), "correct": (pred == labels).tolist(),
-                 "status": ["scored"] * n, "ll_sol1": scores[:, 0].tolist(), "ll_sol2": scores[:, 1].tolist(),
+                 "prompt": [contexts.ref] * n, "pred": preds, "correct": correct,
+                 "status": status, "ll_sol1": scores[:, 0].tolist(), "ll_sol2": scores[:, 1].tolist(),
                  "ntok_sol1": scores[:, 2].astype(int).tolist(), "ntok_sol2": scores[:, 3].astype(int).tolist()}
         parts.append(_to_table(table, n))
     return pa.concat_tables(parts, promote_options="default")
