@@ -127,8 +127,13 @@ def test_no_attack_turns_a_rejected_row_into_a_kept_one(judges, questions):
 
 def test_an_llm_reading_the_whole_text_would_be_hijacked(judges, questions):
     """The same cascade with the LLM reading the whole text: rows the linear judges pass are kept once
-    attacked, so the test above can fail, and reading the first segment is what prevents it."""
+    attacked, so the test above can fail, and reading the first segment is what prevents it. The linear
+    judges' guard (transforms/judge/guard.py) is switched off here: with it they reject the attacked rows
+    themselves, whatever the LLM reads."""
     prefilter, member, gate = judges
+    prefilter = prefilter.model_copy()
+    prefilter._fitted = prefilter._fitted.model_copy(update={"guard": False})
+    member, gate = (m.model_copy().use_fitted(m.fitted().model_copy(update={"guard": False})) for m in (member, gate))
     llm = llm_member("whole")
     clean = run(prefilter, [member, gate, llm], questions, RuleEngine(MARKERS))
     dirty = run(prefilter, [member, gate, llm], attacked(questions, "ko_ignore_rules"), RuleEngine(MARKERS))

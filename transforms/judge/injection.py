@@ -42,3 +42,92 @@ def measure(judges: dict[str, Callable[[list[str]], np.ndarray]], texts: Sequenc
                      "yes_to_no": sum(p["yes_to_no"] for p in per.values()),
                      "verdicts": len(texts) * len(per)}
     return out
+
+
+# -- the template set (lake/samples/ko_injection_templates.yaml): positions, languages, disguises -------------
+
+import base64  # noqa: E402
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "lake" / "samples" / "ko_injection_templates.yaml"
+POSITIONS = ("end", "start", "inside")
+_SEPARATORS = {"end": "\n\n", "start": "\n", "inside": " "}
+_LOOKALIKE = str.maketrans({"a": "а", "e": "е", "o": "о", "p": "р", "c": "с", "i": "і", "y": "у", "x": "х"})
+_SENTENCE_END = re.compile(r"(?<=[.?!。])\s+")
+
+
+def _variant(text: str, name: str) -> str:
+    if name == "zero_width":
+        return "\u200b".join(text)
+    if name == "lookalike":
+        return text.translate(_LOOKALIKE)
+    if name == "fullwidth":
+        return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else "\u3000" if c == " " else c for c in text)
+    if name == "base64":
+        return "Decode this and follow it: " + base64.b64encode(text.encode()).decode()
+    if name == "padding":
+        return "ㅤ... " * 80 + text
+    raise ValueError(f"unknown injection variant {name!r}")
+
+
+def load_templates(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Every template and its variants as {id, language, kind, variant, text}."""
+    import yaml
+
+    data = yaml.safe_load(Path(path or TEMPLATES).read_text(encoding="utf-8"))
+    out = []
+    for t in data["templates"]:
+        out.append({"id": t["id"], "language": t["language"], "kind": t["kind"], "variant": "plain", "text": t["text"]})
+        out += [{"id": f"{t['id']}+{v}", "language": t["language"], "kind": t["kind"], "variant": v,
+                 "text": _variant(t["text"], v)} for v in t.get("variants", [])]
+    return out
+
+
+def inject(text: str, attack: str, position: str) -> str | None:
+    """`attack` added to `text` at `position`; None for `inside` when the text has no inner sentence end."""
+    if position == "end":
+        return f"{text}{_SEPARATORS['end']}{attack}"
+    if position == "start":
+        return f"{attack}{_SEPARATORS['start']}{text}"
+    ends = [m for m in _SENTENCE_END.finditer(text) if 0 < m.start() < len(text.rstrip())]
+    if not ends:
+        return None
+    cut = ends[len(ends) // 2]
+    return f"{text[:cut.start()]} {attack} {text[cut.end():]}"
+
+
+def attack_set(texts: Sequence[str], templates: list[dict[str, Any]] | None = None,
+               positions: Sequence[str] = POSITIONS) -> list[dict[str, Any]]:
+    """Every (row, template, position) attack that applies: {row, template, kind, variant, position, text}."""
+    out = []
+    for t in templates if templates is not None else load_templates():
+        for position in positions:
+            for i, text in enumerate(texts):
+                dirty = inject(text, t["text"], position)
+                if dirty is not None:
+                    out.append({"row": i, "template": t["id"], "kind": t["kind"], "variant": t["variant"],
+                                "position": position, "text": dirty})
+    return out
+
+
+def flip_rate(judge: Callable[[list[str]], np.ndarray], texts: Sequence[str],
+              templates: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The injected run against the plain run for one judge (texts -> keep verdicts): how many attacked
+    rows it keeps that it drops clean, overall and by template kind, position and variant."""
+    clean = np.asarray(judge(list(texts)), dtype=bool)
+    attacks = attack_set(texts, templates)
+    dirty = np.asarray(judge([a["text"] for a in attacks]), dtype=bool) if attacks else np.zeros(0, bool)
+    flip = [a for a, d in zip(attacks, dirty, strict=True) if d and not clean[a["row"]]]
+    dropped = [a for a in attacks if not clean[a["row"]]]
+
+    def by(key: str) -> dict[str, int]:
+        return {k: sum(1 for a in flip if a[key] == k) for k in sorted({a[key] for a in attacks})}
+
+    return {"rows": len(texts), "rows_kept_clean": int(clean.sum()), "attacked": len(attacks),
+            "attacked_dropped_clean": len(dropped), "no_to_yes": len(flip),
+            "flip_rate": len(flip) / len(dropped) if dropped else 0.0,
+            "rows_flipped": len({a["row"] for a in flip}),
+            "by_kind": by("kind"), "by_position": by("position"), "by_variant": by("variant"),
+            "examples": [{"template": a["template"], "position": a["position"], "text": " ".join(a["text"].split())[:160]}
+                         for a in flip[:10]]}

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from transforms.embed.base import EmbedderConfig
 from transforms.judge.metrics import judge_metrics
 from transforms.judge.seeds import LabelError, LabelledRow, load_labels
-from transforms.judge.views import min_over_views, normalise, prefix_views
+from transforms.judge.guard import injection_flags, sanitize
+from transforms.judge.views import min_over_parts, min_over_views, normalise, part_views, prefix_views
 
 
 def default_embedder() -> EmbedderConfig:
@@ -58,6 +59,16 @@ class LinearJudge(BaseModel):
                                 "ones such as a bare title cost precision; texts shorter than it are not covered).")
     train_on_views: bool = Field(True, description="views: also fit the model on each seed's prefix views, with "
                                  "the seed's label (so a physical question's first sentences score as physical).")
+    parts: bool = Field(False, description="views: also score the suffixes and the text with one run of segments cut "
+                        "out, so text put before or inside a question cannot raise it either. Off by default: on the "
+                        "seeds it costs most of the precision (docs/judges.md, 'Parts').")
+    part_min_chars: int = Field(0, ge=0, description="parts: views shorter than this are scored only where cut at "
+                                "strong boundaries (0: every view, so short questions are covered too).")
+    part_deletions: bool = Field(True, description="parts: also the text with one inner run of segments cut out "
+                                 "(text inserted inside a question); false: prefixes and suffixes only.")
+    guard: bool = Field(True, description="Read sanitized text (NFKC, invisible characters removed, look-alikes "
+                        "mapped) and score 0 for text addressing the judge (role or fence markers, a dictated "
+                        "answer, encoded payloads; transforms/judge/guard.py).")
 
 
 def prepare(text: Any, chars: int) -> str:
@@ -75,6 +86,10 @@ class FittedLinear(BaseModel):
     embed_chars: int
     views: bool = Field(False, description="Score = minimum over the text's prefix views.")
     view_min_chars: int = Field(0, ge=0, description="Shortest prefix view scored.")
+    parts: bool = Field(False, description="views: also suffixes and one-run deletions (views.part_views).")
+    part_min_chars: int = Field(0, ge=0, description="parts: shortest view scored off strong boundaries.")
+    part_deletions: bool = Field(True, description="parts: also one-run deletions.")
+    guard: bool = Field(False, description="Read sanitized text; text addressing the judge scores 0.")
     labels_sha: str = Field("", description="sha256 of the labels file the model was fitted on.")
     cv: dict[str, Any] = Field(default_factory=dict, description="Out-of-fold metrics at the threshold.")
     oof_scores: list[float] = Field(default_factory=list)
@@ -82,7 +97,9 @@ class FittedLinear(BaseModel):
 
     def key(self) -> str:
         ident = json.dumps([self.coef, self.intercept, self.embedder.model_dump(), self.embed_chars]
-                           + ([self.view_min_chars] if self.views else []))
+                           + ([self.view_min_chars] if self.views else [])
+                           + ([f"parts{self.part_min_chars}{'d' if self.part_deletions else ''}"] if self.views and self.parts else [])
+                           + (["guard"] if self.guard else []))
         return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
     def scores(self, embeddings: np.ndarray) -> np.ndarray:
@@ -95,8 +112,19 @@ class FittedLinear(BaseModel):
         (only for rows whose window scores >= `lazy_below`: under it the verdict cannot change)."""
         if not len(texts):
             return np.zeros(0)
+        if self.guard:  # text addressing the judge is not a question, whatever it would score: 0, not embedded
+            texts = [sanitize(t) for t in texts]
+            talk = np.array([bool(injection_flags(t)) for t in texts])
+            out = np.zeros(len(texts))
+            if (~talk).any():
+                out[~talk] = self.model_copy(update={"guard": False}).score_texts(
+                    [t for t, f in zip(texts, talk, strict=True) if not f], embedder, lazy_below)
+            return out
         if not self.views:
             return self.scores(embedder.encode([prepare(t, self.embed_chars) for t in texts]))
+        if self.parts:
+            return min_over_parts(lambda batch: self.scores(embedder.encode(batch)), texts, self.embed_chars,
+                                  self.part_min_chars, lazy_below=lazy_below, deletions=self.part_deletions)
         return min_over_views(lambda batch: self.scores(embedder.encode(batch)), texts, self.embed_chars,
                               self.view_min_chars, lazy_below=lazy_below)
 
@@ -182,9 +210,17 @@ def training_rows(config: LinearJudge) -> list[LabelledRow]:
     return rows
 
 
+def views_of(config: LinearJudge, text: str) -> list[str]:
+    """The views `train` embeds for one text (the window last), as FittedLinear.score_texts cuts them."""
+    text = sanitize(text) if config.guard else text
+    if config.views and config.parts:
+        return part_views(text, config.embed_chars, config.part_min_chars, deletions=config.part_deletions)
+    return prefix_views(text, config.embed_chars, config.view_min_chars)
+
+
 def seed_views(config: LinearJudge, labels: str | None = None) -> list[str]:
-    """Every text `train` embeds for one labels file (default `labels`): windows and, with views, prefixes."""
-    views = [prefix_views(r.text, config.embed_chars, config.view_min_chars) for r in load_labels(labels or config.labels)]
+    """Every text `train` embeds for one labels file (default `labels`): windows and, with views, their views."""
+    views = [views_of(config, r.text) for r in load_labels(labels or config.labels)]
     return [x for v in views for x in (v if config.views else v[-1:])]
 
 
@@ -193,7 +229,7 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLin
     rows = training_rows(config)
     labels = np.array([getattr(r, config.label) for r in rows], dtype=bool)
     embedder = embedder_for(config, cache_dir)
-    per_row = [prefix_views(r.text, config.embed_chars, config.view_min_chars) for r in rows]
+    per_row = [views_of(config, r.text) for r in rows]
     emb = embedder.encode([v[-1] for v in per_row])
     extra = None
     if config.views:
@@ -205,10 +241,14 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLin
         min_per_class=config.min_per_class, groups=[r.source for r in rows], views=extra,
         train_on_views=config.train_on_views)
     report.update(seed_rows=len(rows), views=config.views, view_min_chars=config.view_min_chars,
+                  parts=config.views and config.parts, part_min_chars=config.part_min_chars, guard=config.guard,
+                  guard_flagged_positives=sum(bool(injection_flags(r.text)) for r, y in zip(rows, labels, strict=True)
+                                              if y) if config.guard else 0,
                   train_on_views=config.train_on_views, embedded=embedder.misses,
                   embeddings_from_cache=embedder.hits)
     sha = hashlib.sha256(b"".join(Path(f).read_bytes() for f in [config.labels, *config.extra_labels])).hexdigest()
     return FittedLinear(coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
                         embed_chars=config.embed_chars, views=config.views, view_min_chars=config.view_min_chars,
-                        labels_sha=sha, cv=report,
+                        parts=config.views and config.parts, part_min_chars=config.part_min_chars,
+                        part_deletions=config.part_deletions, guard=config.guard, labels_sha=sha, cv=report,
                         oof_scores=oof.tolist(), oof_labels=labels.tolist())

@@ -78,3 +78,74 @@ def min_over_views(score: Callable[[list[str]], np.ndarray], texts: Sequence[obj
             out[i] = min(out[i], float(scores[at:at + n].min()))
             at += n
     return out
+
+
+# -- parts: what an inserted or prepended text cannot hide from ------------------------------------
+#
+# Prefix views cover text appended after a question. Text put *before* a question or *inside* it
+# needs the other views of the same family: the suffixes that start at a boundary, and the text with
+# one run of segments cut out. With the window, every prefix, every suffix and every one-run
+# deletion scored, an attack A added at boundaries anywhere (start, end, inside) leaves the clean
+# text as one of the attacked text's views (cut to the same window), so the minimum cannot rise.
+# Extra strong boundaries for parts: a space before '(' and a space after ')' or ']' (a parenthesised
+# list of topics glued to a command), and a run of three or more '=', '-', '#' or '*' (fake sections).
+_PART_BOUNDARY = re.compile(r"(?P<strong>(?=\n)|(?<=\s)(?=[<\[{(（「『])|(?<=[)\]）」』>])(?=\s)|(?<=[=\-#*]{3})(?=\s))"
+                            r"|(?<=[.?!。…~:])(?=\s)")
+
+
+def _cuts(raw: str) -> list[tuple[int, bool]]:
+    """(offset, strong) of every boundary, in order, without duplicates."""
+    out: dict[int, bool] = {}
+    for match in _PART_BOUNDARY.finditer(raw):
+        out[match.start()] = out.get(match.start(), False) or match.group("strong") is not None
+    return sorted(out.items())
+
+
+def part_views(text: object, chars: int, min_chars: int = 0, max_cuts: int = 24,
+               reach: int | None = None, deletions: bool = True) -> list[str]:
+    """The prefix views of `text` followed by its suffix views and one-run deletion views, each
+    whitespace-normalised and cut to `chars`; the whole window last. A view shorter than `min_chars`
+    is kept only where every cut that made it is strong. `text` is read as it comes: call `sanitize`
+    first. `reach` (default 3 × chars): suffixes and deletions start only within the first `reach`
+    characters (a longer run of text before the question is judged on its own, so padding is left to
+    the guard, transforms/judge/guard.py); at most `max_cuts` boundaries are used."""
+    raw = str(text or "")
+    full = normalise(raw)[:chars]
+    reach = 3 * chars if reach is None else reach
+    cuts = [(0, True), *[c for c in _cuts(raw) if 0 < c[0] < len(raw)][:max_cuts], (len(raw), True)]
+    seen: set[str] = set()
+    views: list[str] = []
+
+    def add(view: str, strong: bool) -> None:
+        if view and view != full and view not in seen and (strong or len(view) >= min_chars):
+            seen.add(view)
+            views.append(view)
+
+    for a, (start, s_strong) in enumerate(cuts[:-1]):  # keep raw[:start] + raw[end:], cut raw[start:end]
+        if start > reach:
+            break
+        head = raw[:start]
+        for end, e_strong in cuts[a + 1:]:
+            if (start == 0 and end == len(raw)) or (not deletions and 0 < start and end < len(raw)):
+                continue
+            add(normalise(head + "\n" + raw[end:])[:chars], (s_strong or start == 0) and e_strong)
+    views.sort(key=len)
+    return [*views, full]
+
+
+def min_over_parts(score: Callable[[list[str]], np.ndarray], texts: Sequence[object], chars: int,
+                   min_chars: int = 0, lazy_below: float | None = None, deletions: bool = True) -> np.ndarray:
+    """`min_over_views` over `part_views` (prefixes, suffixes and, with `deletions`, one-run deletions)."""
+    per_row = [part_views(t, chars, min_chars, deletions=deletions) for t in texts]
+    whole = np.asarray(score([v[-1] for v in per_row]), dtype=np.float64) if per_row else np.zeros(0)
+    out = whole.copy()
+    need = [i for i, v in enumerate(per_row) if len(v) > 1 and (lazy_below is None or whole[i] >= lazy_below)]
+    if need:
+        flat = [view for i in need for view in per_row[i][:-1]]
+        scores = np.asarray(score(flat), dtype=np.float64)
+        at = 0
+        for i in need:
+            n = len(per_row[i]) - 1
+            out[i] = min(out[i], float(scores[at:at + n].min()))
+            at += n
+    return out
