@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,15 @@ from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, StageRecord, code_version, fingerprint_file
 from transforms.review.batch import VERDICTS, BatchRecord, ReviewError, batch_dir, judgment_id, load_batch
 from transforms.review.consensus import ConsensusRule, apply_review
+from transforms.review.input_files import (
+    InputFileError,
+    is_formula,
+    read_json,
+    read_jsonl,
+    read_sheet,
+    require_columns,
+    unformat,
+)
 
 LONG_COLUMNS = ["judgment_id", "item_id", "annotator", "label", "goal_edit", "sol1_edit", "sol2_edit",
                 "comment", "skipped", "origin"]
@@ -43,32 +54,128 @@ def _pl() -> Any:
     return pl
 
 
+CSV_HEADERS = {c: c for c in ("judgment_id", "item_id", "annotator", "verdict", "label", "goal", "sol1", "sol2",
+                                "goal_edit", "sol1_edit", "sol2_edit", "comment")}
+_TEXT_CELLS = ("judgment_id", "item_id", "annotator", "label", "goal_edit", "sol1_edit", "sol2_edit", "comment")
+
+
+def _sheet_rows(path: Path) -> list[dict[str, Any]]:
+    """A filled CSV/TSV checked as a whole: encoding, truncation, columns, formulas (input_files.py)."""
+    sheet = read_sheet(path, CSV_HEADERS)
+    if "verdict" in sheet.columns and "label" not in sheet.columns:
+        sheet.columns = ["label" if c == "verdict" else c for c in sheet.columns]
+        sheet.rows = [{("label" if k == "verdict" else k): v for k, v in r.items()} for r in sheet.rows]
+    require_columns(sheet, [["item_id"], ["annotator"], ["label", "verdict"]], "judgments file")
+    rows = []
+    for i, row in enumerate(sheet.rows):
+        for col in _TEXT_CELLS:
+            if is_formula(row.get(col)):
+                raise InputFileError(f"{sheet.where(i)}: the {col} cell holds a spreadsheet formula "
+                                     f"({str(row[col])[:40]!r}); type the value instead")
+        cells = {c: unformat(row.get(c)) for c in _TEXT_CELLS}
+        rows.append({**cells, "skipped": False, "origin": sheet.where(i)})
+    return rows
+
+
 def read_judgment_files(files: list[str | Path], users: dict[int, str] | None = None) -> pa.Table:
-    """Every file's judgments in the long format (all text columns; `skipped` bool)."""
+    """Every file's judgments in the long format (all text columns; `skipped` bool; `origin` = the file
+    and line or Label Studio task). A file that cannot be read whole raises InputFileError (one line)."""
     from transforms.review.judgments import read_table
     from transforms.review.labelstudio import parse_export
 
     rows: list[dict[str, Any]] = []
     for path in map(Path, files):
-        if path.suffix.lower() == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
+        if not path.exists():
+            raise InputFileError(f"{path}: no such judgments file")
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            data = read_json(path)
             if not isinstance(data, list):
-                raise ReviewError(f"{path}: a Label Studio JSON export is a list of tasks")
-            rows += parse_export(data, users, origin=str(path))
+                raise InputFileError(f"{path}: a Label Studio JSON export is a list of tasks, not a "
+                                     f"{type(data).__name__}")
+            for n, task in enumerate(data):
+                if not isinstance(task, dict):
+                    raise InputFileError(f"{path}: task {n} is a {type(task).__name__}, not an object")
+                rows += parse_export([task], users, origin=f"{path}#task{task.get('id', n)}")
+            continue
+        if suffix in (".jsonl", ".ndjson"):
+            for n, obj in read_jsonl(path):
+                label = obj.get("label", obj.get("verdict"))
+                rows.append({"judgment_id": obj.get("judgment_id"), "item_id": obj.get("item_id"),
+                             "annotator": obj.get("annotator"), "label": label,
+                             **{f"{f}_edit": obj.get(f"{f}_edit") for f in ("goal", "sol1", "sol2")},
+                             "comment": obj.get("comment"), "skipped": False, "origin": f"{path}:{n}"})
+            continue
+        if suffix in (".csv", ".tsv", ".txt"):
+            rows += _sheet_rows(path)
             continue
         table = read_table(path)
         names = table.schema.names
         if "verdict" in names and "label" not in names:
             table = table.rename_columns(["label" if n == "verdict" else n for n in names])
-        for row in table.to_pylist():
+        for n, row in enumerate(table.to_pylist()):
             rows.append({"judgment_id": row.get("judgment_id"), "item_id": row.get("item_id"),
                          "annotator": row.get("annotator"), "label": row.get("label"),
                          **{f"{f}_edit": row.get(f"{f}_edit") for f in ("goal", "sol1", "sol2")},
-                         "comment": row.get("comment"), "skipped": False, "origin": str(path)})
+                         "comment": row.get("comment"), "skipped": False, "origin": f"{path}#row{n}"})
     text = {c: pa.array([None if r.get(c) is None else str(r[c]) for r in rows], pa.string())
             for c in LONG_COLUMNS if c != "skipped"}
     text["skipped"] = pa.array([bool(r.get("skipped")) for r in rows], pa.bool_())
     return pa.table({c: text[c] for c in LONG_COLUMNS})
+
+
+def _file_of(origin: str | None) -> str:
+    return re.sub(r"(:\d+|#task.*|#row\d+)$", "", str(origin or ""))
+
+
+def check_against_batch(judgments: pa.Table, record: BatchRecord, allow_partial: bool = False) -> pa.Table:
+    """File-level checks against the batch, before any judgment counts; raises InputFileError (one line):
+
+    * a `judgment_id` of another batch (a file exported for another batch);
+    * a `judgment_id` naming another annotator than the row's `annotator` column (a pasted column);
+    * a filled CSV that stops before the batch's last item for one of its annotators (a file cut at a
+      line boundary), unless `allow_partial`.
+    Item ids a spreadsheet reformatted as numbers ("1,234", "12.0") are mapped back to the batch's id."""
+    exported = set(record.item_ids)
+    rows = judgments.to_pylist()
+    per_file_slots: dict[str, dict[str, set[str]]] = {}
+    for row in rows:
+        where = row.get("origin") or "?"
+        item = row.get("item_id")
+        if item is not None and item not in exported:
+            plain = re.sub(r"(?<=\d)[,\u00a0 ](?=\d{3})", "", item.strip())
+            plain = re.sub(r"^(\d+)\.0+$", r"\1", plain)
+            if plain in exported:
+                row["item_id"] = item = plain
+        jid = row.get("judgment_id")
+        if not jid or str(jid).startswith("ls-annotation/"):
+            continue
+        parts = str(jid).rsplit("/", 2)
+        if len(parts) != 3:
+            raise InputFileError(f"{where}: judgment_id {jid!r} is not <batch>/<item>/<annotator>")
+        batch, jitem, jann = parts
+        if batch != record.batch:
+            raise InputFileError(f"{where}: judgment_id {jid!r} belongs to batch {batch!r}, not {record.batch!r}: "
+                                 f"import this file into its own batch")
+        ann = (row.get("annotator") or "").strip()
+        if ann and ann != jann and jann in record.annotators:
+            raise InputFileError(f"{where}: judgment_id {jid!r} names annotator {jann!r} but the annotator column "
+                                 f"says {ann!r} (a column pasted from another file?)")
+        if item is not None and jitem != item:
+            raise InputFileError(f"{where}: judgment_id {jid!r} names item {jitem!r} but the item_id column says "
+                                 f"{item!r}")
+        if jann in record.annotators and jitem in exported:
+            per_file_slots.setdefault(_file_of(where), {}).setdefault(jann, set()).add(jitem)
+    if not allow_partial:
+        for path, slots in per_file_slots.items():
+            for ann, items in slots.items():
+                missing = [i for i in record.item_ids if i not in items]
+                if missing:
+                    raise InputFileError(
+                        f"{path}: annotator {ann!r} has rows for {len(items)} of the batch's {len(record.item_ids)} "
+                        f"items; {len(missing)} are missing (first: {missing[0]!r}); the file looks cut short "
+                        f"(import it with allow_partial / --allow-partial if that is intended)")
+    return pa.Table.from_pylist(rows, schema=judgments.schema)
 
 
 def label_spellings() -> dict[str, str]:
@@ -140,7 +247,8 @@ def import_judgments(lake: Lake, batch: str, judgments: pa.Table, rule: Consensu
     counts = rejected.column("reject_reason").to_pylist()
     stats.update({"batch": batch, "parent_run": record.parent_run, "automatic": record.automatic,
                   "judgments": judgments.num_rows, "judgments_valid": valid.num_rows,
-                  "judgments_rejected": {r: counts.count(r) for r in sorted(set(counts))}})
+                  "judgments_rejected": {r: counts.count(r) for r in sorted(set(counts))},
+                  "files": per_file_counts(valid, rejected)})
     if valid.num_rows:
         long = pa.table({"item": valid.column("item_id"), "annotator": valid.column("annotator"),
                          "label": valid.column("label")})
@@ -149,21 +257,98 @@ def import_judgments(lake: Lake, batch: str, judgments: pa.Table, rule: Consensu
     return ImportResult(record, reviewed, queue, valid, rejected, stats)
 
 
+def per_file_counts(valid: pa.Table, rejected: pa.Table) -> dict[str, dict[str, Any]]:
+    """Per input file: judgments read, valid, rejected by reason (and the first rejected line per reason)."""
+    out: dict[str, dict[str, Any]] = {}
+    for table, ok in ((valid, True), (rejected, False)):
+        if "origin" not in table.column_names:
+            continue
+        reasons = table.column("reject_reason").to_pylist() if not ok else [None] * table.num_rows
+        for origin, reason in zip(table.column("origin").to_pylist(), reasons, strict=True):
+            f = out.setdefault(_file_of(origin), {"judgments": 0, "valid": 0, "rejected": {}, "first": {}})
+            f["judgments"] += 1
+            if ok:
+                f["valid"] += 1
+            else:
+                f["rejected"][reason] = f["rejected"].get(reason, 0) + 1
+                f["first"].setdefault(reason, origin)
+    return out
+
+
+def check_import(lake: Lake, batch: str, files: list[str | Path], rule: ConsensusRule | None = None,
+                 n_boot: int = 1000, users: dict[int, str] | None = None, *, allow_partial: bool = False,
+                 replace: bool = False) -> ImportResult:
+    """Read and validate every file against the batch and decide consensus, writing nothing (what
+    `--dry-run` shows). Raises InputFileError / ReviewError (one line) when the import must not happen:
+    a file unreadable as a whole, of another batch, cut short, contradicting itself, or with no valid
+    judgment; a batch imported before, unless `replace`."""
+    record, _ = load_batch(lake, batch)
+    if record.imports and not replace:
+        last = record.imports[-1]
+        raise ReviewError(f"batch {batch!r} was imported already (run {last.get('run_id')} at {last.get('at')}, "
+                          f"from {', '.join(last.get('files') or []) or 'judgments in memory'}); import again with "
+                          f"--replace to supersede that import")
+    if not files:
+        raise ReviewError("no judgments file given")
+    judgments = check_against_batch(read_judgment_files(files, users), record, allow_partial)
+    result = import_judgments(lake, batch, judgments, rule, n_boot)
+    for path in map(str, files):
+        counts = result.stats["files"].get(path, {"judgments": 0, "valid": 0, "rejected": {}, "first": {}})
+        if not counts["valid"]:
+            why = ", ".join(f"{n} {r} (first at {counts['first'][r]})" for r, n in counts["rejected"].items())
+            raise InputFileError(f"{path}: no valid judgment in this file ({counts['judgments']} read"
+                                 + (f": {why}" if why else "") + "); nothing was imported")
+    return result
+
+
 def write_import(lake: Lake, result: ImportResult, files: list[str | Path] | None = None,
                  run_id: str | None = None, seconds: float = 0.0) -> RunManifest:
     """Write the batch's import outputs and a review run (curated = kept items) whose parent is the
     exported run; the batch record lists the import."""
+    folder = batch_dir(lake, result.record.batch)
+    dataset = result.record.dataset or "review"
+    run_id = run_id or Lake.new_run_id("review")
+    earlier = [dict(i) for i in result.record.imports if not i.get("superseded_by")]
+    staging = folder / f".import-{run_id}"
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        manifest = _write_run(lake, result, files, run_id, dataset, seconds, staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for zone in ("curated", "staged", "rejected"):
+            shutil.rmtree(lake.zone(zone, dataset, run_id), ignore_errors=True)
+        raise
+    # the batch's side files move in only once the run is written: a failed import leaves the last one
+    for tmp in staging.iterdir():
+        tmp.replace(folder / tmp.name)
+    staging.rmdir()
+    for old in earlier:  # a re-import (--replace) supersedes the earlier one, in the batch and its run
+        for entry in result.record.imports:
+            if entry.get("run_id") == old.get("run_id"):
+                entry["superseded_by"] = run_id
+        path = lake.manifest_path(str(old.get("run_id")))
+        if path.exists():
+            previous = RunManifest.model_validate_json(path.read_text(encoding="utf-8"))
+            previous.extras["superseded_by"] = run_id
+            previous.write(path)
+    result.record.imports.append({"run_id": run_id, "at": manifest.finished_at, "kept": manifest.stages[0].rows_kept,
+                                  "files": [str(f) for f in files or []],
+                                  **({"supersedes": [o.get("run_id") for o in earlier]} if earlier else {})})
+    result.record.write(folder)
+    return manifest
+
+
+def _write_run(lake: Lake, result: ImportResult, files: list[str | Path] | None, run_id: str, dataset: str,
+               seconds: float, staging: Path) -> RunManifest:
+    pq.write_table(result.judgments, staging / "judgments.parquet")
+    pq.write_table(result.rejected, staging / "rejected_judgments.parquet")
+    pq.write_table(result.queue, staging / "queue.parquet")
+    pq.write_table(result.reviewed, staging / "reviewed.parquet")
+    (staging / "import.json").write_text(json.dumps(result.stats, ensure_ascii=False, indent=1, allow_nan=False),
+                                         encoding="utf-8")
     from transforms.core.stage import mark_dropped
 
     folder = batch_dir(lake, result.record.batch)
-    pq.write_table(result.judgments, folder / "judgments.parquet")
-    pq.write_table(result.rejected, folder / "rejected_judgments.parquet")
-    pq.write_table(result.queue, folder / "queue.parquet")
-    pq.write_table(result.reviewed, folder / "reviewed.parquet")
-    (folder / "import.json").write_text(json.dumps(result.stats, ensure_ascii=False, indent=1, allow_nan=False),
-                                        encoding="utf-8")
-    dataset = result.record.dataset or "review"
-    run_id = run_id or Lake.new_run_id("review")
     table = mark_dropped(result.reviewed, "review_import")
     status = table.column("_status").to_pylist()
     kept = table.filter(pa.array([s == "kept" for s in status]))
@@ -192,17 +377,16 @@ def write_import(lake: Lake, result: ImportResult, files: list[str | Path] | Non
     manifest.status = "succeeded"
     manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
     manifest.write(lake.manifest_path(run_id))
-    result.record.imports.append({"run_id": run_id, "at": manifest.finished_at, "kept": kept.num_rows,
-                                  "files": [str(f) for f in files or []]})
-    result.record.write(folder)
     return manifest
 
 
 def import_files(lake: Lake, batch: str, files: list[str | Path], rule: ConsensusRule | None = None,
-                 n_boot: int = 1000, users: dict[int, str] | None = None) -> tuple[ImportResult, RunManifest]:
+                 n_boot: int = 1000, users: dict[int, str] | None = None, *, replace: bool = False,
+                 allow_partial: bool = False) -> tuple[ImportResult, RunManifest]:
+    """Check every file as a whole (`check_import`), then write the review run; all or nothing."""
     start = time.perf_counter()
     load_batch(lake, batch)  # an unknown batch is the first thing to say
-    result = import_judgments(lake, batch, read_judgment_files(files, users), rule, n_boot)
+    result = check_import(lake, batch, files, rule, n_boot, users, allow_partial=allow_partial, replace=replace)
     return result, write_import(lake, result, files, seconds=time.perf_counter() - start)
 
 
@@ -218,6 +402,9 @@ class ReviewImportSource(SourceStage):
     files: list[str] = Field(..., description="Label Studio JSON exports, filled CSVs or long-format files.")
     rule: ConsensusRule | None = Field(None, description="Override the batch's consensus rule.")
     n_boot: int = Field(1000, ge=0, description="Bootstrap replicates for the agreement intervals.")
+    replace: bool = Field(False, description="Import into a batch imported before (supersedes that import).")
+    allow_partial: bool = Field(False, description="Accept a filled CSV that lacks rows for some of the batch's "
+                                "items (otherwise: the file looks cut short, an error).")
 
     _stats: dict[str, Any] = PrivateAttr(default_factory=dict)
 
@@ -227,7 +414,8 @@ class ReviewImportSource(SourceStage):
 
     def rows(self) -> pa.Table:
         lake = Lake(self.lake)
-        result = import_judgments(lake, self.batch, read_judgment_files(list(self.files)), self.rule, self.n_boot)
+        result = check_import(lake, self.batch, list(self.files), self.rule, self.n_boot,
+                              allow_partial=self.allow_partial, replace=self.replace)
         folder = batch_dir(lake, self.batch)
         for name, table in (("judgments", result.judgments), ("rejected_judgments", result.rejected),
                             ("queue", result.queue)):
