@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_ensemble.py [--rows 120] [--json out.json]
 
-1. Runs the job's ensemble (jobs/configs/ko_piqa.yaml: Gemma 3 270M, two prompts, unanimous) as a
+1. Runs the job's ensemble (jobs/recipes/ko-piqa.yaml: Gemma 3 270M, two prompts, unanimous) as a
    cascade on a fixed-seed random subset of the sample, timing the local engine.
 2. Counts LLM calls and estimated FLOPs (2 x parameters x prompt tokens) per input row for the
    cascade and for "every classifier on every row", with and without the job's prefilter: the
@@ -27,8 +27,9 @@ import pyarrow.compute as pc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobs.config import resolve_config  # noqa: E402
 from transforms.core import columns as C  # noqa: E402
+from transforms.flow.context import run_stages  # noqa: E402
+from transforms.flow.recipe import load_recipe  # noqa: E402
 from transforms.judge.gate import SupervisedPrefilter  # noqa: E402
 from transforms.llm.ensemble import EnsembleClassify  # noqa: E402
 from transforms.llm.prefilter import DistilledPrefilter, sample_indices  # noqa: E402
@@ -89,14 +90,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--prefilter", choices=["supervised", "distilled"], default="supervised")
     args = ap.parse_args(argv)
 
-    config = resolve_config("ko-piqa")
+    _, stages = run_stages(load_recipe("ko-piqa"), "crawl", lake=ROOT / "lake")  # the recipe's own ensemble
     table = load_sample(Path(args.input))
-    ensemble = config.ensemble.model_copy(update={"cache_dir": None})  # type: ignore[union-attr]
-    for clf in ensemble.classifiers:  # supervised members read their labels from the repository, embed via the cache
-        if getattr(clf, "kind", None) == "linear":
-            clf.embed_cache_dir = str(ROOT / "lake" / "cache" / "embeddings")
-            clf.judge = clf.judge.model_copy(update={"labels": str(ROOT / clf.judge.labels),
-                                                     "extra_labels": [str(ROOT / f) for f in clf.judge.extra_labels]})
+    ensemble = next(s for s in stages if s.name == "ensemble").model_copy(update={"cache_dir": None})
     t0 = time.perf_counter()
     ensemble.ensure_setup()
     load_s = time.perf_counter() - t0
@@ -125,10 +121,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     if args.prefilter == "supervised":
         # The job's prefilter: trained on the seed labels, applied to every row; no LLM call up front.
-        sup = config.prefilter if isinstance(config.prefilter, SupervisedPrefilter) else SupervisedPrefilter()
+        sup = next((s for s in stages if isinstance(s, SupervisedPrefilter)), SupervisedPrefilter())
         pre_stage: Any = sup.model_copy(update={"llm_budget_rows": None, "embed_cache_dir": str(
-            ROOT / "lake" / "cache" / "embeddings"), "judge": sup.judge.model_copy(update={
-                "labels": str(ROOT / sup.judge.labels)})})
+            ROOT / "lake" / "cache" / "embeddings")})
         sample_share = 0.0
     else:
         # Distilled: learn the ensemble on the subset (answers reused from the run above), apply to every row.

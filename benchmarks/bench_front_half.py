@@ -98,24 +98,25 @@ def main(argv: list[str] | None = None) -> int:
     print(f"synthetic crawl: {crawl.num_rows:,} rows -> {crawl_path} ({crawl_path.stat().st_size / 2**20:.0f} MiB) "
           f"in {time.perf_counter() - t0:.1f}s")
 
-    from jobs.config import parse_set, resolve_config
+    from jobs.config import parse_set
     from transforms.core.lake import Lake
     from transforms.core.runner import init_ray, run_pipeline
-    from transforms.io.crawl import CrawlSource
+    from transforms.flow.context import run_stages
+    from transforms.flow.recipe import load_recipe
 
-    overrides = {"input.paths": [str(crawl_path)], "input.format": "jsonl", "lake": str(work / "lake"),
-                 "num_cpus": args.num_cpus}
+    overrides = {"input.paths": [str(crawl_path)], "input.format": "jsonl", "num_cpus": args.num_cpus}
     for item in args.set:
         key, value = parse_set(item)
         overrides[key] = value
-    config = resolve_config("ko-piqa", None, overrides)
-    # The front half only, whatever the job appends after it (the LLM back half).
-    front = [getattr(config, name) for name in FRONT_HALF]
+    recipe = load_recipe("ko-piqa", overrides)
+    source, stages = run_stages(recipe, "crawl", lake=work / "lake")
+    # The front half only, whatever the recipe's crawl run appends after it (the LLM back half).
+    front = [s for s in stages if s.name in FRONT_HALF]
     with RssSampler() as rss:
         w0 = time.perf_counter()
         init_ray(None, args.num_cpus)
-        result = run_pipeline(job="ko-piqa", dataset="ko-piqa-bench", source=CrawlSource(config.input),  # type: ignore[attr-defined]
-                              stages=front, lake=Lake(str(work / "lake")), config=config.model_dump())
+        result = run_pipeline(job="ko-piqa", dataset="ko-piqa-bench", source=source, stages=front,
+                              lake=Lake(str(work / "lake")), config={"recipe": "ko-piqa", "params": recipe.params})
         total = time.perf_counter() - w0
     manifest = json.loads(Path(result.outputs["manifest"]).read_text())
     print(f"\n{machine()}")
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     scored = type(crawl)(crawl.table.filter(keep))
     family_of = dict(zip(ids, fams, strict=True))
     dup = {d: r for d, r in dup.items() if family_of[d] not in gone}
-    score = score_clusters(scored, dup, config.minhash_dedup.threshold)  # type: ignore[attr-defined]
+    threshold = next(s for s in front if s.name == "minhash_dedup").threshold
+    score = score_clusters(scored, dup, threshold)
     print(f"dedup (exact + near) vs injected copies ({len(gone):,} families touched by filters excluded): "
           f"precision {score['precision']:.4f} (with true-Jaccard drops {score['precision_jaccard']:.4f}), "
           f"recall {score['recall']:.4f} (near {score['recall_near']:.4f}, exact {score['recall_exact']:.4f}, "

@@ -163,28 +163,30 @@ def spilled_mib() -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from jobs.config import resolve_config
-    from jobs.ko_piqa import run_stages, stages
+    from jobs.config import parse_set
+    from transforms.core.lake import Lake
+    from transforms.core.runner import run_pipeline
     from transforms.dedup.minhash import MinHashDedup
+    from transforms.flow.context import run_stages
+    from transforms.flow.recipe import load_recipe
 
     overrides: dict[str, Any] = {
-        "lake": str(args.lake), "num_cpus": args.num_cpus,
-        "input.paths": [str(args.crawl)], "input.format": "jsonl",
+        "num_cpus": args.num_cpus, "input.paths": [str(args.crawl)], "input.format": "jsonl",
         "input.columns": {"id": "id", "text": "text", "source": "source"},
     }
-    from jobs.config import parse_set
-
     overrides.update(dict(parse_set(item) for item in args.sets))
-    config = resolve_config("ko-piqa", None, overrides)
-    chain = stages(config)  # type: ignore[arg-type]
+    recipe = load_recipe("ko-piqa", overrides)  # the recipe's crawl run, cut after its MinHash stage
+    run_id = f"scale-{args.rows}-{time.strftime('%Y%m%dT%H%M%S')}"
+    source, chain = run_stages(recipe, "crawl", lake=args.lake, run_id=run_id)
     cut = next(i for i, s in enumerate(chain) if isinstance(s, MinHashDedup))
     front = chain[: cut + 1]
-    run_id = f"scale-{args.rows}-{time.strftime('%Y%m%dT%H%M%S')}"
     load_before = os.getloadavg()
     with MemorySampler(args.sample_every) as mem:
         ray_start = start_ray(args.num_cpus)
         started = time.perf_counter()
-        result = run_stages(config, front, run_id=run_id)  # type: ignore[arg-type]
+        run_pipeline(job="ko-piqa:crawl", dataset="ko-piqa", source=source, stages=front, lake=Lake(args.lake),
+                     config={}, run_id=run_id)
+        result = {"manifest": str(Lake(args.lake).manifest_path(run_id))}
         wall = time.perf_counter() - started
         spill = spilled_mib()
     from transforms.core.manifest import RunManifest

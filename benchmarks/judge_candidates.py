@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/judge_candidates.py llm   [--prompt classify_piqa/ko_intent] [--min-oof 0.38]
     .venv/bin/python benchmarks/judge_candidates.py extra [--data ../shared/data]
 
-Both start from `e5-strict` (the job's binding supervised member, jobs/configs/ko_piqa.yaml) and its
+Both start from `e5-strict` (the job's binding supervised member, jobs/recipes/ko-piqa.yaml) and its
 out-of-fold scores on the even-docId KiN seeds (5 folds), so every figure is for questions the model
 scoring them did not learn. The held-out (odd-docId) labels are never read.
 
@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from jobs.config import resolve_config  # noqa: E402
+from transforms.flow.recipe import load_recipe  # noqa: E402
 from transforms.judge.linear import (  # noqa: E402
     LinearJudge,
     embedder_for,
@@ -45,11 +45,11 @@ from transforms.judge.linear import (  # noqa: E402
 
 
 def strict_judge() -> LinearJudge:
-    for member in resolve_config("ko-piqa").ensemble.classifiers:
-        if getattr(member, "name", None) == "e5-strict":
-            judge = member.judge
-            return judge if isinstance(judge, LinearJudge) else LinearJudge.model_validate(dict(judge))
-    raise SystemExit("jobs/configs/ko_piqa.yaml has no e5-strict member")
+    crawl = load_recipe("ko-piqa").run("crawl")
+    for member in next(s for s in crawl.stages if s["stage"] == "ensemble")["classifiers"]:
+        if member.get("name") == "e5-strict":
+            return LinearJudge.model_validate(member["judge"])
+    raise SystemExit("jobs/recipes/ko-piqa.yaml has no e5-strict member")
 
 
 def run_llm(args: argparse.Namespace) -> dict[str, Any]:

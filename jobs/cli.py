@@ -6,7 +6,6 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from jobs import JOBS
@@ -81,7 +80,7 @@ def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, An
 
 
 def _run_recipe(args: argparse.Namespace, extra: list[str]) -> int:
-    from jobs.config import apply_secrets_env, read_yaml, warn_literal_secrets
+    from jobs.config import apply_secrets_env
     from jobs.submit import receive_forwarded_secrets
     from transforms.core.secrets import bind_fingerprint_key
     from transforms.flow.orchestrator import run_recipe
@@ -90,9 +89,6 @@ def _run_recipe(args: argparse.Namespace, extra: list[str]) -> int:
     overrides = recipe_overrides(args, extra)
     # under `piqaforge submit`, secrets (and --set items holding one) arrive outside Ray's job record
     overrides.update(dict(parse_set(item) for item in receive_forwarded_secrets()))
-    if args.config:
-        warn_literal_secrets(read_yaml(Path(args.config)), f"config file {args.config}")
-    warn_literal_secrets({k: v for k, v in overrides.items() if not isinstance(v, dict)}, "--set", dotted=True)
     recipe = load_recipe(args.job, overrides, config_file=args.config)
     apply_secrets_env(secret_names_of(recipe))
     bind_fingerprint_key(args.lake or "lake")

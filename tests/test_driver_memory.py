@@ -40,8 +40,10 @@ def _frames(value: Any, depth: int = 0) -> list[tuple[list[str], int]]:
 def test_front_half_driver_sees_counts_not_rows(ray_local, tmp_path, monkeypatch):
     import ray
 
-    from jobs.config import resolve_config
-    from jobs.ko_piqa import run_stages, stages
+    from transforms.core.lake import Lake
+    from transforms.core.runner import run_pipeline
+    from transforms.flow.context import run_stages
+    from transforms.flow.recipe import load_recipe
 
     seen: list[tuple[str, list[str], int]] = []
 
@@ -64,13 +66,14 @@ def test_front_half_driver_sees_counts_not_rows(ray_local, tmp_path, monkeypatch
     for method in ("iter_batches", "iter_rows", "take", "take_all", "take_batch", "to_pandas"):
         monkeypatch.setattr(ray.data.Dataset, method, spy(f"Dataset.{method}", getattr(ray.data.Dataset, method)))
 
-    config = resolve_config("ko-piqa", None, {"lake": str(tmp_path / "lake"), "input.paths": [str(SAMPLE)]})
-    chain = stages(config)
+    recipe = load_recipe("ko-piqa", {"input.paths": [str(SAMPLE)]})
+    source, chain = run_stages(recipe, "crawl", lake=tmp_path / "lake", run_id="driver-mem")
     from transforms.dedup.minhash import MinHashDedup
 
     front = chain[: next(i for i, s in enumerate(chain) if isinstance(s, MinHashDedup)) + 1]
-    result = run_stages(config, front, run_id="driver-mem")
-    assert Path(result["curated"]).exists()
+    manifest = run_pipeline(job="ko-piqa:crawl", dataset="ko-piqa", source=source, stages=front,
+                            lake=Lake(tmp_path / "lake"), config={}, run_id="driver-mem")
+    assert Path(manifest.outputs["curated"]).exists()
 
     leaked = [(name, cols, n) for name, cols, n in seen if "text" in cols and n]
     assert not leaked, f"rows reached the driver: {leaked[:5]}"

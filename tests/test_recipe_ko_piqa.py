@@ -3,8 +3,8 @@ release → zero-shot evaluation (overall and cultural subset) with the local Ge
 orchestrator, then resumed after the import.
 
 The recipe is jobs/recipes/ko-piqa.yaml itself with only its crawl run replaced by eight real KiN questions
-(a recipe is data: the test swaps one run). The refinement engine is the test double of the engine interface
-from tests/test_ko_piqa_items.py (Korean replies written there, one broken); the judgments are a filled CSV
+(a recipe is data: the test swaps one run). The refinement engine is a test double of the engine interface
+(Korean replies written here, one broken); the judgments are a filled CSV
 with a disagreement and a rejection; dedup, balancing, the gate and the evaluation are real.
 """
 
@@ -13,21 +13,55 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import yaml
 from ray import cloudpickle as ray_cloudpickle
 
-from tests.test_ko_piqa_items import RefineDouble
 from transforms.core.lake import Lake, read_table
 from transforms.core.manifest import RunManifest
 from transforms.core.runner import conservation_errors
 from transforms.flow.recipe import RECIPES_DIR, load_recipe
-from transforms.llm.base import EngineConfig
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.review.importing import import_files
 
 ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+# (goal, correct solution, the word to change, its wrong replacement) per question keyword, written for this test
+# (no edit of the prompt's own examples: those are dropped as copies_prompt_example)
+ITEMS = {
+    0: ("라면 국물이 너무 짤 때 맛을 맞추려면", "물을 조금 더 붓고 다시 끓인다.", "물", "소금"),
+    1: ("프라이팬에 눌어붙은 기름때를 지우려면", "베이킹소다를 뿌리고 물로 불린 뒤 닦는다.", "베이킹소다", "밀가루"),
+    2: ("겨울에 수도관이 얼지 않게 하려면", "수도계량기 함을 헌 옷으로 채워 둔다.", "헌 옷", "젖은 수건"),
+    3: ("김치찌개의 신맛을 줄이려면", "설탕을 조금 넣어 끓인다.", "설탕", "식초"),
+    4: ("운동화의 냄새를 없애려면", "신문지를 넣어 습기를 빨아들이게 한다.", "신문지", "물"),
+    5: ("라면 국물이 짤 때 맛을 맞추는 방법은", "물을 조금 더 붓고 다시 끓인다.", "물", "간장"),
+    6: ("흰 셔츠에 묻은 커피 얼룩을 빼려면", "찬물에 적신 뒤 주방세제를 묻혀 두드린다.", "찬물", "뜨거운 물"),
+}
+
+
+class RefineDouble(LLMEngine):
+    """Replies to the refinement prompt from ITEMS by the question's number; question 7 gets broken JSON."""
+
+    def chat(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[str]:
+        out = []
+        for conv in conversations:
+            text = conv[-1]["content"]
+            k = int(text.split("#")[1].split()[0]) if "#" in text else -1
+            if k in ITEMS:
+                g, a, w, x = ITEMS[k]
+                out.append(json.dumps({"goal": g, "answer": a, "word": w, "wrong_word": x}, ensure_ascii=False))
+            else:
+                out.append("{\"goal\": \"반쯤 쓰다 만")
+        return out
+
+    def option_logprobs(self, prompts, options):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
+
+    def loglikelihood(self, requests):  # type: ignore[no-untyped-def]
+        raise NotImplementedError
 
 
 def _recipe(tmp_path: Path, shared_data: Path) -> Path:

@@ -17,7 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from jobs.ru_piqa import Config, arm_chain, check_stages, chunk_ids
+from transforms.flow.context import run_stages
+from transforms.flow.recipe import load_recipe
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.piqa.provenance import ProvenanceColumns, provenance_tables
 from transforms.piqa.russian import length_share, repeated_openings
@@ -77,6 +78,33 @@ class RussianItemsEngine(LLMEngine):
         raise NotImplementedError
 
 
+ARMS = ["arm-grounded-t03", "arm-grounded-t08", "arm-no-source"]
+
+
+def list_form(arm: str) -> list[dict]:
+    """The paper's form of an arm: n_items items as one JSON list per request (a recipe file or `--config`
+    can put these stages in an arm's run; the recipe's local default is the edit form)."""
+    grounded = arm != "arm-no-source"
+    variables = {"n_items": "n_items", **({"title": "title", "subject": "subject", "grade": "grade", "chunk": "text"}
+                                          if grounded else {"topic": "text"})}
+    fields = {"goal": "str", "sol1": "str", "sol2": "str", "label": "int", **({"fact": "str"} if grounded else {})}
+    kind = "document" if grounded else "topic_seeds"
+    return [{"stage": "attach_chunks", "documents": {"paths": ["${data.documents}"], "kinds": [kind], "max_chars": 900}},
+            {"stage": "llm_generate", "engine": "@generator",
+             "prompt": {"id": "ru_piqa/grounded_generation" if grounded else "ru_piqa/no_source"},
+             "variables": variables, "output": {"kind": "json", "items": True, "fields": fields},
+             "params": {"max_tokens": 240, "temperature": 0.8 if arm.endswith("t08") else 0.3,
+                        "seed": 1 if arm.endswith("t08") else 0}},
+            {"stage": "set_columns", "values": {"model": arm, "lang": "ru", "is_cultural": False},
+             "copy_columns": {"source": "doc_source"}}]
+
+
+def arms(lake: Path, **overrides: object) -> tuple[object, list[tuple[object, list]]]:
+    """The recipe and each arm's source and stages, as the orchestrator builds them."""
+    recipe = load_recipe("ru-piqa", overrides)
+    return recipe, [run_stages(recipe, arm, lake=lake) for arm in ARMS]
+
+
 def _run(stages: list, table: pa.Table) -> tuple[pa.Table, Counter[str]]:
     from tests.test_j_piqa_job import apply
 
@@ -88,13 +116,12 @@ def _run(stages: list, table: pa.Table) -> tuple[pa.Table, Counter[str]]:
 
 
 def test_arms_in_the_edit_form_build_minimal_pairs(tmp_path: Path):
-    config = Config(lake=str(tmp_path / "lake"), chunks=1, n_items=2)
+    recipe, built = arms(tmp_path / "lake", chunks=1, n_items=2)
     engine, items, dropped = RussianItemsEngine(), [], Counter()
-    for arm in config.arms:
-        source, stages = arm_chain(config, arm)
+    for name, (source, stages) in zip(ARMS, built, strict=True):
         for s in stages:
             if s.name == "llm_generate":
-                assert s.prompt.id == ("ru_piqa/grounded_item" if arm.grounded else "ru_piqa/no_source_item")
+                assert s.prompt.id == ("ru_piqa/no_source_item" if name == "arm-no-source" else "ru_piqa/grounded_item")
                 s.use_engine(engine)
         out, why = _run(stages, source.rows())
         items.append(out)
@@ -102,7 +129,7 @@ def test_arms_in_the_edit_form_build_minimal_pairs(tmp_path: Path):
     assert engine.asked == {"grounded": 4, "no_source": 2}  # 1 request per arm, 2 samples each
     assert dropped == {"edit_word_missing": 3}  # the second sample of every arm
     union = pa.concat_tables(items, promote_options="permissive")
-    checked, why = _run(check_stages(config), union)
+    checked, why = _run(run_stages(recipe, "checks", lake=tmp_path / "lake")[1], union)  # type: ignore[arg-type]
     assert why == {"duplicate_triplet": 2} and checked.num_rows == 1  # the same item from every arm
     (item,) = checked.to_pylist()
     assert {item["sol1"], item["sol2"]} == {"Опустите бутылку в ведро с холодной водой.",
@@ -111,21 +138,21 @@ def test_arms_in_the_edit_form_build_minimal_pairs(tmp_path: Path):
 
 
 def test_arms_then_checks_with_provenance(tmp_path: Path):
-    base = Config(lake=str(tmp_path / "lake"), chunks=2, n_items=4)  # the paper's form: a JSON list per request
-    config = base.model_copy(update={"arms": [a.model_copy(update={"form": "list"}) for a in base.arms]})
+    # the paper's form: a JSON list per request
+    overrides = {f"runs.{arm}.stages": list_form(arm) for arm in ARMS}
+    recipe, built = arms(tmp_path / "lake", chunks=2, n_items=4, **overrides)
     engine, items = RussianItemsEngine(), []
-    for arm in config.arms:
-        source, stages = arm_chain(config, arm)
+    for name, (source, stages) in zip(ARMS, built, strict=True):
         for s in stages:
             if s.name == "llm_generate":
                 s.use_engine(engine)
         out, dropped = _run(stages, source.rows())
-        assert not dropped and set(out.column("model").to_pylist()) == {arm.name}
+        assert not dropped and set(out.column("model").to_pylist()) == {name}
         items.append(out)
     assert engine.asked == {"grounded": 4, "no_source": 2}  # 2 chunks x 2 grounded arms, 2 topic seeds
     union = pa.concat_tables(items, promote_options="permissive")
     assert union.num_rows == 2 * 2 * 4 + 2
-    checked, dropped = _run(check_stages(config), union)
+    checked, dropped = _run(run_stages(recipe, "checks", lake=tmp_path / "lake")[1], union)  # type: ignore[arg-type]
     # per grounded request: one not minimal, one bad label; every repeat of an item across requests is a duplicate
     assert dropped == {"not_minimal_contrast": 4, "invalid_label": 4, "duplicate_triplet": 7}
     assert Counter(checked.column("contrast_type").to_pylist()) == {"word_substitution": 2, "phrase_reorder": 1}
@@ -141,13 +168,17 @@ def test_arms_then_checks_with_provenance(tmp_path: Path):
 
 
 def test_chunk_draw_is_seeded_and_follows_subjects(tmp_path: Path):
-    config = Config(lake=str(tmp_path / "lake"), chunks=3, subjects=["физика"])
-    first = chunk_ids(config, "document")
-    assert first == chunk_ids(config, "document") and len(first) == 3
-    assert first != chunk_ids(config.model_copy(update={"seed": 1}), "document")
+    def drawn(**overrides: object) -> list[str]:
+        recipe = load_recipe("ru-piqa", {"chunks": 3, "subjects": ["физика"], **overrides})
+        source, _ = run_stages(recipe, "arm-grounded-t03", lake=tmp_path / "lake")
+        return source.rows().column("chunk_id").to_pylist()  # type: ignore[attr-defined]
+
+    first = drawn()
+    assert first == drawn() and len(first) == 3
+    assert first != drawn(seed=1)
     assert all(c.startswith("xquad-ru-") for c in first)
-    with pytest.raises(ValueError, match="no document chunks"):
-        chunk_ids(config.model_copy(update={"subjects": ["астрология"]}), "document")
+    with pytest.raises(ValueError, match="no chunks with subjects"):
+        drawn(subjects=["астрология"])
 
 
 @pytest.mark.slow
@@ -158,29 +189,24 @@ def test_ru_piqa_job_end_to_end_on_the_local_model(tmp_path):
     release and the zero-shot evaluation. Every run conserves its rows; both replies are schema-valid JSON;
     a release passes the ru-piqa suite and is evaluated (answered + refusals + unparsable = items, the
     random baseline in the table), or the job says why nothing was released."""
-    from jobs.config import resolve_config
-    from jobs.ru_piqa import run
     from transforms.core.lake import Lake
     from transforms.core.manifest import RunManifest
+    from transforms.flow.orchestrator import run_recipe
     from transforms.llm.prepare import gguf_path
 
     try:
         gguf_path("qwen2.5-coder-1.5b-instruct")
     except Exception as err:
         pytest.skip(f"local Qwen GGUF not prepared: {err}")
-    config = resolve_config("ru-piqa", None, {"lake": str(tmp_path / "lake"), "num_cpus": 2, "chunks": 1,
-                                              "n_items": 2, "arms": [{"name": "qwen2.5-coder-1.5b:grounded:t0.3"}]})
-    result = run(config, run_id="ru-e2e")  # type: ignore[arg-type]
-    lake = Lake(config.lake)
-    generate = next(s for s in RunManifest.load(lake.manifest_path("ru-e2e-arm0")).stages if s.name == "llm_generate")
+    lake = Lake(tmp_path / "lake")
+    result = run_recipe(load_recipe("ru-piqa", {"chunks": 1, "n_items": 2}), lake=lake.root, run_id="ru-e2e")
+    generate = next(s for s in RunManifest.load(lake.manifest_path("ru-e2e-arm-grounded-t03")).stages
+                    if s.name == "llm_generate")
     assert generate.rows_in == 1 and generate.rows_created == 2, generate
     if not result.get("released"):
-        assert result["released"] is False and RunManifest.load(lake.manifest_path("ru-e2e")).extras["release"]
+        assert result["exit_code"] == 1, result
         return
     card = (Path(result["release"]) / "README.md").read_text(encoding="utf-8")
-    assert "### Provenance" in card and "### Zero-shot evaluation" in card
-    table = result["evaluation"]["table"]
-    assert table[-1]["model"].startswith("random baseline")
-    row = table[0]
-    answered, n = (int(x) for x in row["answered"].split("/"))
-    assert answered + row["refusals"] + row["unparsable"] == n
+    assert "Items by provenance" in card
+    ev = RunManifest.load(lake.manifest_path("ru-e2e-evaluation"))
+    assert ev.status == "succeeded" and ev.parents == ["ru-e2e-release"]

@@ -31,7 +31,7 @@ import yaml
 from test_submit import ray_head  # noqa: F401,F811  (the real Jobs API head fixture)
 
 from jobs import JOBS
-from jobs.config import ConfigError, load_job_module, resolve_config, secret_names
+from jobs.config import load_job_module
 from jobs.submit import seal, split_secret_sets, unseal
 from transforms.core import secrets as S
 from transforms.core.manifest import RunManifest, StageRecord, fingerprint_config
@@ -107,23 +107,27 @@ def job_files(tmp: Path, canaries: dict[str, str], port: int) -> tuple[Path, Pat
     small = tmp / "ko_small.jsonl"
     small.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[:40]), encoding="utf-8")
     engine = {"backend": "openai", "model": "stub", "params_b": 1}
+    # a recipe `--config` file: params and dotted keys into the ko-piqa recipe's crawl run
     config = {
         "secrets": [KEY_VAR],
-        "normalize": {"resources": {"runtime_env": {"env_vars": {"OPENAI_API_KEY": canaries["envvars"]}}}},
-        "ensemble": {"vote": {"rule": "unanimous"}, "chunk_size": 8,
-                     "resources": {"cpus": 1, "concurrency": 1, "batch_size": 1024},
-                     "classifiers": [
-                         {"name": "by-name", "prompt": "classify_piqa/ko", "threshold": 0.5,
-                          "engine": {**engine, "options": {"base_url": f"http://127.0.0.1:{port}/v1",
-                                                           "api_key_env": KEY_VAR, "max_retries": 0}}},
-                         {"name": "by-url", "prompt": "classify_piqa/ko", "threshold": 0.5,
-                          "engine": {**engine, "options": {
-                              "base_url": f"http://{URL_USER}:{canaries['url']}@127.0.0.1:{port}/v1",
-                              "api_key_env": "PIQAFORGE_TEST_UNSET_KEY", "max_retries": 0}}}]},
+        "params": {"items": False},
+        "runs.crawl.stages.normalize.resources": {"runtime_env": {"env_vars": {"OPENAI_API_KEY": canaries["envvars"]}}},
+        "runs.crawl.stages.ensemble.chunk_size": 8,
+        "runs.crawl.stages.ensemble.classifiers": [
+            {"name": "by-name", "prompt": "classify_piqa/ko", "threshold": 0.5,
+             "engine": {**engine, "options": {"base_url": f"http://127.0.0.1:{port}/v1",
+                                              "api_key_env": KEY_VAR, "max_retries": 0}}},
+            {"name": "by-url", "prompt": "classify_piqa/ko", "threshold": 0.5,
+             "engine": {**engine, "options": {
+                 "base_url": f"http://{URL_USER}:{canaries['url']}@127.0.0.1:{port}/v1",
+                 "api_key_env": "PIQAFORGE_TEST_UNSET_KEY", "max_retries": 0}}}],
+        "runs.crawl.stages.cultural_tag.when": False,
+        "runs.crawl.stages.sample.when": False,
     }
     path = tmp / "secret_job.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    sets = ["--set", "prefilter=null", "--set", f"langid.resources.runtime_env.env_vars.HF_TOKEN={canaries['set']}"]
+    sets = ["--set", "prefilter=null",
+            "--set", f"runs.crawl.stages.langid.resources.runtime_env.env_vars.HF_TOKEN={canaries['set']}"]
     return small, path, sets
 
 
@@ -142,7 +146,7 @@ def hits(canaries: dict[str, str], *, lake: Path, texts: dict[str, str]) -> list
 
 
 def check_run(lake: Path, run_id: str, handler: type[_Endpoint]) -> RunManifest:
-    manifest = RunManifest.load(lake / "runs" / run_id / "manifest.json")
+    manifest = RunManifest.load(lake / "runs" / f"{run_id}-crawl" / "manifest.json")
     assert manifest.status == "succeeded", manifest.error
     names = [s.name for s in manifest.stages]
     assert names[:2] == ["read", "normalize"] and "ensemble" in names
@@ -164,8 +168,11 @@ def check_run(lake: Path, run_id: str, handler: type[_Endpoint]) -> RunManifest:
 # -- the local run ----------------------------------------------------------------------------------------
 @pytest.mark.ray
 def test_no_canary_after_a_short_local_chain(fresh_ray, tmp_path, canaries, endpoint, monkeypatch, capfd, caplog):
-    """Default tier: the same canaries through resolve_config and the runner, on read → normalize → ensemble."""
-    from jobs import ko_piqa
+    """Default tier: the same canaries through the recipe loader and the runner, on read → normalize → ensemble."""
+    from transforms.core.lake import Lake
+    from transforms.core.runner import run_pipeline
+    from transforms.flow.context import run_stages
+    from transforms.flow.recipe import load_recipe
 
     port, handler = endpoint
     monkeypatch.setenv(KEY_VAR, canaries["forwarded"])
@@ -174,11 +181,13 @@ def test_no_canary_after_a_short_local_chain(fresh_ray, tmp_path, canaries, endp
     lake = tmp_path / "lake"
     overrides = dict(item.split("=", 1) for item in sets[1::2])
     caplog.set_level(logging.INFO)
-    config = resolve_config("ko-piqa", str(config_file), {**overrides, "prefilter": None, "lake": str(lake),
-                                                          "input.paths": [str(small)]})
-    run_dir = lake / "runs" / "short-1"
-    chain = [config.normalize, config.ensemble.model_copy(update={"cache_dir": str(run_dir / "cache" / "ensemble")})]
-    ko_piqa.run_stages(config, chain, run_id="short-1")
+    recipe = load_recipe("ko-piqa", {**overrides, "prefilter": None, "input.paths": [str(small)]},
+                         config_file=str(config_file))
+    source, stages = run_stages(recipe, "crawl", lake=lake, run_id="short-1")
+    S.bind_fingerprint_key(lake)
+    chain = [s for s in stages if s.name in ("normalize", "ensemble")]
+    run_pipeline(job="ko-piqa:crawl", dataset="ko-piqa", source=source, stages=chain, lake=Lake(lake), config={},
+                 run_id="short-1-crawl")
     out, err = capfd.readouterr()
     check_run(lake, "short-1", handler)
     assert "langid.resources.runtime_env.env_vars.HF_TOKEN holds a literal secret" in caplog.text
@@ -214,7 +223,7 @@ def test_no_canary_anywhere_after_a_local_run(fresh_ray, tmp_path, canaries, end
     for field in ("normalize.resources.runtime_env.env_vars.OPENAI_API_KEY",
                   "langid.resources.runtime_env.env_vars.HF_TOKEN", "ensemble.classifiers[1].engine.options.base_url"):
         assert f"{field} holds a literal secret" in warnings and "secrets: [NAME]" in warnings
-    report = (lake / "runs" / "local-1" / "report.html").read_text(encoding="utf-8")
+    report = (lake / "runs" / "local-1-crawl" / "report.html").read_text(encoding="utf-8")
     assert manifest.run_id in report
     assert hits(canaries, lake=lake, texts={"stdout": out, "stderr": err, "log records": caplog.text,
                                             "log file": log_file.read_text()}) == []
@@ -285,13 +294,13 @@ def test_credential_names_and_what_is_recorded():
 
 def test_no_field_of_any_job_looks_like_a_credential():
     """Fingerprints ignore credential-named values: a real setting with such a name would stop re-running."""
-    for job in sorted(JOBS):
-        try:
-            module = load_job_module(job)
-        except ConfigError:
-            continue  # registered, not written yet
+    from transforms.flow.registry import STAGES, stage_class
+
+    schemas = {job: load_job_module(job).Config.model_json_schema() for job in sorted(JOBS)}
+    schemas.update({name: stage_class(name).model_json_schema() for name in STAGES})
+    for job, schema in schemas.items():
         names: set[str] = set()
-        todo: list = [module.Config.model_json_schema()]
+        todo: list = [schema]
         while todo:
             node = todo.pop()
             if isinstance(node, dict):
@@ -345,16 +354,20 @@ def test_secret_values_travel_with_the_pickled_stage_not_the_runtime_env(monkeyp
         res.ray_remote_args()
 
 
-def test_job_level_secrets_reach_every_stage_and_must_be_set(monkeypatch, tmp_path):
+def test_recipe_secrets_reach_every_stage_and_must_be_set(monkeypatch, tmp_path):
+    from jobs.cli import main
+    from transforms.flow.context import run_stages
+    from transforms.flow.recipe import load_recipe, secret_names_of
+
     monkeypatch.delenv(KEY_VAR, raising=False)
-    with pytest.raises(ConfigError, match=KEY_VAR):
-        resolve_config("ko-piqa", None, {"lake": str(tmp_path), "secrets": [KEY_VAR]})
+    assert main(["run", "ko-piqa", "--lake", str(tmp_path), "--set", f"secrets=[{KEY_VAR}]"]) == 2
     monkeypatch.setenv(KEY_VAR, "value-abcdef")
-    config = resolve_config("ko-piqa", None, {"lake": str(tmp_path), "secrets": [KEY_VAR],
-                                              "minhash_dedup.resources.secrets": ["HOME"]})
-    assert config.normalize.resources.secrets == [KEY_VAR]
-    assert config.minhash_dedup.resources.secrets == ["HOME", KEY_VAR]
-    assert secret_names(config) == ["HOME", KEY_VAR]
+    recipe = load_recipe("ko-piqa", {"secrets": [KEY_VAR], "runs.crawl.stages.minhash_dedup.resources.secrets": ["HOME"]})
+    _, stages = run_stages(recipe, "crawl", lake=tmp_path)
+    by_name = {s.name: s for s in stages}
+    assert by_name["normalize"].resources.secrets == [KEY_VAR]
+    assert by_name["minhash_dedup"].resources.secrets == ["HOME", KEY_VAR]
+    assert secret_names_of(recipe) == ["HOME", KEY_VAR]
 
 
 def test_records_and_report_are_redacted():
@@ -384,10 +397,12 @@ def test_submit_moves_secret_sets_out_of_the_entrypoint_and_seals_them():
 
 
 def test_literal_warning_names_the_field(tmp_path, caplog):
+    from transforms.flow.recipe import load_recipe
+
     path = tmp_path / "c.yaml"
-    path.write_text("normalize: {resources: {runtime_env: {env_vars: {HF_TOKEN: hf_zzzzzzzz}}}}\n")
+    path.write_text("runs.crawl.stages.normalize.resources: {runtime_env: {env_vars: {HF_TOKEN: hf_zzzzzzzz}}}\n")
     with caplog.at_level(logging.WARNING, logger="piqaforge"):
-        resolve_config("ko-piqa", str(path), {"lake": str(tmp_path)})
+        load_recipe("ko-piqa", config_file=str(path))
     assert "normalize.resources.runtime_env.env_vars.HF_TOKEN holds a literal secret" in caplog.text
     assert "secrets: [NAME]" in caplog.text and "hf_zzzzzzzz" not in caplog.text
 

@@ -126,7 +126,7 @@ def test_submit_to_a_real_ray_head(ray_head, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert "submitted sub-1-" in out and "ko-piqa: done" in out and "SUCCEEDED" in out
-    manifest = RunManifest.load(lake / "runs" / "sub-1" / "manifest.json")
+    manifest = RunManifest.load(lake / "runs" / "sub-1-crawl" / "manifest.json")
     assert manifest.status == "succeeded" and manifest.stages[0].rows_created == 60
     assert not conservation_errors(manifest)
     # the driver ran from the uploaded working_dir, not from this checkout

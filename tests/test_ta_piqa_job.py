@@ -127,95 +127,96 @@ def fill_review_csv(batch_dir: Path, out: Path) -> tuple[dict[str, list[str]], d
     return verdicts, confirmed
 
 
-# -- the job ---------------------------------------------------------------------------------------------
-def _config(lake: Path, **extra):
-    from jobs.config import resolve_config
+# -- the recipe (jobs/recipes/ta-piqa.yaml) --------------------------------------------------------------
+def _recipe(**overrides):
+    from transforms.flow.recipe import load_recipe
 
-    return resolve_config("ta-piqa", None, {"lake": str(lake), "num_cpus": 2, "records": TINY,
-                                            "auto.n_boot": 200, **extra})
+    return load_recipe("ta-piqa", {"records": TINY, "runs.review.review.auto.n_boot": 200, **overrides})
+
+
+def _figures(lake: Path, run_id: str) -> dict:
+    return json.loads((lake / "runs" / run_id / "figures.json").read_text("utf-8"))
 
 
 def test_job_wiring_on_a_tiny_slice_stops_awaiting_review(tmp_path, ray_local):
-    """Run 1 + export on 11 records: the first 2 of each writer and writer_d's 3 verbatim copies."""
-    import jobs.ta_piqa as job
+    """The items run + export on 11 records: the first 2 of each writer and writer_d's 3 verbatim copies."""
     from transforms.core.manifest import RunManifest
+    from transforms.flow.orchestrator import run_recipe
 
     lake = tmp_path / "lake"
-    out = job.run(_config(lake, records={"*": "1-2", "writer_d.xlsx": "1-2,151-153"}), run_id="ta-w")
-    manifest = RunManifest.load(lake / "runs" / "ta-w" / "manifest.json")
+    out = run_recipe(_recipe(records={"*": "1-2", "writer_d.xlsx": "1-2,151-153"}), lake=lake, run_id="ta-w")
+    manifest = RunManifest.load(lake / "runs" / "ta-w-items" / "manifest.json")
     assert manifest.status == "awaiting_review" and out["status"] == "awaiting_review"
     assert [s.name for s in manifest.stages] == ["intake", "prompt_length", "opening_variety", "contrast",
-                                                 "safety_screen", "review_neighbours"]
-    assert manifest.extras["ta_piqa"]["items"] == 11
-    pairs = {p["id"]: (p["of"], p["level"]) for p in manifest.extras["ta_piqa"]["neighbours"]["pairs"]}
+                                                 "degenerate", "safety_screen", "review_neighbours"]
+    figures = _figures(lake, "ta-w-items")
+    assert figures["items"] == 11 and "ta_piqa" not in manifest.extras   # figures in their own record
+    pairs = {p["id"]: (p["of"], p["level"]) for p in figures["neighbours"]["pairs"]}
     # writer_d's records 151-153 copy val-0002, val-0005, val-0006 (writer_c 1, writer_b 2, writer_c 2)
     assert pairs == {"writer_d-151": ("writer_c-1", "exact"), "writer_d-152": ("writer_b-2", "exact"),
                      "writer_d-153": ("writer_c-2", "exact")}
-    batch = lake / "review" / out["batch"]
+    batch = lake / "review" / out["review_batch"]
     assert {f.name for f in batch.iterdir()} >= {"batch.json", "items.parquet", "review.csv", "context.csv",
-                                                   "guidelines.md"}
+                                                   "guidelines.md", "README.md"}
     rows = _csv_rows(batch / "review.csv")
     assert len(rows) == 11 * 4 and {r["annotator"] for r in rows} == {"ann_1", "ann_2", "ann_3", "ann_4"}
-    assert json.loads((lake / "runs" / "ta-w" / "feedback" / "summary.json").read_text("utf-8"))["writer_d"] == {
-        "rows": 5, "accepted": 5, "rejected": 0, "reasons": {}}
+    assert json.loads((lake / "runs" / "ta-w-items" / "feedback" / "summary.json").read_text("utf-8"))[
+        "writer_d"] == {"rows": 5, "accepted": 5, "rejected": 0, "reasons": {}}
 
 
 @pytest.mark.slow
 def test_job_export_then_imported_csv_to_release(tmp_path, ray_local):
     import pyarrow.parquet as pq
 
-    import jobs.ta_piqa as job
     from transforms.core.lake import Lake
     from transforms.core.manifest import RunManifest
+    from transforms.flow.orchestrator import run_recipe
     from transforms.review.importing import import_files
 
     lake = tmp_path / "lake"
-    out = job.run(_config(lake), run_id="ta-t")
+    recipe = _recipe(version="t1")
+    out = run_recipe(recipe, lake=lake, run_id="ta-t")
     assert out["status"] == "awaiting_review" and "review import" in out["next"]
-    items_run = RunManifest.load(lake / "runs" / "ta-t" / "manifest.json")
+    items_run = RunManifest.load(lake / "runs" / "ta-t-items" / "manifest.json")
     assert items_run.status == "awaiting_review"
-    stats = items_run.extras["ta_piqa"]
+    stats = _figures(lake, "ta-t-items")
     assert stats["items"] == 25                           # no damaged row among the first 4 of any writer
-    assert out["rejected"] == 0
+    assert sum(w["rejected"] for w in stats["feedback"].values()) == 0
     # the planted duplicates, each at its level, pointing at its original (docs/ta_piqa.md)
     assert stats["neighbours"]["suggested"] == {"exact": 3, "near": 3, "semantic": 3}
-    assert sorted((lake / "runs" / "ta-t" / "feedback").glob("*.csv"))
-    batch = lake / "review" / out["batch"]
+    assert sorted((lake / "runs" / "ta-t-items" / "feedback").glob("*.csv"))
+    batch = lake / "review" / out["review_batch"]
     record = json.loads((batch / "batch.json").read_text("utf-8"))
     assert record["annotators"] == ["ann_1", "ann_2", "ann_3", "ann_4"] and record["rule"]["rule"] == "unanimous"
     context = _csv_rows(batch / "context.csv")
     assert len(context) == 25 and sum(bool(r["suggested_duplicate_of"]) for r in context) == 9
-    assert "4 annotators" in (batch / "guidelines.md").read_text("utf-8").replace("all 4", "4 annotators")
+    assert "4 annotator(s) per item" in (batch / "README.md").read_text("utf-8")
 
     verdicts, confirmed = fill_review_csv(batch, tmp_path / "filled.csv")
-    _, review = import_files(Lake(lake), out["batch"], [tmp_path / "filled.csv"], n_boot=200)
+    _, review = import_files(Lake(lake), out["review_batch"], [tmp_path / "filled.csv"], n_boot=200)
     ag = review.extras["review"]["agreement"]
     assert ag["percent_agreement"]["value"] == pytest.approx(percent_agreement(verdicts))
     assert ag["fleiss_kappa"]["value"] == pytest.approx(fleiss_kappa(verdicts))
     assert 0.0 < percent_agreement(verdicts) < 1.0
 
-    done = job.run(_config(lake, review_run=review.run_id, release_version="t1"))
-    final = RunManifest.load(lake / "runs" / done["final_run"] / "manifest.json")
-    assert final.parents == [review.run_id] and review.parents == ["ta-t"]
-    card = final.extras["card"]
-    assert card["agreement"]["percent_agreement"]["value"] == pytest.approx(percent_agreement(verdicts))
-    assert card["agreement"]["fleiss_kappa"]["value"] == pytest.approx(fleiss_kappa(verdicts))
-    assert card["agreement"]["fleiss_kappa"]["ci"] is not None
+    done = run_recipe(recipe, lake=lake, run_id="ta-t", resume=True)
+    final = RunManifest.load(lake / "runs" / "ta-t-final" / "manifest.json")
+    assert final.parents == [review.run_id] and review.parents == ["ta-t-items"]
     # kept = unanimous on the writer's label, minus confirmed duplicates (near: voted; exact: auto-confirmed)
     exact = {r["item_id"] for r in context if r["level"] == "exact" and r["suggested_duplicate_of"]}
     labels = {r["id"]: r["label"] for r in pq.read_table(batch / "items.parquet").to_pylist()}
     agreed = {i for i, v in verdicts.items() if len(set(v)) == 1 and v[0] == ("sol1" if labels[i] == 0 else "sol2")}
     expected = agreed - exact - {i for i, d in confirmed.items() if d}
     kept = pq.read_table(Path(final.outputs["curated"])).column("id").to_pylist()
-    assert sorted(kept) == sorted(expected) and card["items"] == len(expected)
-    dropped = pq.read_table(lake / "rejected" / "ta-piqa" / done["final_run"]).to_pylist()
+    assert sorted(kept) == sorted(expected)
+    dropped = pq.read_table(lake / "rejected" / "ta-piqa" / "ta-t-final").to_pylist()
     assert {r["id"]: r["duplicate_of"] for r in dropped} == {
         **{i: d for i, d in confirmed.items() if d and i in agreed},
         **{r["item_id"]: r["suggested_duplicate_of"] for r in context if r["item_id"] in exact & agreed}}
     release = Path(done["release"])
-    readme = release / "README.md"
-    assert "Fleiss' kappa" in readme.read_text("utf-8") and "XCOPA-ta" in readme.read_text("utf-8")
-    assert json.loads((release / "card_stats.json").read_text("utf-8"))["items"] == len(expected)
+    readme = (release / "README.md").read_text("utf-8")
+    assert "Fleiss" in readme and "XCOPA-ta" in readme and f"| items | {len(expected):,} |" in readme
+    assert f"{percent_agreement(verdicts):.3f}"[:4] in readme
     assert done["released"] == (release / "RELEASED").exists() and done["exit_code"] == (0 if done["released"] else 1)
 
 
@@ -224,21 +225,20 @@ def test_job_export_then_imported_csv_to_release(tmp_path, ray_local):
 def test_job_review_auto_with_four_llm_annotators(tmp_path, ray_local):
     import pyarrow.parquet as pq
 
-    import jobs.ta_piqa as job
     from transforms.core.manifest import RunManifest
+    from transforms.flow.orchestrator import run_recipe
 
     lake = tmp_path / "lake"
-    out = job.run(_config(lake, review="auto", review_limit=2, release_version="auto1",
-                          records={"*": "1-2", "writer_d.xlsx": "1-2,151-153"}), run_id="ta-auto")
-    review = RunManifest.load(lake / "runs" / out["review_run"] / "manifest.json")
-    assert review.parents == ["ta-auto"] and review.extras["review"]["automatic"] is True
-    judgments = pq.read_table(lake / "review" / out["batch"] / "judgments.parquet")
+    out = run_recipe(_recipe(review="auto", review_limit=2, version="auto1",
+                             records={"*": "1-2", "writer_d.xlsx": "1-2,151-153"}), lake=lake, run_id="ta-auto")
+    review = RunManifest.load(lake / "runs" / out["runs"]["review"] / "manifest.json")
+    assert review.parents == ["ta-auto-items"] and review.extras["review"]["automatic"] is True
+    judgments = pq.read_table(lake / "review" / "review-ta-auto-items" / "judgments.parquet")
     names = set(judgments.column("annotator").to_pylist())
     assert len(names) == 4 and all(n.startswith("llm:") for n in names)
     assert judgments.num_rows == 2 * 4
-    card = RunManifest.load(lake / "runs" / out["final_run"] / "manifest.json").extras["card"]
-    assert card["agreement"]["annotators"] == 4 and card["agreement"]["automatic"] is True
-    if card["items"]:   # what four weak LLMs agree on unanimously varies; both outcomes are handled
+    final = RunManifest.load(lake / "runs" / "ta-auto-final" / "manifest.json")
+    if final.stages[-1].rows_kept:   # what four weak LLMs agree on unanimously varies; both outcomes are handled
         assert "no person reviewed" in (Path(out["release"]) / "README.md").read_text("utf-8")
     else:
-        assert out["released"] is False and out["exit_code"] == 1
+        assert out["status"] == "nothing_to_release" and out["exit_code"] == 1

@@ -281,6 +281,27 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: Path)
     return data
 
 
+def warn_literal_secrets(data: dict[str, Any], origin: str) -> None:
+    """A warning per literal secret in a recipe, a `--config` file or `--set`, naming the field; the values
+    are redacted wherever they are recorded (docs/secrets.md)."""
+    import logging
+
+    from transforms.core.secrets import literal_secrets
+
+    nested: dict[str, Any] = {}
+    for key, value in data.items():  # dotted keys (`--set a.b.c=v`, a --config file) nested, so names show
+        node = nested
+        parts = str(key).split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
+        node[parts[-1]] = value
+    for field, why in literal_secrets(nested):
+        logging.getLogger("piqaforge").warning(
+            "%s: %s holds a literal secret (%s). It is recorded as <redacted>, but put the value in an environment "
+            "variable and name it in `secrets: [NAME]` (recipe level) or the stage's `resources.secrets` instead "
+            "(docs/secrets.md)", origin, field, why)
+
+
 def _flat(data: dict[str, Any]) -> dict[str, Any]:
     """A `--config` file: `params:` entries by their names, every other key as given."""
     out = dict(data.pop("params", {}) or {})
@@ -311,8 +332,12 @@ def load_recipe(name_or_path: str, overrides: dict[str, Any] | None = None,
     imported or run. `--config` holds params and dotted keys, like `--set`."""
     path = recipe_path(name_or_path)
     data = read_recipe_file(path)
+    warn_literal_secrets(data, str(path))
     if config_file:
-        data = apply_overrides(data, _flat(read_recipe_file(Path(config_file))), Path(config_file))
+        extra = read_recipe_file(Path(config_file))
+        warn_literal_secrets(extra, f"config file {config_file}")
+        data = apply_overrides(data, _flat(extra), Path(config_file))
+    warn_literal_secrets({k: v for k, v in (overrides or {}).items() if not isinstance(v, dict)}, "--set")
     data = apply_overrides(data, overrides or {}, path)
     data["path"] = str(path.resolve())
     data["data"] = {k: _data_file(v, path, k) for k, v in (data.get("data") or {}).items()}
@@ -397,14 +422,14 @@ def check_graph(recipe: Recipe, path: Path) -> None:
             if parent == run.name:
                 raise RecipeError(path, f"runs.{run.name}", "a run cannot read itself (cycle)")
         for cond in conditions(run.when):
-            if cond_param(cond) not in recipe.params:
+            if cond_param(cond) not in recipe.params and cond_param(cond) != "__always__":
                 raise RecipeError(path, f"runs.{run.name}.when", f"{cond_param(cond)!r} is not a param")
         for where, spec in _stage_specs(run):
             stage = spec.get("stage")
             if not isinstance(stage, str):
                 raise RecipeError(path, f"runs.{run.name}.{where}", "needs `stage: <registered name or module:Class>`")
             for cond in conditions(spec.get("when", True)):
-                if cond_param(cond) not in recipe.params:
+                if cond_param(cond) not in recipe.params and cond_param(cond) != "__always__":
                     raise RecipeError(path, f"runs.{run.name}.{where}.when", f"{cond_param(cond)!r} is not a param")
             if not known(stage):
                 raise RecipeError(path, f"runs.{run.name}.{where}", f"unknown stage {stage!r} (`piqaforge stages` "

@@ -244,3 +244,31 @@ class ItemLanguageCheck(Stage):
                         bad[i] = f"{col} is not in {lang} ({method})"
         out = put_column(batch, "language_detail", pa.array(bad, pa.string()))
         return set_drop_reason(out, pa.array(["wrong_language" if b else None for b in bad], pa.string()))
+
+
+def neighbour_counts(table: Any) -> dict[str, Any]:
+    levels = table.column("dup_level").to_pylist()
+    suggested = table.column("dup_suggested_of").to_pylist()
+    sug_levels = [lv for lv, s in zip(levels, suggested, strict=True) if s]
+    return {"with_level": {lv: levels.count(lv) for lv in ("exact", "near", "semantic")},
+            "suggested": {lv: sug_levels.count(lv) for lv in ("exact", "near", "semantic")},
+            "pairs": [{"id": i, "of": s, "level": lv} for i, s, lv in
+                      zip(table.column("id").to_pylist(), suggested, levels, strict=True) if s]}
+
+
+def items_run_figures(manifest: Any, lake: Any, min_words: int = 25) -> dict[str, Any]:
+    """A human-written items run's figures (a run report): the card statistics, the neighbours each level
+    suggested, and the writers' feedback summary."""
+    import json
+    from pathlib import Path
+
+    from transforms.core.lake import read_table
+
+    table = read_table(Path(manifest.outputs["curated"]))
+    stats = card_statistics(table, min_words=min_words) if table.num_rows else {"items": 0}
+    if "dup_level" in table.column_names:
+        stats["neighbours"] = neighbour_counts(table)
+    feedback = lake.run_dir(manifest.run_id) / "feedback" / "summary.json"
+    if feedback.exists():
+        stats["feedback"] = json.loads(feedback.read_text("utf-8"))
+    return stats

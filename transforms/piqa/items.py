@@ -27,8 +27,6 @@ from transforms.piqa.edit_pairs import MinimalPairFromEdit, _key, prompt_example
 from transforms.piqa.textcheck import levenshtein
 
 REFINE_PROMPT = "ko_piqa/refine"
-# A retry turn in the prompt's language: the 1.5B model follows a Korean correction more often.
-REFINE_RETRY = "이 답은 쓸 수 없습니다: {error}. 지시를 정확히 따라 JSON 객체 하나만 다시 쓰세요."
 _EDIT_PROBLEMS = {"edit_empty": "word나 wrong_word가 비어 있습니다",
                   "edit_no_change": "wrong_word가 word와 같습니다: 다른 낱말을 쓰세요",
                   "edit_word_missing": "word가 answer 안에 글자 그대로 없습니다: answer에 있는 낱말을 고르세요"}
