@@ -29,7 +29,10 @@ def add_review_parser(sub: Any) -> None:
     agree.add_argument("--item", default="item_id", help="item column; several comma-separated columns form "
                        "one key (default: item_id)")
     agree.add_argument("--annotator", default="annotator", help="annotator column (default: annotator)")
-    agree.add_argument("--label", default="label", help="label column (default: label)")
+    agree.add_argument("--label", help="label column (default: verdict when the file has one, as a review batch's "
+                       "CSV does, else label)")
+    agree.add_argument("--raw-labels", action="store_true", help="compare labels as written (default: the review "
+                       "verdicts' spellings are normalised as the import does: SOL2, 'Solution 2 is correct' -> sol2)")
     agree.add_argument("--json", action="store_true", help="print one JSON object")
     agree.add_argument("--boot", type=int, default=1000, help="bootstrap replicates (default 1000; 0: none)")
     agree.add_argument("--seed", type=int, default=0, help="bootstrap seed")
@@ -66,6 +69,12 @@ def add_review_parser(sub: Any) -> None:
     imp.add_argument("--rule", choices=["unanimous", "k_of_n", "majority"], help="override the batch's rule")
     imp.add_argument("--k", type=int, help="k for --rule k_of_n")
     imp.add_argument("--lake", **lake)  # type: ignore[arg-type]
+    imp.add_argument("--dry-run", action="store_true", help="check every file and show what the import would do; "
+                     "write nothing")
+    imp.add_argument("--replace", action="store_true", help="import a batch imported before: the new import "
+                     "supersedes the earlier one")
+    imp.add_argument("--allow-partial", action="store_true", help="accept a filled CSV without rows for some items "
+                     "(otherwise such a file is taken as cut short)")
 
     for name, text in (("push", "create the Label Studio project and import the batch's tasks"),
                        ("pull", "pull the annotations of the batch's Label Studio project and import them")):
@@ -96,13 +105,21 @@ def run_review(args: argparse.Namespace) -> int:
 
 def _agreement(args: argparse.Namespace) -> int:
     from transforms.review.agreement import AgreementConfig, agreement_report
-    from transforms.review.judgments import rating_matrix, read_judgments
+    from transforms.review.judgments import rating_matrix
 
     item = [c.strip() for c in args.item.split(",")] if "," in args.item else args.item
     import pyarrow as pa
 
-    parts = [read_judgments(f, item, args.annotator, args.label) for f in args.files]
+    from transforms.review.judgments import read_table, to_long
+
+    parts = []
+    for f in args.files:
+        table = read_table(f)
+        label = args.label or ("verdict" if "verdict" in table.column_names else "label")
+        parts.append(to_long(table, item, args.annotator, label))
     long = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+    if not args.raw_labels:
+        long = normalise_verdicts(long)
     matrix = rating_matrix(long, on_duplicate=args.duplicates)
     cfg = AgreementConfig(n_boot=args.boot, seed=args.seed, confidence=args.confidence,
                           min_pair_items=args.min_pair_items, max_pairs=args.max_pairs,
@@ -113,6 +130,18 @@ def _agreement(args: argparse.Namespace) -> int:
     else:
         print(format_report(report))
     return 0
+
+
+def normalise_verdicts(long: Any) -> Any:
+    """Labels that spell a review verdict (any case, or its full text) become the verdict, as the import
+    reads them; other labels are left as they are."""
+    import pyarrow as pa
+
+    from transforms.review.importing import label_spellings
+
+    spell = label_spellings()
+    labels = [None if v is None else spell.get(str(v).strip().lower(), v) for v in long.column("label").to_pylist()]
+    return long.set_column(long.column_names.index("label"), "label", pa.array(labels, pa.string()))
 
 
 def _fmt(est: dict[str, Any]) -> str:
@@ -203,6 +232,9 @@ def _requeue(args: argparse.Namespace) -> int:
 
 def _print_import(result: Any, manifest: Any) -> None:
     st = result.stats
+    for path, f in st.get("files", {}).items():
+        print(f"{path}: {f['judgments']} judgment(s), {f['valid']} valid"
+              + "".join(f", {n} {r} (first at {f['first'][r]})" for r, n in f["rejected"].items()))
     print(f"imported {st['judgments']} judgment(s) into batch {st['batch']}: {st['judgments_valid']} valid"
           + "".join(f", {n} {r}" for r, n in st["judgments_rejected"].items()))
     print(f"  items {st['items']}: kept {st['kept']}" + "".join(f", {r} {n}" for r, n in st["dropped"].items()))
@@ -210,13 +242,23 @@ def _print_import(result: Any, manifest: Any) -> None:
           f"disagreement queue {st['queue']}")
     if "agreement" in st:
         print("\n".join("  " + line for line in format_report(st["agreement"]).splitlines()))
+    if manifest is None:
+        print("  dry run: nothing written")
+        return
     print(f"  run {manifest.run_id} (parent {', '.join(manifest.parents) or '-'}): {manifest.outputs['curated']}")
+    if st.get("supersedes"):
+        print(f"  supersedes the earlier import(s): {', '.join(st['supersedes'])}")
 
 
 def _import(args: argparse.Namespace) -> int:
-    from transforms.review.importing import import_files
+    from transforms.review.importing import check_import, import_files
 
-    result, manifest = import_files(_lake(args), args.batch, args.files, rule=_rule(args))
+    if args.dry_run:
+        _print_import(check_import(_lake(args), args.batch, args.files, rule=_rule(args),
+                                   allow_partial=args.allow_partial, replace=True), None)
+        return 0
+    result, manifest = import_files(_lake(args), args.batch, args.files, rule=_rule(args), replace=args.replace,
+                                    allow_partial=args.allow_partial)
     _print_import(result, manifest)
     return 0
 

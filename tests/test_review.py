@@ -69,7 +69,7 @@ def test_export_csv_writes_batch_record_and_marks_the_run(lake):
     run = make_run(lake, ITEMS)
     record = export_run(lake, run, to="csv", annotators=2, batch="b1")
     folder = lake.root / "review" / "b1"
-    with open(folder / "review.csv", encoding="utf-8") as f:
+    with open(folder / "review.csv", encoding="utf-8-sig") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 5 * 2 and {r["annotator"] for r in rows} == {"ann_1", "ann_2"}
     assert rows[0]["goal"] == "밥을 짓는다" and rows[0]["verdict"] == ""
@@ -203,7 +203,7 @@ def test_too_many_annotators_on_a_slot_batch(lake):
 def test_filled_csv_round_trip_and_requeue(lake, tmp_path):
     run = make_run(lake, ITEMS)
     export_run(lake, run, to="csv", annotators=2, batch="b")
-    with open(lake.root / "review" / "b" / "review.csv", encoding="utf-8") as f:
+    with open(lake.root / "review" / "b" / "review.csv", encoding="utf-8-sig") as f:
         rows = list(csv.DictReader(f))
     verdicts = {"q1": ("sol1", "sol1"), "q2": ("sol2", "sol2"), "q3": ("sol1", "both_wrong"), "q4": ("unsafe", "unsafe"),
                 "q5": ("sol1", "")}

@@ -167,15 +167,26 @@ def judgment_id(batch: str, item_id: str, annotator: str) -> str:
     return f"{batch}/{item_id}/{annotator}"
 
 
+def spreadsheet_safe(value: object) -> object:
+    """A cell a spreadsheet shows as text: one starting with = + - @ (or a tab / carriage return) gets
+    Excel's text marker ', so crawled or generated text cannot run as a formula on the reviewer's
+    machine; the import strips the marker again (transforms/review/input_files.py)."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def write_review_csv(items: pa.Table, record: BatchRecord, path: Path) -> None:
+    """One row per item x annotator; UTF-8 with a BOM (Excel then reads Korean and Tamil text right)."""
     rows = items.select(["id", *SHOWN]).to_pylist()
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open(path, "w", newline="", encoding="utf-8-sig") as f:
         writer = csv.DictWriter(f, CSV_COLUMNS)
         writer.writeheader()
         for row in rows:
             for ann in record.annotators:
-                writer.writerow({"judgment_id": judgment_id(record.batch, str(row["id"]), ann),
-                                 "item_id": row["id"], "annotator": ann, **{k: row[k] for k in SHOWN}})
+                writer.writerow({k: spreadsheet_safe(v) for k, v in {
+                    "judgment_id": judgment_id(record.batch, str(row["id"]), ann), "item_id": row["id"],
+                    "annotator": ann, **{k: row[k] for k in SHOWN}}.items()})
 
 
 def export_run(lake: Lake, run_id: str, *, to: Literal["labelstudio", "csv"] = "labelstudio",

@@ -309,6 +309,8 @@ def write_import(lake: Lake, result: ImportResult, files: list[str | Path] | Non
     dataset = result.record.dataset or "review"
     run_id = run_id or Lake.new_run_id("review")
     earlier = [dict(i) for i in result.record.imports if not i.get("superseded_by")]
+    if earlier:
+        result.stats["supersedes"] = [str(o.get("run_id")) for o in earlier]
     staging = folder / f".import-{run_id}"
     staging.mkdir(parents=True, exist_ok=True)
     try:

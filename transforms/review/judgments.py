@@ -56,9 +56,12 @@ def read_table(path: str | Path) -> pa.Table:
             raise JudgmentError(f"{path}: a .json judgments file must hold a list of objects")
         return pl.from_dicts(data, infer_schema_length=None).to_arrow() if data else pa.table({})
     if suffix in (".csv", ".tsv", ".txt"):
-        # every column as text: labels such as "01" or "1.0" must not be reinterpreted
-        frame = pl.read_csv(path, separator=sniff_delimiter(path), infer_schema=False, quote_char='"')
-        return frame.to_arrow()
+        # every column as text (labels such as "01" or "1.0" must not be reinterpreted), read whole:
+        # UTF-16 / BOM / CRLF, a file cut inside a quote and trailing blank rows (input_files.py)
+        from transforms.review.input_files import read_sheet, unformat
+
+        sheet = read_sheet(path)
+        return pa.table({c: pa.array([unformat(r.get(c)) for r in sheet.rows], pa.string()) for c in sheet.columns})
     raise JudgmentError(f"{path}: unknown judgments format {suffix!r} (use .jsonl, .json, .csv, .tsv or .parquet)")
 
 
