@@ -168,13 +168,13 @@ def check_against_batch(judgments: pa.Table, record: BatchRecord, allow_partial:
             per_file_slots.setdefault(_file_of(where), {}).setdefault(jann, set()).add(jitem)
     if not allow_partial:
         for path, slots in per_file_slots.items():
-            for ann, items in slots.items():
-                missing = [i for i in record.item_ids if i not in items]
-                if missing:
-                    raise InputFileError(
-                        f"{path}: annotator {ann!r} has rows for {len(items)} of the batch's {len(record.item_ids)} "
-                        f"items; {len(missing)} are missing (first: {missing[0]!r}); the file looks cut short "
-                        f"(import it with allow_partial / --allow-partial if that is intended)")
+            short = {ann: [i for i in record.item_ids if i not in items] for ann, items in slots.items()}
+            short = {ann: missing for ann, missing in short.items() if missing}
+            if short:
+                raise InputFileError(
+                    f"{path}: rows missing for items of the batch's {len(record.item_ids)}: "
+                    + "; ".join(f"annotator {a!r} lacks {len(m)} (first {m[0]!r})" for a, m in sorted(short.items()))
+                    + "; the file looks cut short (import it with --allow-partial if that is intended)")
     return pa.Table.from_pylist(rows, schema=judgments.schema)
 
 

@@ -65,7 +65,7 @@ def unformat(value: str | None) -> str | None:
     text = value.strip()
     if not text:
         return None
-    if text.startswith("'") and len(text) > 1 and text[1] in "=+-@'0123456789":
+    if text.startswith("'") and len(text) > 1:  # Excel's text marker, or ours on export (batch.spreadsheet_safe)
         text = text[1:]
     m = _FORMULA_STRING.match(text)
     if m:
