@@ -54,7 +54,15 @@ def test_bundled_slice_and_published_taxonomy_counts():
     assert rows.num_rows == 48 and set(rows.column("label").to_pylist()) == {0, 1}
     tax = load_taxonomy()
     assert tax.counts() == {"Domain": 19, "Core_Principle": 32, "Key_Properties_Materials": 39, "Action_Type": 32}
-    assert tax.status == "reconstructed"  # never presented as the published names
+    assert tax.status == "published"
+    # the class names exactly as published (../shared/data/pindic_taxonomy/taxonomy.json), in the paper's order
+    import json
+
+    published = json.loads((Path(__file__).parents[2] / "shared" / "data" / "pindic_taxonomy" / "taxonomy.json")
+                           .read_text(encoding="utf-8"))
+    assert {c: tax.names(c) for c in published} == published
+    assert "Somatic Maintenance & Presentation." in tax.names("Domain") + tax.names("Core_Principle") + \
+        tax.names("Key_Properties_Materials") + tax.names("Action_Type")
 
 
 def test_open_labels_bad_json_is_retried_once_then_rejected_with_the_raw_reply():

@@ -280,3 +280,47 @@ def test_j_piqa_recipe_three_parts_quota_rounds_release(tmp_path, ray_local):
         folder / "README.md").read_text("utf-8")
     if out["released"]:   # the suite decides; a refusal names its checks in the release run
         assert (folder / "RELEASED").exists()
+
+
+# -- pindic: open labels, taxonomy, classification, generation rounds, review, MT, correction, release ------
+def test_pindic_recipe_phases_with_figures(tmp_path, ray_local):
+    import sys
+
+    from ray import cloudpickle
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import pindic_double
+
+    from transforms.flow.orchestrator import run_recipe
+
+    cloudpickle.register_pickle_by_value(pindic_double)   # the double travels with the stages to the actors
+    lake = tmp_path / "lake"
+    locales = [{"name": "Kerala", "code": "IN-KL", "lang": "ml"}, {"name": "Delhi", "code": "IN-DL", "lang": "hi"}]
+    recipe = load_recipe("pindic", {"taxonomy": "open", "limit": 6, "quota": 1, "locales": locales,
+                                    "runs.generation.rounds.quotas": {"IN-KL": 1, "IN-DL": 1},
+                                    "runs.taxonomy.stages.cluster_labels.kmeans.k_max": 3, "version": "t1"})
+    out = run_recipe(recipe, lake=lake, run_id="pi", doubles={"*": pindic_double.ScriptedEngine()})
+    runs = out["runs"]
+    gen = RunManifest.load(lake / "runs" / "pi-generation" / "manifest.json")
+    rounds = [r["run_id"] for r in gen.extras["rounds"]]
+    assert gen.extras["stop_reason"] in ("quotas_met", "no_progress", "max_rounds") and rounds
+    _law_holds(lake, ["pi-open", "pi-taxonomy", "pi-classify", *rounds, "pi-generation"])
+    taxonomy = json.loads((lake / "runs" / "pi-taxonomy" / "taxonomy.json").read_text("utf-8"))
+    assert Path(taxonomy["draft_taxonomy"]["path"]).exists() and taxonomy["clustering"]
+    combos = json.loads((lake / "runs" / "pi-classify" / "combinations.json").read_text("utf-8"))
+    assert combos["taxonomy"]["status"] == "published" and combos["taxonomy"]["classes"]["Domain"] == 19
+    assert combos["combinations"]["pool_items"] == 6 and (lake / "runs" / "pi-classify" / "combos").exists()
+    classified = pq.read_table(lake / "curated" / "pindic" / "pi-classify").to_pylist()
+    from transforms.pindic.taxonomy import load_taxonomy
+
+    published = load_taxonomy()
+    assert classified and all(r["domain"] in published.names("Domain") for r in classified)
+    _law_holds(lake, [runs["review"], "pi-final"])
+    figures = json.loads((lake / "runs" / "pi-final" / "pindic.json").read_text("utf-8"))
+    assert {"rounds_table", "generated_coverage", "items_per_locale"} <= set(figures)
+    for r in figures["rounds_table"]:   # every generated item is accounted for by a drop or acceptance
+        assert r["generated"] == r["invalid_output"] + r["validation_drops"] + r["novelty_drops"] + \
+            r["quota_full"] + r["accepted"], r
+    final = RunManifest.load(lake / "runs" / "pi-final" / "manifest.json")
+    assert [s.name for s in final.stages][1:] == ["copy_columns", "translate", "attach_fixes", "correct",
+                                                   "release_checks", "release_columns", "balance_labels"]

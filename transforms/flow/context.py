@@ -46,6 +46,19 @@ class Context:
     def run_id(self, spec: RunSpec) -> str:
         return f"{self.root}-{spec.name}"
 
+    def late(self, run_dir: Path, accepted: list[str] | None = None) -> dict[str, Any]:
+        """The values of the late variables for a run in `run_dir`."""
+        values: dict[str, Any] = {"run_dir": str(run_dir), "lake_root": str(self.lake.root), "accepted": accepted or []}
+        for name, manifest in self.manifests.items():
+            if manifest.outputs.get("curated"):
+                values[f"curated:{name}"] = manifest.outputs["curated"]
+        for name in self.recipe.params:  # a run not run yet: its path, for checking the stage before anything runs
+            values.setdefault(f"curated:{name}", "")
+        for spec in self.recipe.runs:
+            values.setdefault(f"curated:{spec.name}", str(self.lake.zone("curated", self.recipe.dataset,
+                                                                         self.run_id(spec))))
+        return values
+
     def resume_command(self) -> str:
         return shlex.join([*self.command, "--lake", str(self.lake.root), "--resume", self.root])
 
@@ -57,26 +70,34 @@ def spec_fingerprint(ctx: Context, spec: RunSpec) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def late_values(node: Any, values: dict[str, str]) -> Any:
-    """`${run_dir}` and `${lake_root}` in a stage's fields, known once the run's id is."""
+def late_values(node: Any, values: dict[str, Any]) -> Any:
+    """`${run_dir}`, `${lake_root}`, `${curated:<run>}` and `${accepted}` (a list, spliced into the list it
+    stands in) in a stage's fields, known once the run starts."""
     if isinstance(node, dict):
         return {k: late_values(v, values) for k, v in node.items()}
     if isinstance(node, list):
-        return [late_values(v, values) for v in node]
+        out: list[Any] = []
+        for v in node:
+            if v == "${accepted}":
+                out += list(values.get("accepted", []))
+            else:
+                out.append(late_values(v, values))
+        return out
     if isinstance(node, str) and "${" in node:
         for name, value in values.items():
-            node = node.replace("${" + name + "}", value)
+            if isinstance(value, str):
+                node = node.replace("${" + name + "}", value)
     return node
 
 
-def build_stage(ctx: Context, spec: dict[str, Any], run_dir: Path) -> Any:
+def build_stage(ctx: Context, spec: dict[str, Any], run_dir: Path, accepted: list[str] | None = None) -> Any:
     """A stage from its recipe entry: the registered class validated with the entry's fields, engine
     roles filled from the profile, the run's folders where the stage asks for them."""
     from transforms.flow.engines import fill_roles
 
     fields = {k: v for k, v in spec.items() if k not in ("stage", "as", "when")}
     fields = fill_roles(fields, ctx.engines, f"stage {spec['stage']}")
-    fields = late_values(fields, {"run_dir": str(run_dir), "lake_root": str(ctx.lake.root)})
+    fields = late_values(fields, ctx.late(run_dir, accepted))
     cls = stage_class(spec["stage"])
     defaults = {"cache_dir": str(ctx.lake.root / "cache" / "llm"), "feedback_dir": str(run_dir / "feedback"),
                 "output_dir": str(run_dir), "lake": str(ctx.lake.root)}

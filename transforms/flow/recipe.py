@@ -41,9 +41,11 @@ from transforms.flow.registry import known
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES_DIR = REPO / "jobs" / "recipes"
-_VAR = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")
+_VAR = re.compile(r"\$\{([A-Za-z_][\w.]*(?::[\w-]+)?)\}")
 _RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
-LATE = ("run_dir", "lake_root")  # known only when a run starts: filled in as its stages are built
+# known only when a run starts, filled in as its stages are built: the run's folder, the lake, an earlier run's
+# kept rows (`${curated:<run>}`) and, in quota rounds, the rows earlier rounds accepted (`${accepted}`)
+LATE = ("run_dir", "lake_root", "accepted")
 
 
 class RecipeError(ValueError):
@@ -125,6 +127,7 @@ class RoundsSpec(_Strict):
     group_column: str = "category"
     quotas: dict[str, int] = Field(..., description="Accepted items wanted per group.")
     max_rounds: int = Field(3, ge=1)
+    patience: int = Field(1, ge=1, description="Stop after this many rounds in a row that accept nothing.")
 
 
 class RunReport(_Strict):
@@ -389,11 +392,13 @@ def interpolate(node: Any, root: dict[str, Any], path: Path, key: str = "") -> A
                 for i, v in enumerate(node)]
     if not isinstance(node, str) or "${" not in node:
         return node
+    def late(name: str) -> bool:
+        return name in LATE or name.startswith("curated:")
+
     whole = _VAR.fullmatch(node)
-    if whole and whole.group(1) not in LATE:
+    if whole and not late(whole.group(1)):
         return _lookup(whole.group(1), root, path, key)
-    return _VAR.sub(lambda m: m.group(0) if m.group(1) in LATE else str(_lookup(m.group(1), root, path, key)),
-                    node)
+    return _VAR.sub(lambda m: m.group(0) if late(m.group(1)) else str(_lookup(m.group(1), root, path, key)), node)
 
 
 def _lookup(name: str, root: dict[str, Any], path: Path, key: str) -> Any:

@@ -20,6 +20,7 @@ from transforms.flow.context import (
     RunEntry,
     build_stage,
     entry_next,
+    late_values,
     say,
     spec_fingerprint,
 )
@@ -131,9 +132,15 @@ def _stop_if_nothing_read(record: Any) -> None:
 
 def _measure(ctx: Context, spec: RunSpec, manifest: RunManifest) -> None:
     """The run's `reports`: figures measured on its finished outputs, each in its own file."""
+    import inspect
+
     for report in spec.reports:
         module, func = report.make.split(":")
-        figures = getattr(importlib.import_module(module), func)(manifest, ctx.lake, **report.args)
+        make = getattr(importlib.import_module(module), func)
+        args = late_values(report.args, ctx.late(ctx.lake.run_dir(manifest.run_id)))
+        if "runs" in inspect.signature(make).parameters:  # the runs so far, by name
+            args["runs"] = dict(ctx.manifests)
+        figures = make(manifest, ctx.lake, **args)
         if figures is not None:
             path = ctx.lake.run_dir(manifest.run_id) / f"{report.name}.json"
             path.write_text(json.dumps(figures, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
@@ -152,10 +159,12 @@ def rounds_run(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -
     run_dir = ctx.lake.run_dir(entry.run_id)
 
     def make_round(k: int, deficits: dict[str, int], accepted: list[str]) -> tuple[Any, list[Any]]:
-        rows = make_rows(k, deficits, accepted, **rounds.args)
-        return RowsSource(records=rows), [build_stage(ctx, s, run_dir) for s in spec.stages if _stage_wanted(ctx, s)]
+        rows = make_rows(k, deficits, accepted, **late_values(rounds.args, ctx.late(run_dir, accepted)))
+        return RowsSource(records=rows), [build_stage(ctx, s, run_dir, accepted) for s in spec.stages
+                                          if _stage_wanted(ctx, s)]
 
-    quota = QuotaConfig(group_column=rounds.group_column, quotas=rounds.quotas, max_rounds=rounds.max_rounds)
+    quota = QuotaConfig(group_column=rounds.group_column, quotas=rounds.quotas, max_rounds=rounds.max_rounds,
+                        patience=rounds.patience)
     entry.status = "running"
     try:
         manifest = run_quota_rounds(job=f"{ctx.recipe.recipe}:{spec.name}", dataset=ctx.recipe.dataset,
@@ -168,6 +177,7 @@ def rounds_run(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -
         raise
     for r in manifest.extras.get("rounds", []):  # every round is a run with its report and its law
         _check_and_report(ctx, RunManifest.load(ctx.lake.manifest_path(r["run_id"])))
+    _measure(ctx, spec, manifest)
     _check_and_report(ctx, manifest)
     entry.status, entry.fingerprint = manifest.status, fingerprint
     ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest

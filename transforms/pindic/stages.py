@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from transforms.core import columns as C
 from transforms.core.creating import SourceStage
@@ -131,6 +131,19 @@ class ClassifyItems(LLMTransform):
     params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=120, temperature=0.0))
     on_invalid: Literal["drop", "retry"] = "retry"
     taxonomy_sha256: str = Field("", description="Fingerprint of the taxonomy file the classes come from.")
+    taxonomy_path: str | None = Field(None, description="Taxonomy file whose classes the reply must name (a "
+                                      "recipe sets it; `output` and `taxonomy_sha256` follow from the file).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _classes_from_file(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("taxonomy_path"):
+            from transforms.pindic.taxonomy import fingerprint, load_taxonomy
+
+            path = data["taxonomy_path"]
+            data = {**data, "output": classify_output(load_taxonomy(path)),
+                    "taxonomy_sha256": fingerprint(path)["sha256"]}
+        return data
 
     @classmethod
     def for_taxonomy(cls, taxonomy: Taxonomy, sha256: str, **kwargs: Any) -> ClassifyItems:

@@ -1,7 +1,7 @@
 """The closed PIndicQA taxonomy as data: category → classes, each with its member labels and candidates.
 
-The default is `prompts/pindic/taxonomy.yaml` (see its header: class names reconstructed, counts as
-published). A run also writes a *draft* in the same format from its clusters and their LLM-proposed
+The default is `prompts/pindic/taxonomy.yaml`: the paper's closed taxonomy, class names exactly as
+published (19/32/39/32). A run also writes a *draft* in the same format from its clusters and their LLM-proposed
 names (`draft_from_clusters`); a person edits it and hands it back with `taxonomy_path`, and the
 job reads it as a fingerprinted input (`fingerprint`): the classification stage's config carries the
 class lists, so an edited taxonomy re-classifies and a resumed run with the same file does not.
