@@ -73,11 +73,16 @@ def run(args: argparse.Namespace) -> int:
             "right} td.l,th.l{text-align:left} table{border-collapse:collapse}</style></head><body>"
             + render_judge_eval(result) + "</body></html>")
     (out / "judges.html").write_text(html, encoding="utf-8")
-    print(f"{'judge':<12}{'precision':>10}{'recall':>8}{'AUC':>7}{'pass':>7}{'LLM calls':>10}")
+    flips = result.get("injection", {}).get("templates", {}).get("judges", {})
+    print(f"{'judge':<12}{'precision':>10}{'recall':>8}{'AUC':>7}{'pass':>7}{'LLM calls':>10}{'flip rate':>11}")
     for name, j in result["judges"].items():
         auc = j.get("auc")
+        flip = f"{flips[name]['flip_rate']:.4f}" if name in flips else "-"
         print(f"{name:<12}{j['precision']:>10.3f}{j['recall']:>8.3f}{(auc if auc is not None else float('nan')):>7.3f}"
-              f"{j['pass_rate']:>7.3f}{j['cost'].get('llm_calls', 0):>10}")
+              f"{j['pass_rate']:>7.3f}{j['cost'].get('llm_calls', 0):>10}{flip:>11}")
+    for name, f in flips.items():
+        print(f"injection templates {name:<12} kept {f['no_to_yes']} of {f['attacked_dropped_clean']} attacked rows "
+              f"whose clean row is dropped (flip rate {f['flip_rate']:.4f}; by position {f['by_position']})")
     for name, v in result.get("injection", {}).get("judges", {}).items():
         print(f"injection {name:<12} no->yes {v['no_to_yes']:>3}  yes->no {v['yes_to_no']:>3}  of {v['verdicts']}")
     print(f"judge-eval: wrote {out / 'judges.json'} and {out / 'judges.html'}", file=sys.stderr)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from transforms.judge.injection import measure
+from transforms.judge.injection import flip_rate, load_templates, measure
 from transforms.judge.linear import FittedLinear, prepare
 from transforms.judge.metrics import judge_metrics, pr_curve
 from transforms.judge.seeds import LabelledRow, kin_parity, load_labels
@@ -167,4 +167,23 @@ def injection(rows: Sequence[LabelledRow], fitted: FittedLinear, embedder: Any, 
         return out
 
     judges["cascade"] = cascade
-    return {"rows": len(subset), "positives": sum(r.physical for r in subset), "judges": measure(judges, texts)}
+    out = {"rows": len(subset), "positives": sum(r.physical for r in subset), "judges": measure(judges, texts)}
+    # the template set (lake/samples/ko_injection_templates.yaml) on the negatives: the flip rate is the share of
+    # attacked rows kept whose clean row is dropped; LLM members are asked only inside the cascade (in its order)
+    negatives = [r.text for r in subset if not r.physical]
+    templates = load_templates()
+
+    def in_order(batch: list[str]) -> np.ndarray:
+        keep = gate(batch)
+        for c in members:
+            at = np.flatnonzero(keep)
+            if len(at):
+                keep[at] &= member(c)([batch[i] for i in at])
+        return keep
+
+    flips = {"prefilter": flip_rate(gate, negatives, templates)}
+    flips |= {c.short_name: flip_rate(member(c), negatives, templates) for c in members
+              if getattr(c, "kind", None) == "linear"}
+    flips["cascade"] = flip_rate(in_order, negatives, templates)
+    out["templates"] = {"negatives": len(negatives), "templates": len(templates), "judges": flips}
+    return out

@@ -51,7 +51,7 @@ _ROLE = r"(?:system|sys|assistant|user|human|developer|admin|instruction|inst|�
 _YES = r"(?:예|네|yes|y|true|1|물리(?:적)?|physical|positive)"
 _PATTERNS: dict[str, re.Pattern[str]] = {
     # structure: roles, fences, chat templates
-    "role_marker": re.compile(rf"(?im)^\s*{_ROLE}\s*[:：>]|[\[【<(]\s*/?\s*{_ROLE}\s*[\]】>)]|<\|[^|>]{{1,30}}\|>|<<\s*/?sys\s*>>"
+    "role_marker": re.compile(rf"(?im)(?:^|[\s.?!,;])\s*{_ROLE}\s*[:：>]\s|[\[【<(]\s*/?\s*{_ROLE}\s*[\]】>)]|<\|[^|>]{{1,30}}\|>|<<\s*/?sys\s*>>"
                               rf"|#{{2,}}\s*{_ROLE}|\b(?:system|assistant)\s+(?:prompt|message|note|override)\b"),
     "fence_marker": re.compile(r"(?i)</\s*[a-z_가-힣][\w-]{0,20}\s*>|<\s*(?:question|text|input|document|context|query|"
                                r"질문|문서|답변|answer|output)\s*>|```|\"\"\"|(?:^|\s)(?:={4,}|-{4,}|\*{4,}|#{4,})(?:\s|$)"),

@@ -51,8 +51,8 @@ import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "lake" / "samples" / "ko_injection_templates.yaml"
-POSITIONS = ("end", "start", "inside")
-_SEPARATORS = {"end": "\n\n", "start": "\n", "inside": " "}
+# where the attack goes and what separates it from the text: a line break, or glued with a space
+POSITIONS = ("end", "start", "inside", "end_glued", "start_glued", "inside_glued")
 _LOOKALIKE = str.maketrans({"a": "а", "e": "е", "o": "о", "p": "р", "c": "с", "i": "і", "y": "у", "x": "х"})
 _SENTENCE_END = re.compile(r"(?<=[.?!。])\s+")
 
@@ -85,16 +85,19 @@ def load_templates(path: str | Path | None = None) -> list[dict[str, Any]]:
 
 
 def inject(text: str, attack: str, position: str) -> str | None:
-    """`attack` added to `text` at `position`; None for `inside` when the text has no inner sentence end."""
-    if position == "end":
-        return f"{text}{_SEPARATORS['end']}{attack}"
-    if position == "start":
-        return f"{attack}{_SEPARATORS['start']}{text}"
+    """`attack` added to `text` at `position` (end, start, inside: at the middle sentence end; `_glued`:
+    with a space instead of a line break); None for inside when the text has no inner sentence end."""
+    where, _, glued = position.partition("_")
+    sep = " " if glued else "\n"
+    if where == "end":
+        return f"{text}{sep * (1 if glued else 2)}{attack}"
+    if where == "start":
+        return f"{attack}{sep}{text}"
     ends = [m for m in _SENTENCE_END.finditer(text) if 0 < m.start() < len(text.rstrip())]
     if not ends:
         return None
     cut = ends[len(ends) // 2]
-    return f"{text[:cut.start()]} {attack} {text[cut.end():]}"
+    return f"{text[:cut.start()]}{sep}{attack}{sep}{text[cut.end():]}"
 
 
 def attack_set(texts: Sequence[str], templates: list[dict[str, Any]] | None = None,

@@ -17,16 +17,23 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.embed.base import EmbedderConfig
+from transforms.judge.guard import injection_flags, sanitize
 from transforms.judge.metrics import judge_metrics
 from transforms.judge.seeds import LabelError, LabelledRow, load_labels
-from transforms.judge.guard import injection_flags, sanitize
-from transforms.judge.views import min_over_parts, min_over_views, normalise, part_views, prefix_views
+from transforms.judge.views import (
+    min_over_parts,
+    min_over_views,
+    normalise,
+    part_views,
+    prefix_views,
+    with_prefixes,
+)
 
 
 def default_embedder() -> EmbedderConfig:
@@ -59,9 +66,11 @@ class LinearJudge(BaseModel):
                                 "ones such as a bare title cost precision; texts shorter than it are not covered).")
     train_on_views: bool = Field(True, description="views: also fit the model on each seed's prefix views, with "
                                  "the seed's label (so a physical question's first sentences score as physical).")
-    parts: bool = Field(False, description="views: also score the suffixes and the text with one run of segments cut "
-                        "out, so text put before or inside a question cannot raise it either. Off by default: on the "
-                        "seeds it costs most of the precision (docs/judges.md, 'Parts').")
+    parts: bool = Field(True, description="views: also score the suffixes and the text with one run of segments cut "
+                        "out, so text put before or inside a question cannot raise it either (docs/judges.md).")
+    part_cuts: Literal["strong", "all"] = Field("strong", description="parts: cut at line breaks and markup only "
+                                                "(strong), or at sentence ends and parentheses too (all: costs most "
+                                                "of the precision on the seeds, docs/judges.md).")
     part_min_chars: int = Field(0, ge=0, description="parts: views shorter than this are scored only where cut at "
                                 "strong boundaries (0: every view, so short questions are covered too).")
     part_deletions: bool = Field(True, description="parts: also the text with one inner run of segments cut out "
@@ -89,6 +98,7 @@ class FittedLinear(BaseModel):
     parts: bool = Field(False, description="views: also suffixes and one-run deletions (views.part_views).")
     part_min_chars: int = Field(0, ge=0, description="parts: shortest view scored off strong boundaries.")
     part_deletions: bool = Field(True, description="parts: also one-run deletions.")
+    part_cuts: str = Field("all", description="parts: strong (line breaks, markup) or all boundaries.")
     guard: bool = Field(False, description="Read sanitized text; text addressing the judge scores 0.")
     labels_sha: str = Field("", description="sha256 of the labels file the model was fitted on.")
     cv: dict[str, Any] = Field(default_factory=dict, description="Out-of-fold metrics at the threshold.")
@@ -98,7 +108,7 @@ class FittedLinear(BaseModel):
     def key(self) -> str:
         ident = json.dumps([self.coef, self.intercept, self.embedder.model_dump(), self.embed_chars]
                            + ([self.view_min_chars] if self.views else [])
-                           + ([f"parts{self.part_min_chars}{'d' if self.part_deletions else ''}"] if self.views and self.parts else [])
+                           + ([f"parts{self.part_min_chars}{'d' if self.part_deletions else ''}{self.part_cuts}"] if self.views and self.parts else [])
                            + (["guard"] if self.guard else []))
         return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
@@ -124,7 +134,8 @@ class FittedLinear(BaseModel):
             return self.scores(embedder.encode([prepare(t, self.embed_chars) for t in texts]))
         if self.parts:
             return min_over_parts(lambda batch: self.scores(embedder.encode(batch)), texts, self.embed_chars,
-                                  self.part_min_chars, lazy_below=lazy_below, deletions=self.part_deletions)
+                                  self.part_min_chars, lazy_below=lazy_below, deletions=self.part_deletions,
+                                  strong_only=self.part_cuts == "strong", prefix_min_chars=self.view_min_chars)
         return min_over_views(lambda batch: self.scores(embedder.encode(batch)), texts, self.embed_chars,
                               self.view_min_chars, lazy_below=lazy_below)
 
@@ -214,7 +225,10 @@ def views_of(config: LinearJudge, text: str) -> list[str]:
     """The views `train` embeds for one text (the window last), as FittedLinear.score_texts cuts them."""
     text = sanitize(text) if config.guard else text
     if config.views and config.parts:
-        return part_views(text, config.embed_chars, config.part_min_chars, deletions=config.part_deletions)
+        strong = config.part_cuts == "strong"
+        views = part_views(text, config.embed_chars, config.part_min_chars, deletions=config.part_deletions,
+                           strong_only=strong)
+        return with_prefixes(views, config.embed_chars, config.view_min_chars)
     return prefix_views(text, config.embed_chars, config.view_min_chars)
 
 
@@ -250,5 +264,5 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLin
     return FittedLinear(coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
                         embed_chars=config.embed_chars, views=config.views, view_min_chars=config.view_min_chars,
                         parts=config.views and config.parts, part_min_chars=config.part_min_chars,
-                        part_deletions=config.part_deletions, guard=config.guard, labels_sha=sha, cv=report,
+                        part_deletions=config.part_deletions, part_cuts=config.part_cuts, guard=config.guard, labels_sha=sha, cv=report,
                         oof_scores=oof.tolist(), oof_labels=labels.tolist())

@@ -121,6 +121,16 @@ def render_judge_eval(result: dict[str, Any], *, with_plot: bool = True) -> str:
                         f"<td>{_f(v['verdicts'])}</td></tr>" for n, v in inj.get("judges", {}).items())
         inj_html = (f"<h3>Prompt injection ({_f(inj.get('rows'))} questions × 4 attacks)</h3><table><tr><th class='l'>"
                     "judge</th><th>no → yes</th><th>yes → no</th><th>verdicts</th></tr>" + lines + "</table>")
+        tpl = inj.get("templates")
+        if tpl:
+            tpl_rows = "".join(f"<tr><td class='l'>{escape(n)}</td><td>{_f(v['attacked_dropped_clean'])}</td>"
+                           f"<td>{_f(v['no_to_yes'])}</td><td>{_f(v['flip_rate'])}</td>"
+                           f"<td class='l'>{escape(', '.join(f'{k} {c}' for k, c in v['by_position'].items() if c))}</td>"
+                           f"</tr>" for n, v in tpl.get("judges", {}).items())
+            inj_html += (f"<h3>Injection templates ({_f(tpl.get('templates'))} templates × positions on "
+                         f"{_f(tpl.get('negatives'))} negatives)</h3><table><tr><th class='l'>judge</th><th>attacked rows "
+                         "dropped clean</th><th>kept attacked</th><th>flip rate</th><th class='l'>flips by position</th>"
+                         "</tr>" + tpl_rows + "</table>")
     plot = ""
     if with_plot and any(j.get("curve") for j in judges.values()):
         data = base64.b64encode(plot_png(judges)).decode()

@@ -93,26 +93,37 @@ _PART_BOUNDARY = re.compile(r"(?P<strong>(?=\n)|(?<=\s)(?=[<\[{(（「『])|(?<=
                             r"|(?<=[.?!。…~:])(?=\s)")
 
 
-def _cuts(raw: str) -> list[tuple[int, bool]]:
-    """(offset, strong) of every boundary, in order, without duplicates."""
+_PAREN_LIST = re.compile(r"[(（\[][^()（）\[\]\n]{0,200}?(?:,[^()（）\[\],\n]{1,40}){3,}[)）\]]")
+
+
+def _cuts(raw: str, strong_only: bool = False) -> list[tuple[int, bool]]:
+    """(offset, strong) of every boundary, in order, without duplicates; `strong_only`: only line breaks
+    and a space before '<', '[' or '{' (the prefix views' strong boundaries)."""
     out: dict[int, bool] = {}
+    if strong_only:
+        cuts = {m.start() for m in _BOUNDARY.finditer(raw) if m.group("strong") is not None}
+        for m in _PAREN_LIST.finditer(raw):  # a parenthesised list (3+ commas) is no part of a sentence
+            cuts.update({m.start(), m.end()})
+        return [(c, True) for c in sorted(cuts)]
     for match in _PART_BOUNDARY.finditer(raw):
         out[match.start()] = out.get(match.start(), False) or match.group("strong") is not None
     return sorted(out.items())
 
 
 def part_views(text: object, chars: int, min_chars: int = 0, max_cuts: int = 24,
-               reach: int | None = None, deletions: bool = True) -> list[str]:
+               reach: int | None = None, deletions: bool = True, strong_only: bool = False) -> list[str]:
     """The prefix views of `text` followed by its suffix views and one-run deletion views, each
     whitespace-normalised and cut to `chars`; the whole window last. A view shorter than `min_chars`
     is kept only where every cut that made it is strong. `text` is read as it comes: call `sanitize`
     first. `reach` (default 3 × chars): suffixes and deletions start only within the first `reach`
     characters (a longer run of text before the question is judged on its own, so padding is left to
-    the guard, transforms/judge/guard.py); at most `max_cuts` boundaries are used."""
+    the guard, transforms/judge/guard.py); at most `max_cuts` boundaries are used. `strong_only`: cut
+    only at line breaks and before markup (no sentence ends, no parentheses): what the linear judges use
+    by default, since cutting at sentence ends costs most of their precision (docs/judges.md)."""
     raw = str(text or "")
     full = normalise(raw)[:chars]
     reach = 3 * chars if reach is None else reach
-    cuts = [(0, True), *[c for c in _cuts(raw) if 0 < c[0] < len(raw)][:max_cuts], (len(raw), True)]
+    cuts = [(0, True), *[c for c in _cuts(raw, strong_only) if 0 < c[0] < len(raw)][:max_cuts], (len(raw), True)]
     seen: set[str] = set()
     views: list[str] = []
 
@@ -126,17 +137,29 @@ def part_views(text: object, chars: int, min_chars: int = 0, max_cuts: int = 24,
             break
         head = raw[:start]
         for end, e_strong in cuts[a + 1:]:
-            if (start == 0 and end == len(raw)) or (not deletions and 0 < start and end < len(raw)):
+            if (start == 0 and end == len(raw)) or (not deletions and start > 0 and end < len(raw)):
                 continue
             add(normalise(head + "\n" + raw[end:])[:chars], (s_strong or start == 0) and e_strong)
     views.sort(key=len)
     return [*views, full]
 
 
+def with_prefixes(views: list[str], chars: int, prefix_min_chars: int | None) -> list[str]:
+    """`views` (the window last) and, for each, its own prefix views (`prefix_views(view, chars,
+    prefix_min_chars)`): a part cut out of an attacked text is then read exactly as the clean text is."""
+    if prefix_min_chars is None:
+        return views
+    more = {p for v in views for p in prefix_views(v, chars, prefix_min_chars)}
+    return sorted((more | set(views[:-1])) - {views[-1]}, key=len) + views[-1:]
+
+
 def min_over_parts(score: Callable[[list[str]], np.ndarray], texts: Sequence[object], chars: int,
-                   min_chars: int = 0, lazy_below: float | None = None, deletions: bool = True) -> np.ndarray:
-    """`min_over_views` over `part_views` (prefixes, suffixes and, with `deletions`, one-run deletions)."""
-    per_row = [part_views(t, chars, min_chars, deletions=deletions) for t in texts]
+                   min_chars: int = 0, lazy_below: float | None = None, deletions: bool = True,
+                   strong_only: bool = False, prefix_min_chars: int | None = None) -> np.ndarray:
+    """`min_over_views` over `part_views` (prefixes, suffixes and, with `deletions`, one-run deletions);
+    `prefix_min_chars`: also the prefix views of `prefix_views(text, chars, prefix_min_chars)`."""
+    per_row = [with_prefixes(part_views(t, chars, min_chars, deletions=deletions, strong_only=strong_only), chars,
+                             prefix_min_chars) for t in texts]
     whole = np.asarray(score([v[-1] for v in per_row]), dtype=np.float64) if per_row else np.zeros(0)
     out = whole.copy()
     need = [i for i, v in enumerate(per_row) if len(v) > 1 and (lazy_below is None or whole[i] >= lazy_below)]
