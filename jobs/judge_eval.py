@@ -29,34 +29,41 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.config import parse_set, resolve_config
-    from jobs.ko_piqa import _resolve
+    from jobs.config import parse_set
     from transforms.embed.cache import CachedEmbedder
+    from transforms.flow.context import run_stages
+    from transforms.flow.recipe import REPO, load_recipe
     from transforms.judge.evaluate import evaluate
     from transforms.judge.gate import SupervisedPrefilter
     from transforms.judge.report import render_judge_eval
     from transforms.judge.seeds import load_labels
 
+    def _resolve(path: str) -> str:  # a relative labels path: the working directory, else the repository
+        p = Path(path)
+        return str(p.resolve()) if p.is_absolute() or p.exists() else str(REPO / p)
+
     overrides = dict(parse_set(item) for item in args.set or [])
-    config = resolve_config("ko-piqa", args.config, overrides)
-    if not isinstance(config.prefilter, SupervisedPrefilter):
-        raise ValueError("judge-eval measures the supervised prefilter: set prefilter.mode=supervised")
+    recipe = load_recipe("ko-piqa", {"prefilter": "supervised", **overrides}, config_file=args.config)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cache = str(Path(config.lake).resolve() / "cache" / "embeddings")
-    training = _resolve(config.prefilter.judge.labels)
-    gate = config.prefilter.model_copy(update={"judge": config.prefilter.judge.model_copy(update={"labels": training}),
-                                               "embed_cache_dir": cache})
+    cache = str(Path("lake").resolve() / "cache" / "embeddings")
+    _, stages = run_stages(recipe, "crawl", lake="lake")   # the recipe's own judges, as its crawl run builds them
+    prefilter = next((s for s in stages if isinstance(s, SupervisedPrefilter)), None)
+    if prefilter is None:
+        raise ValueError("judge-eval measures the supervised prefilter: the ko-piqa recipe has none with these settings")
+    training = prefilter.judge.labels
+    gate = prefilter.model_copy(update={"embed_cache_dir": cache})
     fitted = gate.fit()
     rows = [r for path in args.labels for r in load_labels(_resolve(path), allow_held_out=True)]
     ensemble = None
-    if config.ensemble is not None and not args.no_llm:
-        ensemble = config.ensemble.model_copy(update={"cache_dir": str(out / "cache" / "ensemble")})
+    recipe_ensemble = next((s for s in stages if s.name == "ensemble"), None)
+    if recipe_ensemble is not None and not args.no_llm:
+        ensemble = recipe_ensemble.model_copy(update={"cache_dir": str(out / "cache" / "ensemble")})
         same = {"target_recall"}
         for clf in ensemble.classifiers:
             if getattr(clf, "kind", None) != "linear":
                 continue
-            if clf.judge.model_dump(exclude=same) == config.prefilter.judge.model_dump(exclude=same):
+            if clf.judge.model_dump(exclude=same) == prefilter.judge.model_dump(exclude=same):
                 clf.use_fitted(fitted)  # the prefilter's model at another cut: fit once
             else:  # a judge of its own (e.g. the chit-chat gate): trained on its labels, through the same cache
                 clf.embed_cache_dir = cache
