@@ -225,3 +225,27 @@ def test_loglik_scores_that_are_not_numbers_are_unparsable_not_guesses(items):
     preds = loglik_predictions(NaNEngine(), items, model="m", contexts=load_loglik_contexts(), batch_size=4)
     bad = [r for r in preds.to_pylist() if r["status"] != "scored"]
     assert bad and all(r["status"] == "unparsable" and r["pred"] is None and r["correct"] is None for r in bad)
+
+
+class BigBatchEngine(CountingEngine):
+    preferred_batch = 40  # what the transformers engine reports on a GPU (its batch_size, 256)
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[int] = []
+
+    def chat(self, conversations, params):
+        self.calls.append(len(conversations))
+        return super().chat(conversations, params)
+
+
+def test_unset_chunk_size_follows_the_engines_preferred_batch():
+    convs = [[{"role": "user", "content": f"question {i}"}] for i in range(100)]
+    engine = BigBatchEngine()
+    asker = Asker(label="m", engine=engine.config)
+    asker.attach_engine("m", engine)
+    asker.ask_chat(convs, GenerationParams())
+    assert engine.calls == [40, 40, 20]
+    engine = BigBatchEngine()
+    Asker.for_engine(engine, label="m", chunk_size=30).ask_chat(convs, GenerationParams())
+    assert engine.calls == [30, 30, 30, 10]  # a chunk size that is set is kept

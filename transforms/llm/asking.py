@@ -69,7 +69,7 @@ def ask_cached(stage: LLMStage, slot: str, config: EngineConfig, ref: str, kind:
                ids: Sequence[str] | None, params: dict[str, Any],
                compute: Callable[[list[int]], list[Any]]) -> list[Any]:
     """One answer (any JSON value) per question, from the answer cache or `compute(indices)` in chunks
-    of `stage.chunk_size`; equal questions are asked once. The cache folder is per (stage, slot,
+    of `stage.chunk_rows(engine)`; equal questions are asked once. The cache folder is per (stage, slot,
     model, ref); the key holds the question, the model, `kind` and `params`."""
     cache = stage.answer_cache(namespace(f"{stage.name}-{slot}-{kind}", config, ref), VALUE_SCHEMA)
     keyed = {"kind": kind, **params}
@@ -80,8 +80,9 @@ def ask_cached(stage: LLMStage, slot: str, config: EngineConfig, ref: str, kind:
         if k not in cache:
             todo.setdefault(k, i)
     order = list(todo.values())
-    for start in range(0, len(order), stage.chunk_size):
-        chunk = order[start:start + stage.chunk_size]
+    step = stage.chunk_rows(stage.engine_for(slot, config)) if order else 1
+    for start in range(0, len(order), step):
+        chunk = order[start:start + step]
         stage.counters.requests += len(chunk)
         values = compute(chunk)
         cache.put([{"key": keys[i], "id": str(ids[i]) if ids is not None else str(i),

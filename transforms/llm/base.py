@@ -103,6 +103,12 @@ class LLMEngine(ABC):
         """The prompt text the chat template produces (for option_logprobs on chat models)."""
         raise NotImplementedError
 
+    @property
+    def preferred_batch(self) -> int:
+        """Questions per call this engine uses well (0: no preference); LLM stages whose `chunk_size`
+        is not set send at least this many per call (a GPU engine wants hundreds, not 16)."""
+        return 0
+
     def close(self) -> None:
         """Release resources."""
 

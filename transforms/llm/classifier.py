@@ -135,8 +135,9 @@ class Classifier(BaseModel):
             if k not in cache and k not in seen:
                 seen.add(k)
                 todo.append(j)
-        for start in range(0, len(todo), stage.chunk_size):
-            chunk = todo[start:start + stage.chunk_size]
+        step = stage.chunk_rows(stage.engine_for(self.short_name, self.engine)) if todo else 1
+        for start in range(0, len(todo), step):
+            chunk = todo[start:start + step]
             stage.counters.requests += len(chunk)
             fresh = self._answer(stage, prompt, [convs[j] for j in chunk], retry_temperature)
             cache.put([{"key": keys[j], "id": str(ids[j]), **a.model_dump(),

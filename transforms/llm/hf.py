@@ -128,6 +128,10 @@ class TransformersEngine(LLMEngine):
                 (opts.batch_size, opts.max_batch_tokens, opts.gen_batch_size), device_sizes(self.device),
                 strict=True))
 
+    @property
+    def preferred_batch(self) -> int:
+        return self.batch_size
+
     def close(self) -> None:
         self.model = self.tokenizer = None
 

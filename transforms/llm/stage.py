@@ -152,7 +152,9 @@ class LLMStage(Stage):
 
     cache_dir: str | None = Field(None, description="Answer cache root (jobs pass <lake>/cache/llm or a "
                                   "per-run folder); unset: answers are kept in memory only.")
-    chunk_size: int = Field(16, ge=1, description="Conversations per engine call (and per cache file).")
+    chunk_size: int = Field(16, ge=1, description="Conversations per engine call (and per cache file); when "
+                            "not set, at least the engine's preferred batch (the transformers engine on a "
+                            "GPU: 256).")
     engine_retries: int = Field(2, ge=0, description="Retries of a failing engine call before giving up.")
     retry_backoff_s: float = Field(2.0, ge=0, description="First wait between engine retries; doubles.")
 
@@ -200,6 +202,12 @@ class LLMStage(Stage):
                 log.warning("%s: %s; retrying in %.1fs", label, err, wait)
                 time.sleep(wait)
         raise AssertionError("unreachable")
+
+    def chunk_rows(self, engine: LLMEngine | None) -> int:
+        """Questions per engine call: `chunk_size` when set, else at least what the engine uses well."""
+        if "chunk_size" in self.model_fields_set:
+            return self.chunk_size
+        return max(self.chunk_size, int(getattr(engine, "preferred_batch", 0) or 0))
 
     def answer_cache(self, name: str, schema: pa.Schema) -> AnswerCache:
         if name not in self._caches:
@@ -258,8 +266,9 @@ class LLMStage(Stage):
             by_samples.setdefault(tuple(samples[i]), []).append(i)
         engine = self.engine_for(slot, call.engine) if todo else None
         for ks, rows in by_samples.items():
-            for start in range(0, len(rows), self.chunk_size):
-                chunk = rows[start:start + self.chunk_size]
+            step = self.chunk_rows(engine)
+            for start in range(0, len(rows), step):
+                chunk = rows[start:start + step]
                 got = self._generate(call, engine, params, [convs[i] for i in chunk], ks)
                 cache.put([{"key": keys[i][j], "id": str(ids[i]), "sample": k, "reply": got[r][j],
                             "question": recorded_question(convs[i]) if r == 0 and j == 0 else None}
