@@ -71,7 +71,11 @@ if [[ "$MODE" == "cpu" ]]; then
   export PYTHONPATH="$ROOT:$SITE:$BARE" PIQAFORGE_TEST_DEVICE=cpu GPU_CHECK_FORCE_WHEELS=1
   BENCH_ARGS=(--cpu --threads 2)
 else
-  PY=("${PYTHON:-python3}")
+  PY=()
+  for cand in ${PYTHON:-} python3 python; do  # the interpreter that has torch
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "import torch" >/dev/null 2>&1; then PY=("$cand"); break; fi
+  done
+  [[ ${#PY[@]} -gt 0 ]] || { echo "gpu_check: no python with torch on PATH (set PYTHON=...)" >&2; exit 1; }
   export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}" PIQAFORGE_TEST_DEVICE=cuda
   BENCH_ARGS=()
 fi

@@ -52,7 +52,16 @@ def on_device(oracle, dtype) -> TransformersEngine:
     return engine
 
 
-def test_float32_on_device_equals_cpu(oracle):
+@pytest.fixture
+def full_float32():
+    """float32 means float32 here: no TF32 matmuls, whatever a library set globally."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
+def test_float32_on_device_equals_cpu(oracle, full_float32):
     engine = on_device(oracle, torch.float32)
     if engine.device.startswith("cuda"):
         assert (engine.batch_size, engine.max_batch_tokens) == (256, 131072)  # GPU-sized defaults

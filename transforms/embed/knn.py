@@ -16,7 +16,9 @@ Every backend is imported inside the call that needs it, so importing this modul
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -117,6 +119,17 @@ def _torch_setup(config: KnnConfig):  # type: ignore[no-untyped-def]
     return torch, device
 
 
+@contextmanager
+def _full_float32(torch: Any) -> Iterator[None]:
+    """Exact cosine: no TF32 in the block products, whatever another library set globally."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def _block_rows(n_cols: int, config: KnnConfig) -> int:
     return max(1, (config.block_mb << 20) // (4 * max(n_cols, 1)))
 
@@ -126,7 +139,7 @@ def _torch_knn(x: np.ndarray, q: np.ndarray, k: int, config: KnnConfig) -> tuple
     xt = torch.from_numpy(x).to(device)
     sims_out, idx_out = [], []
     step = _block_rows(len(x), config)
-    with torch.inference_mode():
+    with torch.inference_mode(), _full_float32(torch):
         for start in range(0, len(q), step):
             block = torch.from_numpy(q[start:start + step]).to(device)
             sims, idx = torch.topk(block @ xt.T, k, dim=1)  # sorted, best first
@@ -143,7 +156,7 @@ def _torch_pairs(x: np.ndarray, threshold: float, config: KnnConfig) -> tuple[np
     n = len(x)
     rows_out, cols_out = [], []
     step = _block_rows(n, config)
-    with torch.inference_mode():
+    with torch.inference_mode(), _full_float32(torch):
         for start in range(0, n, step):
             block = xt[start:start + step]
             sims = block @ xt[start:].T
