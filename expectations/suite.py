@@ -11,8 +11,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.piqa.degenerate import DegenerateText
 from transforms.embed.base import EmbedderConfig
+from transforms.piqa.degenerate import DegenerateText
 
 SUITES_DIR = Path(__file__).resolve().parent / "suites"
 

@@ -177,7 +177,7 @@ def run_summary(manifest: RunManifest, report: Path | None = None) -> str:
     figures = manifest.extras.get("judges") or recorded_figures(report.parent if report else None, "judges")
     if figures:
         out += ["", *judges_lines(figures)]
-    waiting = manifest.extras.get("review") if isinstance(manifest.extras.get("review"), dict) else {}
+    waiting: dict[str, Any] = manifest.extras["review"] if isinstance(manifest.extras.get("review"), dict) else {}
     if manifest.status == "awaiting_review" and waiting.get("next"):
         out += ["", f"review batch {waiting.get('batch')}: {waiting['next']}"]
     return "\n".join(out)
@@ -198,7 +198,7 @@ def show_run(manifest: RunManifest, report: Path | None = None) -> str:
     out += [""] + [f"{k:<10} {v}" for k, v in manifest.outputs.items()]
     if report is not None and report.exists():
         out.append(f"{'report':<10} {report}")
-    waiting = manifest.extras.get("review") if isinstance(manifest.extras.get("review"), dict) else {}
+    waiting: dict[str, Any] = manifest.extras["review"] if isinstance(manifest.extras.get("review"), dict) else {}
     if manifest.status == "awaiting_review" and waiting.get("next"):
         out.append(f"{'next':<10} {waiting['next']}")
     return "\n".join(out)

@@ -164,7 +164,9 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
         from transforms.judge.report import render_judges
 
         judges = render_judges(figures)
-    waiting = m.extras.get("review") if isinstance(m.extras.get("review"), dict) else {}
+    if runs_dir is not None:  # sections the run's recipe reports rendered (runs/<run id>/<name>.section.html)
+        judges += "".join(p.read_text(encoding="utf-8") for p in sorted((runs_dir / m.run_id).glob("*.section.html")))
+    waiting: dict[str, Any] = m.extras["review"] if isinstance(m.extras.get("review"), dict) else {}
     if m.status == "awaiting_review" and waiting.get("next"):
         error += (f"<h2>Waiting for review</h2><p>Review batch <code>{escape(str(waiting.get('batch')))}</code>. "
                   f"Next: {escape(str(waiting['next']))}</p>")

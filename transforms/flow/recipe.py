@@ -132,8 +132,11 @@ class RoundsSpec(_Strict):
 
 class RunReport(_Strict):
     name: str = Field(..., description="File name (runs/<run id>/<name>.json).")
-    make: str = Field(..., description="'module:function(manifest, lake, **args) -> dict'.")
+    make: str = Field(..., description="'module:function(manifest, lake, **args) -> dict' (a `runs` parameter gets "
+                      "the runs so far, by name).")
     args: dict[str, Any] = Field(default_factory=dict)
+    html: str | None = Field(None, description="'module:function(figures) -> html': the figures as a section of "
+                             "the run's report (runs/<run id>/<name>.section.html).")
 
 
 class RunSpec(_Strict):

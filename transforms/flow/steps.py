@@ -144,6 +144,10 @@ def _measure(ctx: Context, spec: RunSpec, manifest: RunManifest) -> None:
         if figures is not None:
             path = ctx.lake.run_dir(manifest.run_id) / f"{report.name}.json"
             path.write_text(json.dumps(figures, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+            if report.html:  # the run's report embeds every <name>.section.html beside it
+                module, func = report.html.split(":")
+                html = getattr(importlib.import_module(module), func)(figures)
+                path.with_name(f"{report.name}.section.html").write_text(html, encoding="utf-8")
 
 
 def rounds_run(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -> str:

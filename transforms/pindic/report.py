@@ -8,11 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from transforms.cluster.kmeans import elbow_svg
-from transforms.core.lake import Lake, parquet_files, read_table
+from transforms.core.lake import parquet_files, read_table
 from transforms.core.manifest import RunManifest
-from transforms.core.report import write_report
-from transforms.pindic import metrics
-from transforms.pindic.pipeline import nan_to_none, per_locale, phase, round_manifests
 from transforms.pindic.taxonomy import CATEGORIES, COLUMN
 
 
@@ -29,73 +26,6 @@ def generated_coverage(rows: list[dict[str, Any]], classes: dict[str, int]) -> d
             "coverage": {c: round(len(used[c]) / classes[c], 4) if classes.get(c) else None for c in CATEGORIES},
             "combinations": len({tuple(str(r.get(COLUMN[c])) for c in CATEGORIES) for r in rows}),
             "fell_back": sum(bool(r.get("combo_fallback")) for r in rows)}
-
-
-def reference_quality(translate: Any, langs: list[str], n: int) -> dict[str, Any]:
-    """chrF of the engine in use against human references (parallel_indic_joshua: hi, bn, ta)."""
-    targets = [x for x in ("hi", "bn", "ta") if x in langs]
-    if n <= 0 or not targets:
-        return {"skipped": "reference_sentences is 0 or no locale uses hi/bn/ta"}
-    try:
-        with phase(f"translation engine vs human references: {n} sentence(s) for {', '.join(targets)}"):
-            return translate.quality(limit=n, targets=targets)
-    except FileNotFoundError as err:  # a clone without ../shared/data: the job still finishes, and says why
-        return {"skipped": f"no reference corpus: {err}"}
-    finally:
-        translate.close()
-
-
-def finish_report(config: Any, lake: Lake, final: RunManifest, gen: RunManifest, translate: Any, embed: Any,
-                  figures: dict[str, Any]) -> dict[str, Any]:
-    rounds = metrics.round_table(round_manifests(lake, gen))
-    generated = read_table(Path(gen.outputs["curated"])).to_pylist() if parquet_files(Path(gen.outputs["curated"])) else []
-    corrected = _stage_rows(final, "correct")
-    released_rows = read_table(Path(final.outputs["curated"])).to_pylist() \
-        if parquet_files(Path(final.outputs["curated"])) else []
-    figures.update({
-        "rounds_table": rounds,
-        "generated_coverage": generated_coverage(generated, figures["taxonomy"]["classes"]),
-        "diversity_generated_goals": metrics.diversity([str(r["goal"]) for r in generated], embed),
-        "correction": metrics.correction_figures(corrected) if corrected else {},
-        "translation_reference_chrf": reference_quality(translate, [loc.lang for loc in config.locales],
-                                                        config.reference_sentences),
-        "items_per_locale": {"generated_accepted": per_locale(read_table(Path(gen.outputs["curated"])))
-                             if generated else {},
-                             "final": {str(k): v for k, v in _count(released_rows, "locale").items()}},
-    })
-    out: dict[str, Any] = {"run_id": final.run_id, **final.outputs}
-    if config.release:
-        from jobs.release import Config as ReleaseConfig
-        from jobs.release import run as release_run
-
-        if not released_rows:  # nothing to gate: say so instead of publishing an empty release
-            rel = {"released": False, "exit_code": 1, "skipped": "no item reached the release (see the drop "
-                   "reasons of the final run and the rounds table)"}
-        else:
-            from jobs.cli import UserError
-
-            try:
-                with phase(f"release gate (pindic suite) on {len(released_rows)} item(s)"):
-                    rel = release_run(ReleaseConfig(input=final.outputs["curated"], recipe="pindic",
-                                                    lake=config.lake, dataset=config.dataset),
-                                      run_id=f"{final.run_id}-release")
-            except UserError as err:
-                rel = {"released": False, "exit_code": 1, "error": str(err)}
-            gate_run = lake.manifest_path(str(rel.get("run_id")))
-            if rel.get("run_id") and gate_run.exists():  # which expectations failed, naming the rows
-                rel["failed"] = RunManifest.load(gate_run).extras.get("gate", {}).get("failed", [])
-        figures["release"] = rel
-        out["release"] = rel.get("release")
-        out["exit_code"] = rel.get("exit_code", 0)
-    final.extras["pindic"] = nan_to_none(figures)
-    final.write(lake.manifest_path(final.run_id))
-    report = lake.run_dir(final.run_id) / "report.html"
-    write_report(final, report)
-    html = report.read_text(encoding="utf-8").replace("</body>", section(figures) + "</body>")
-    report.write_text(html, encoding="utf-8")
-    out["report"] = str(report)
-    out["taxonomy_draft"] = figures["draft_taxonomy"]["path"]
-    return out
 
 
 def _count(rows: list[dict[str, Any]], col: str) -> dict[str, int]:

@@ -265,7 +265,7 @@ def items_run_figures(manifest: Any, lake: Any, min_words: int = 25) -> dict[str
     from transforms.core.lake import read_table
 
     table = read_table(Path(manifest.outputs["curated"]))
-    stats = card_statistics(table, min_words=min_words) if table.num_rows else {"items": 0}
+    stats: dict[str, Any] = card_statistics(table, min_words=min_words) if table.num_rows else {"items": 0}
     if "dup_level" in table.column_names:
         stats["neighbours"] = neighbour_counts(table)
     feedback = lake.run_dir(manifest.run_id) / "feedback" / "summary.json"
