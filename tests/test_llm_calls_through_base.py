@@ -249,3 +249,26 @@ def test_unset_chunk_size_follows_the_engines_preferred_batch():
     engine = BigBatchEngine()
     Asker.for_engine(engine, label="m", chunk_size=30).ask_chat(convs, GenerationParams())
     assert engine.calls == [30, 30, 30, 10]  # a chunk size that is set is kept
+
+
+def test_evaluation_report_shows_the_recorded_questions(monkeypatch, tmp_path, shared_data):
+    import sys
+
+    from ray import cloudpickle as ray_cloudpickle
+
+    import jobs.evaluate as evaluate_job
+    from jobs.config import resolve_config
+    from transforms.piqa.formats import read_piqa, write_items
+
+    ray_cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the engine travels to the Ray actor
+    release = tmp_path / "release" / "tiny.parquet"
+    write_items(read_piqa(shared_data / "piqa_en" / "valid_labeled.jsonl").slice(0, 6), release)
+    monkeypatch.setattr(evaluate_job, "build_engine", lambda cfg: CountingEngine())
+    config = resolve_config("evaluate", None, {
+        "release": str(release), "lake": str(tmp_path / "lake"), "models": "dummy", "audit": False,
+        "engines.dummy.backend": "transformers", "engines.dummy.model": "none", "modes": "generate,loglik"})
+    evaluate_job.run(config, run_id="t")
+    cache = tmp_path / "lake" / "runs" / "t" / "cache" / "llm"
+    assert sorted(p.name.rsplit("-", 1)[0] for p in cache.iterdir()) == ["ask_dummy_chat", "ask_dummy_loglikelihood"]
+    html = (tmp_path / "lake" / "runs" / "t" / "report.html").read_text(encoding="utf-8")
+    assert "question as recorded" in html and "Answer:" in html

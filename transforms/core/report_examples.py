@@ -194,10 +194,14 @@ def render_examples(manifest: RunManifest) -> str:
 
     blocks = []
     for rec in manifest.stages:
-        try:
-            body = stage_examples(manifest, rec) + llm_examples(manifest, rec)
-        except Exception as err:  # a report must still be written; it says what it could not read
-            body = f"<p class='bad'>examples could not be read: {escape(type(err).__name__)}: {escape(str(err))}</p>"
+        body = ""
+        # Rows and prompts are read separately: one that cannot be read does not hide the other.
+        for part, what in ((stage_examples, "examples"), (llm_examples, "prompts and replies")):
+            try:
+                body += part(manifest, rec)
+            except Exception as err:  # a report must still be written; it says what it could not read
+                body += (f"<p class='bad'>{what} could not be read: {escape(type(err).__name__)}: "
+                         f"{escape(str(err))}</p>")
         summary = (f"{rec.index:02d} {escape(rec.name)} ({escape(rec.kind)}): {rec.rows_kept:,} kept, "
                    f"{rec.dropped_total:,} dropped")
         blocks.append(f"<details open class='stage-examples' data-stage='{escape(rec.name)}'>"

@@ -131,7 +131,13 @@ def _recorded_html(rows: list[dict[str, Any]], reply_fields: tuple[str, ...]) ->
     items = []
     for row in rows:
         question = json.loads(row["question"])
-        messages = question if isinstance(question, list) else [{"role": "context", "content": str(question)}]
+        if isinstance(question, list) and all(isinstance(m, dict) for m in question):
+            messages = question  # a conversation
+        elif isinstance(question, list) and len(question) == 2:  # a log-likelihood request
+            messages = [{"role": "context", "content": str(question[0])},
+                        {"role": "continuation", "content": str(question[1])}]
+        else:
+            messages = [{"role": "question", "content": str(question)}]
         fields = [f for f in reply_fields if row.get(f) is not None] or ["value"]
         reply = "".join(f"<p><b>{escape(f)}</b>: {cell(row.get(f), MESSAGE_CHARS)}</p>"
                         for f in fields if row.get(f) is not None)
@@ -139,6 +145,22 @@ def _recorded_html(rows: list[dict[str, Any]], reply_fields: tuple[str, ...]) ->
                      f"<code>{escape(str(row.get('key'))[:16])}</code> · question as recorded</p>"
                      f"{_messages_html(messages)}{reply or '<p><b>reply</b>: (empty)</p>'}</div>")
     return "".join(items)
+
+
+def _recorded_folders_html(cache_dir: Path) -> str:
+    """A stage that asks several models through `Asker`s (the evaluation's predictions): the recorded
+    questions of each cache folder (one per model and kind of question)."""
+    if not cache_dir.is_dir():
+        return ""
+    out = []
+    for folder in sorted(p for p in cache_dir.iterdir() if p.is_dir()):
+        recorded = recorded_answers(folder, N_SHOWN)
+        if recorded:
+            out.append(f"<h4>{escape(folder.name)}</h4>" + _recorded_html(recorded, ("value",)))
+    if not out:
+        return ""
+    return ("<h3>Prompts and replies</h3><p class='meta'>Questions as the stage recorded them beside its "
+            "answers (the first of every cache chunk).</p>" + "".join(out))
 
 
 def find_answers(folder: Path, keys: set[str], want: int, budget: int = CACHE_FILES_BUDGET
@@ -167,6 +189,8 @@ def _messages_html(messages: list[dict[str, str]]) -> str:
 def llm_examples(manifest: RunManifest, rec: StageRecord) -> str:
     """The section of one stage: a few prompts with the model's replies, or why there are none."""
     cfg = rec.config
+    if "cache_dir" in cfg and isinstance(cfg.get("engines"), dict) and rec.index > 0:
+        return _recorded_folders_html(Path(cfg["cache_dir"])) if cfg.get("cache_dir") else ""
     is_llm = "cache_dir" in cfg and ("prompt" in cfg or "classifiers" in cfg or cfg.get("llm"))
     if not is_llm or rec.index == 0:
         return ""
