@@ -172,3 +172,26 @@ def min_over_parts(score: Callable[[list[str]], np.ndarray], texts: Sequence[obj
             out[i] = min(out[i], float(scores[at:at + n].min()))
             at += n
     return out
+
+
+def llm_views(text: object, chars: int) -> list[str]:
+    """What an LLM member or tagger reads of a crawled row (transforms/llm/classifier.py `ask`): the
+    sanitized text's prefix views in order (so `views: first` still reads the first segment), then its
+    other part views (suffixes and one-run deletions at line breaks, markup and parenthesised lists),
+    the window last. With `views: all` the row's answer is its weakest view, so text added at such a
+    boundary, before, inside or after a question, leaves the clean question among the views asked."""
+    from transforms.judge.guard import sanitize
+
+    clean = sanitize(text)
+    prefixes = prefix_views(clean, chars)
+    rest = [v for v in part_views(clean, chars, strong_only=True)[:-1] if v not in prefixes]
+    return [*prefixes[:-1], *rest, prefixes[-1]]
+
+
+def whole_parts(text: object) -> list[str]:
+    """The sanitized text and its part views at line breaks, markup and parenthesised lists, uncut (for
+    taggers that match terms anywhere in a row: a term counts only if every part keeps it)."""
+    from transforms.judge.guard import sanitize
+
+    clean = sanitize(text)
+    return part_views(clean, max(len(clean), 1), strong_only=True, reach=len(clean))

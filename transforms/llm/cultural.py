@@ -73,6 +73,25 @@ class Lexicon(BaseModel):
         return False
 
 
+def guarded_terms(lexicon: Lexicon, text: str | None) -> list[str]:
+    """Lexicon terms of a crawled row that text added to it cannot supply (issue 24): matched on the
+    sanitized text, and kept only when every part of the row (transforms/judge/views.py `whole_parts`:
+    the text with a run cut out at a line break, markup or a parenthesised list) still holds them; a
+    row whose text addresses its reader (transforms/judge/guard.py) gets none."""
+    from transforms.judge.guard import injection_flags
+    from transforms.judge.views import whole_parts
+
+    if not text or injection_flags(text):
+        return []
+    parts = whole_parts(text)
+    found = lexicon.match(parts[-1])
+    for part in parts[:-1]:
+        if found:
+            kept = set(lexicon.match(part))
+            found = [t for t in found if t in kept]
+    return found
+
+
 @functools.cache
 def load_lexicon(language: str, root: str | None = None) -> Lexicon:
     path = Path(root or PROMPTS_DIR) / "classify_cultural" / f"lexicon_{language}.yaml"
@@ -109,7 +128,7 @@ class CulturalTagger(LLMStage):
     def process(self, batch: pa.Table) -> pa.Table:
         lexicon = load_lexicon(self.language)
         texts = batch.column(C.TEXT).to_pylist()
-        terms = [lexicon.match(t) for t in texts]
+        terms = [guarded_terms(lexicon, t) for t in texts]
         source: list[str | None] = ["lexicon" if t else None for t in terms]
         scores: list[float | None] = [None] * len(texts)
         provenance: list[dict[str, str] | None] = [None] * len(texts)
@@ -117,7 +136,10 @@ class CulturalTagger(LLMStage):
         if self.llm is not None:
             prompt = self.llm.load_prompt()
             tagger.update(model=self.llm.engine.model, prompt=prompt.ref)
-            misses = [i for i, t in enumerate(terms) if not t]
+            from transforms.judge.guard import injection_flags
+
+            # rows whose text addresses its reader are not asked: the LLM would read the instruction
+            misses = [i for i, t in enumerate(terms) if not t and not (texts[i] and injection_flags(texts[i]))]
             ids = [str(x) for x in batch.column(C.ID).to_pylist()]
             answers = self.llm.ask(self, [ids[i] for i in misses], ["" if texts[i] is None else texts[i]
                                                                     for i in misses])
