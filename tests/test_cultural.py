@@ -10,6 +10,7 @@ import pytest
 from test_ensemble import RuleEngine
 
 from transforms.core import columns as C
+from transforms.judge.guard import injection_flags
 from transforms.llm.cultural import CulturalTagger, load_lexicon
 from transforms.llm.ensemble import Classifier
 from transforms.llm.sampling import SampleGeneralAndCultural
@@ -71,7 +72,9 @@ def test_llm_tag_asks_only_rows_the_lexicon_missed(kin, tmp_path):
     llm = Classifier(name="cult", prompt="classify_cultural/ko")
     out = CulturalTagger(llm=llm, cache_dir=str(tmp_path)).use_engine(engine)(table)
     lexicon_hits = sum(bool(load_lexicon("ko").match(t)) for t in table.column(C.TEXT).to_pylist())
-    assert len(engine.rows_asked) == 60 - lexicon_hits
+    # rows whose text reads as talk to its reader (ASCII-art padding here) are not asked (issue 24)
+    flagged = sum(bool(injection_flags(t)) and not load_lexicon("ko").match(t) for t in table.column(C.TEXT).to_pylist())
+    assert flagged == 2 and len(engine.rows_asked) == 60 - lexicon_hits - flagged
     sources = out.column("cultural_source").to_pylist()
     for text, src, score in zip(table.column(C.TEXT).to_pylist(), sources,
                                 out.column("cultural_llm_score").to_pylist(), strict=True):

@@ -36,12 +36,15 @@ _LOOKALIKE = str.maketrans({
     "Х": "X", "І": "I", "Ј": "J", "Ѕ": "S", "α": "a", "ε": "e", "ι": "i", "κ": "k", "ν": "v", "ο": "o",
     "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I",
     "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O", "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X"})
+_NOT_JAMO = re.compile(r"[^\u3131-\u318e]+")
 _MIXED_WORD = re.compile(r"\w*(?:[A-Za-z][\u0370-\u03ff\u0400-\u04ff]|[\u0370-\u03ff\u0400-\u04ff][A-Za-z])\w*")
 
 
 def sanitize(text: object) -> str:
     """The text a judge reads: NFKC, invisible characters removed, mixed-script look-alikes mapped."""
-    out = unicodedata.normalize("NFKC", str(text or ""))
+    # NFKC everywhere but on Hangul compatibility jamo (ㅋㅋ, ㅠㅠ): NFKC would turn them into conjoining
+    # jamo, which reads as other text to the embedder
+    out = _NOT_JAMO.sub(lambda m: unicodedata.normalize("NFKC", m.group(0)), str(text or ""))
     out = out.replace("\u2028", "\n").replace("\u2029", "\n")
     out = _INVISIBLE.sub("", out)
     return _MIXED_WORD.sub(lambda m: m.group(0).translate(_LOOKALIKE), out)
@@ -92,7 +95,8 @@ def injection_flags(text: object) -> list[str]:
     flags = [name for name, pattern in _PATTERNS.items() if name != "encoded_payload" and pattern.search(clean)]
     if any(_decodes_to_text(m.group(0)) for m in _PATTERNS["encoded_payload"].finditer(clean)):
         flags.append("encoded_payload")
-    if _MIXED_WORD.search(unicodedata.normalize("NFKC", _INVISIBLE.sub("", original))):
+    if _MIXED_WORD.search(_NOT_JAMO.sub(lambda m: unicodedata.normalize("NFKC", m.group(0)),
+                                        _INVISIBLE.sub("", original))):
         flags.append("lookalike")
     return flags
 
