@@ -63,9 +63,11 @@ def random_model(size: str, device: str = "cpu", dtype: str = "auto", seed: int 
     if dtype == "auto":
         dtype = "float32" if device == "cpu" else "bfloat16"
     torch.manual_seed(seed)
+    # Initialised in float32 on the device, then cast: no dtype argument, whose name changed between
+    # transformers releases (torch_dtype → dtype), so this runs on whatever version a GPU box has.
     with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(qwen3_config(size), dtype=getattr(torch, dtype))
-    return model.eval()
+        model = transformers.AutoModelForCausalLM.from_config(qwen3_config(size))
+    return model.to(getattr(torch, dtype)).eval()
 
 
 def tokenizer_dir() -> Path:
