@@ -57,3 +57,15 @@ def assert_same_rows(got: pa.Table, want: pa.Table) -> None:
             assert np.allclose(x, y, rtol=0, atol=1e-4, equal_nan=True), name
         else:
             assert a.equals(b), name
+
+
+def ko_piqa_judges() -> dict[str, Any]:
+    """The ko-piqa recipe's judges as its crawl run declares them, in the shape of the old job config:
+    {"prefilter": <the supervised prefilter's fields>, "ensemble": <the ensemble's fields>} (labels absolute;
+    the orchestrator's run folders left out, so a test gives its own cache)."""
+    from transforms.flow.recipe import load_recipe
+
+    stages = {s["stage"]: s for s in load_recipe("ko-piqa").run("crawl").stages}
+    drop = ("stage", "when", "output_dir", "embed_cache_dir", "cache_dir")
+    return {"prefilter": {k: v for k, v in stages["supervised_prefilter"].items() if k not in drop},
+            "ensemble": {k: v for k, v in stages["ensemble"].items() if k not in drop}}

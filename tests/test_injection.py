@@ -1,6 +1,6 @@
 """Issue 24: text added to a crawled row cannot turn a row the default ko-piqa judges drop into one they keep.
 
-The judges are the job's own (jobs/configs/ko_piqa.yaml): the supervised prefilter, `e5-strict` and the
+The judges are the job's own (jobs/recipes/ko-piqa.yaml): the supervised prefilter, `e5-strict` and the
 `e5-chitchat` gate, real multilingual-e5-small + logistic regression fitted on the bundled seeds. The
 attacks are the template set (lake/samples/ko_injection_templates.yaml: instructions, fences, role
 markers, dictated answers, topic lists, in Korean and English, at the start, the end and inside, with
@@ -15,8 +15,8 @@ import json
 
 import numpy as np
 import pytest
-import yaml
 from conftest import ROOT, SAMPLES
+from jobutil import ko_piqa_judges
 
 from transforms.judge.guard import injection_flags, sanitize
 from transforms.judge.injection import POSITIONS, attack_set, flip_rate, inject, load_templates
@@ -80,7 +80,7 @@ def test_a_clean_question_stays_a_view_wherever_text_is_added_at_a_line_break():
 @pytest.fixture(scope="module")
 def judges(tmp_path_factory):
     cache = str(tmp_path_factory.mktemp("emb"))
-    cfg = yaml.safe_load((ROOT / "jobs" / "configs" / "ko_piqa.yaml").read_text(encoding="utf-8"))
+    cfg = ko_piqa_judges()  # the recipe's own judges (jobs/recipes/ko-piqa.yaml)
 
     def judge(spec: dict) -> LinearJudge:
         files = {"labels": str(ROOT / spec["labels"]), "extra_labels": [str(ROOT / f) for f in spec.get("extra_labels", [])]}
@@ -110,7 +110,7 @@ def test_the_injected_run_keeps_no_row_the_plain_run_drops(judges):
     near = set()
     for fitted, embedder in judges.values():
         scores = fitted.score_texts(negatives, embedder)
-        near |= {negatives[i] for i in np.argsort(-scores)[:5]}
+        near |= {negatives[i] for i in np.argsort(-scores)[:3]}
     texts = sorted(near)
     verdict = {name: _verdicts(judges, name) for name in judges}
 
@@ -119,7 +119,7 @@ def test_the_injected_run_keeps_no_row_the_plain_run_drops(judges):
 
     templates = load_templates()
     attacks = attack_set(texts, templates)
-    assert len(attacks) > 1000 and {a["position"] for a in attacks} == set(POSITIONS)
+    assert len(attacks) > 600 and {a["position"] for a in attacks} == set(POSITIONS)
     for name, judge in [*verdict.items(), ("cascade", cascade)]:
         clean = judge(texts)
         dirty = judge([a["text"] for a in attacks])

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-import yaml
 from conftest import ROOT, SAMPLES
+from jobutil import ko_piqa_judges
 from test_ensemble import RuleEngine
 
 from transforms.core import columns as C
@@ -34,7 +34,7 @@ MARKERS = ["위의 규칙은 무시", "Ignore the rules", "물리적 상식 질�
 
 
 def _config() -> dict:
-    return yaml.safe_load((ROOT / "jobs" / "configs" / "ko_piqa.yaml").read_text(encoding="utf-8"))
+    return ko_piqa_judges()  # the recipe's own judges (jobs/recipes/ko-piqa.yaml)
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import json
 
 import numpy as np
 import pytest
-import yaml
 from conftest import ROOT, SAMPLES
+from jobutil import ko_piqa_judges
 
 from transforms.judge.linear import LinearJudge, training_rows
 from transforms.judge.member import LinearClassifier
@@ -22,7 +22,7 @@ CHIT = ("3i4k", "chatbot_songys")
 
 
 def _members() -> dict[str, dict]:
-    cfg = yaml.safe_load((ROOT / "jobs" / "configs" / "ko_piqa.yaml").read_text(encoding="utf-8"))
+    cfg = ko_piqa_judges()  # the recipe's own judges (jobs/recipes/ko-piqa.yaml)
     return {m["name"]: m for m in cfg["ensemble"]["classifiers"] if m.get("kind") == "linear"}
 
 

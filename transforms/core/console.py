@@ -172,7 +172,7 @@ def run_summary(manifest: RunManifest, report: Path | None = None) -> str:
     out += [f"{k:<10} {v}" for k, v in manifest.outputs.items()]
     if report is not None and report.exists():
         out.append(f"{'report':<10} {report}")
-    from transforms.core.report import recorded_figures
+    from transforms.core.manifest import recorded_figures
 
     figures = manifest.extras.get("judges") or recorded_figures(report.parent if report else None, "judges")
     if figures:

@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms.core.planning import PARTS_DIR, PLAN
-from transforms.core.writing import parse_name
 
 KINDS = ("kept", "rejected", "lineage")
 
@@ -125,3 +124,19 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.parent / f".tmp-{path.name}-{secrets.token_hex(3)}"
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
+def parse_name(name: str) -> tuple[int, int, int, int, int, int | None, int | None] | None:
+    """(part, lo, hi, kept, rejected, consumed, inputs rejected) from a tracked file name."""
+    bits = name.removesuffix(".parquet").split("-")
+    if len(bits) not in (6, 8) or not bits[3].startswith("k") or not bits[4].startswith("j"):
+        return None
+    try:
+        base = int(bits[0][1:]), int(bits[1]), int(bits[2]), int(bits[3][1:]), int(bits[4][1:])
+        if len(bits) == 8:
+            if not (bits[5].startswith("c") and bits[6].startswith("i")):
+                return None
+            return (*base, int(bits[5][1:]), int(bits[6][1:]))
+        return (*base, None, None)
+    except ValueError:
+        return None

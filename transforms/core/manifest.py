@@ -118,3 +118,21 @@ def fingerprint_config(*parts: Any) -> str:
     # Secrets never enter a fingerprint; other env_vars values enter keyed-hashed (docs/secrets.md).
     blob = json.dumps(fingerprint_view(list(parts)), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def recorded_figures(run_dir: Path | None, name: str) -> dict[str, Any] | None:
+    """Figures a run's recipe `reports` measured, from runs/<run id>/<name>.json (None when absent)."""
+    path = run_dir / f"{name}.json" if run_dir is not None else None
+    return json.loads(path.read_text(encoding="utf-8")) if path is not None and path.exists() else None
+
+
+def conservation_errors(manifest: RunManifest) -> list[str]:
+    """Every stage obeys the law, and each stage's input is the previous stage's kept rows."""
+    errors = []
+    for prev, rec in zip([None, *manifest.stages], manifest.stages, strict=False):
+        if not rec.conserved():
+            errors.append(f"{rec.name}: in {rec.rows_in} + created {rec.rows_created} != kept {rec.rows_kept} + "
+                          f"dropped {rec.dropped_total} + consumed {rec.rows_consumed}")
+        if prev is not None and rec.rows_in != prev.rows_kept:
+            errors.append(f"{rec.name}: in {rec.rows_in} != previous kept {prev.rows_kept}")
+    return errors

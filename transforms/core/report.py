@@ -125,7 +125,7 @@ def eval_html(table: list[dict[str, Any]]) -> str:
 
 
 def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
-    from transforms.core.runner import conservation_errors
+    from transforms.core.manifest import conservation_errors
 
     # the manifest as recorded (its serialisation redacts secrets), never the in-memory one
     m = RunManifest.model_validate(manifest.model_dump(mode="json"))
@@ -159,11 +159,6 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
                     "<ul>" + "".join(f'<li class="bad">{escape(e)}</li>' for e in errors) + "</ul>")
     error = f"<h2>Error</h2><pre>{escape(m.error)}</pre>" if m.error else ""
     judges = ""
-    figures = m.extras.get("judges") or recorded_figures(runs_dir / m.run_id if runs_dir else None, "judges")
-    if figures:  # judges measured against labels (docs/judges.md)
-        from transforms.judge.report import render_judges
-
-        judges = render_judges(figures)
     if runs_dir is not None:  # sections the run's recipe reports rendered (runs/<run id>/<name>.section.html)
         judges += "".join(p.read_text(encoding="utf-8") for p in sorted((runs_dir / m.run_id).glob("*.section.html")))
     waiting: dict[str, Any] = m.extras["review"] if isinstance(m.extras.get("review"), dict) else {}
@@ -200,14 +195,6 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
 <h2>Outputs</h2><ul>{outputs}</ul>
 </body></html>
 """
-
-
-def recorded_figures(run_dir: Path | None, name: str) -> dict[str, Any] | None:
-    """Figures a run's `reports` measured, from runs/<run id>/<name>.json (None when absent)."""
-    import json
-
-    path = run_dir / f"{name}.json" if run_dir is not None else None
-    return json.loads(path.read_text(encoding="utf-8")) if path is not None and path.exists() else None
 
 
 def write_report(manifest: RunManifest, path: Path) -> Path:

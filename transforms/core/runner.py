@@ -42,7 +42,13 @@ from transforms.core.execution import (  # noqa: F401 (re-exported: jobs and tes
 )
 from transforms.core.lake import Lake, count_rows, iter_batches, parquet_files, value_counts
 from transforms.core.ledger import PartitionLedger
-from transforms.core.manifest import RunManifest, StageRecord, code_version, fingerprint_config
+from transforms.core.manifest import (  # noqa: F401 (conservation_errors re-exported: jobs and tests import it here)
+    RunManifest,
+    StageRecord,
+    code_version,
+    conservation_errors,
+    fingerprint_config,
+)
 from transforms.core.planning import (
     MAX_ROW_GROUP_ROWS,
     PARTS_DIR,
@@ -265,18 +271,6 @@ def _carry_attempts(manifest: RunManifest, path: Path) -> None:
                      "stages_finished": [s.name for s in old.stages]})
     manifest.extras["attempts"] = attempts
     manifest.extras["attempt_started_at"] = dt.datetime.now(dt.UTC).isoformat()
-
-
-def conservation_errors(manifest: RunManifest) -> list[str]:
-    """Every stage obeys the law, and each stage's input is the previous stage's kept rows."""
-    errors = []
-    for prev, rec in zip([None, *manifest.stages], manifest.stages, strict=False):
-        if not rec.conserved():
-            errors.append(f"{rec.name}: in {rec.rows_in} + created {rec.rows_created} != kept {rec.rows_kept} + "
-                          f"dropped {rec.dropped_total} + consumed {rec.rows_consumed}")
-        if prev is not None and rec.rows_in != prev.rows_kept:
-            errors.append(f"{rec.name}: in {rec.rows_in} != previous kept {prev.rows_kept}")
-    return errors
 
 
 def dump_json(obj: Any, path: Path) -> None:

@@ -74,22 +74,6 @@ def file_name(part: int, rows: pa.Table, kept: int, rejected: int, consumed: int
     return f"p{part:05d}-{lo:09d}-{hi:09d}-k{kept}-j{rejected}{created}-{_digest(rows)}.parquet"
 
 
-def parse_name(name: str) -> tuple[int, int, int, int, int, int | None, int | None] | None:
-    """(part, lo, hi, kept, rejected, consumed, inputs rejected) from a tracked file name."""
-    bits = name.removesuffix(".parquet").split("-")
-    if len(bits) not in (6, 8) or not bits[3].startswith("k") or not bits[4].startswith("j"):
-        return None
-    try:
-        base = int(bits[0][1:]), int(bits[1]), int(bits[2]), int(bits[3][1:]), int(bits[4][1:])
-        if len(bits) == 8:
-            if not (bits[5].startswith("c") and bits[6].startswith("i")):
-                return None
-            return (*base, int(bits[5][1:]), int(bits[6][1:]))
-        return (*base, None, None)
-    except ValueError:
-        return None
-
-
 def atomic_write(table: pa.Table, path: Path, row_group_rows: int) -> None:
     tmp = path.parent / f".tmp-{path.name}-{secrets.token_hex(4)}"
     pq.write_table(table, tmp, row_group_size=max(1, row_group_rows))
