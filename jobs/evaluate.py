@@ -25,7 +25,6 @@ from pydantic import Field, field_validator
 from jobs.config import ConfigError, JobConfig
 from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, fingerprint_file
-from transforms.core.report import write_report
 from transforms.eval import items as I
 from transforms.eval.audit import audit_markdown, audit_release
 from transforms.eval.lm_eval_export import export_lm_eval_task
@@ -33,6 +32,7 @@ from transforms.eval.report import markdown, paper_rows, plot, summarize, write_
 from transforms.eval.templates import prompts_for_style
 from transforms.llm.asking import Asker
 from transforms.llm.base import EngineConfig, GenerationParams, build_engine
+from transforms.report.run_report import write_report
 
 log = logging.getLogger("piqaforge.evaluate")
 

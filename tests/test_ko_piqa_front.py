@@ -24,10 +24,10 @@ def run_front(lake: Path, run_id: str, **overrides: object) -> dict[str, str]:
     """The ko-piqa recipe's crawl run cut to the stages under test (its source and stages as the
     orchestrator builds them), with its report."""
     from transforms.core.lake import Lake
-    from transforms.core.report import write_report
     from transforms.core.runner import run_pipeline
     from transforms.flow.context import run_stages
     from transforms.flow.recipe import load_recipe
+    from transforms.report.run_report import write_report
 
     recipe = load_recipe("ko-piqa", {"input.paths": [str(SAMPLE)], **overrides})
     source, stages = run_stages(recipe, "crawl", lake=lake, run_id=run_id)
@@ -127,7 +127,7 @@ def test_distributed_dedup_through_the_runner_gives_the_same_rows(front_run, tmp
 
 def test_report_flags_a_failed_run_and_broken_conservation():
     from transforms.core.manifest import StageRecord
-    from transforms.core.report import render_report
+    from transforms.report.run_report import render_report
 
     manifest = RunManifest(run_id="r<1>", job="ko-piqa", dataset="ko-piqa", status="failed",
                            error="ColumnMappingError: no column '<text>'")

@@ -172,8 +172,8 @@ def test_asker_records_the_questions_it_asked(tmp_path, items):
 def test_questions_are_recorded_beside_the_answers_and_the_report_reads_them(tmp_path, items):
     import json
 
-    from transforms.core.report_prompts import recorded_answers
     from transforms.core.rowcache import load
+    from transforms.report.prompts import recorded_answers
 
     asker = _asker(tmp_path, CountingEngine())
     generate_predictions(asker, items, model="m", params=GenerationParams(max_tokens=8))

@@ -27,13 +27,13 @@ from ray import cloudpickle as ray_cloudpickle
 from transforms.core import columns as C
 from transforms.core.lake import Lake, parquet_files, read_table
 from transforms.core.manifest import RunManifest
-from transforms.core.report import render_report, write_report
-from transforms.core.report_examples import CELL_CHARS
 from transforms.core.runner import run_pipeline
 from transforms.io.crawl import CrawlInput, CrawlSource
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.llm.generate import LLMGenerate
 from transforms.llm.stage import LLMTransform
+from transforms.report.examples import CELL_CHARS
+from transforms.report.run_report import render_report, write_report
 from transforms.text.normalize import NormalizeText
 from transforms.text.quality import LengthFilter
 

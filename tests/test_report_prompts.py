@@ -22,10 +22,10 @@ import pytest
 
 from transforms.core import columns as C
 from transforms.core.manifest import RunManifest, StageRecord
-from transforms.core.report_prompts import llm_examples
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.llm.cultural import CulturalTagger
 from transforms.llm.prompts import load_prompt
+from transforms.report.prompts import llm_examples
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"

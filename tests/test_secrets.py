@@ -35,8 +35,8 @@ from jobs.config import load_job_module
 from jobs.submit import seal, split_secret_sets, unseal
 from transforms.core import secrets as S
 from transforms.core.manifest import RunManifest, StageRecord, fingerprint_config
-from transforms.core.report import render_report
 from transforms.core.stage import Resources
+from transforms.report.run_report import render_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"

@@ -58,8 +58,8 @@ def _finished(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) ->
 
 
 def _check_and_report(ctx: Context, manifest: RunManifest) -> None:
-    from transforms.core.report import write_report
-    from transforms.core.runner import conservation_errors
+    from transforms.core.manifest import conservation_errors
+    from transforms.report.run_report import write_report
 
     write_report(manifest, ctx.lake.run_dir(manifest.run_id) / "report.html")
     if errors := conservation_errors(manifest):
@@ -73,7 +73,7 @@ def _config(ctx: Context, spec: RunSpec) -> dict[str, Any]:
 
 def _after_failure(ctx: Context, run_id: str) -> None:
     """A failed run gets its report too: the funnel shows where it stopped."""
-    from transforms.core.report import write_report
+    from transforms.report.run_report import write_report
 
     path = ctx.lake.manifest_path(run_id)
     if path.exists():
@@ -192,7 +192,7 @@ def rounds_run(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -
 def review_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
     """Export the batch and stop (awaiting_review), continue from its import, or let LLM annotators
     fill it (mode auto). The review run is the import's run; its parent is the reviewed run."""
-    from transforms.core.report import write_report
+    from transforms.report.run_report import write_report
     from transforms.review.batch import batch_dir, export_run, load_batch
     from transforms.review.consensus import ConsensusRule
 
@@ -247,7 +247,7 @@ def _auto_with_doubles(ctx: Context, batch: str, cfg: Any) -> tuple[Any, RunMani
 
 
 def _reviewed(ctx: Context, spec: RunSpec, entry: RunEntry, review_id: str) -> str:
-    from transforms.core.report import write_report
+    from transforms.report.run_report import write_report
 
     review = spec.review
     assert review is not None

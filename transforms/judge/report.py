@@ -1,7 +1,7 @@
 """The judges' figures as HTML: a table per judge, injection flips, and a precision-recall plot
 (matplotlib PNG embedded as base64, so the page stays one self-contained file).
 
-`render_judges(extras)` is the hook for the run report: transforms/core/report.py calls it with
+`render_judges(extras)` is the hook for the run report: transforms/report/run_report.py calls it with
 `manifest.extras["judges"]` when a run has labels (jobs/ko_piqa.py fills it: `run` = what the run
 kept against the labels, `judge_eval` = the latest judge-eval result when there is one).
 """

@@ -6,7 +6,7 @@ row id: a transform that rewrites a row's text must not get the old text's answe
 render the same prompt share one answer. Changing `n` from 3 to 5 keeps samples 0-2.
 
 The first answer of every chunk also records its question (`question`: the conversation as JSON), so
-the run report shows what the model was asked without rebuilding it (transforms/core/report_prompts.py);
+the run report shows what the model was asked without rebuilding it (transforms/report/prompts.py);
 one in a chunk keeps the cache small (a whole conversation per answer would multiply its size).
 
 Answers live in `<cache_dir>/<namespace>/*.parquet`, one namespace per (stage part, model, prompt),

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from transforms.core import columns as C
 from transforms.core.lake import parquet_files
 from transforms.core.manifest import RunManifest, StageRecord
-from transforms.core.report_examples import cell, sample_zone, seeded
+from transforms.report.sampling import cell, sample_zone, seeded
 
 N_INPUT_ROWS = 40        # input rows whose prompts are re-rendered
 N_SHOWN = 3              # prompts and replies shown per call

@@ -5,17 +5,13 @@ a small one: a seeded pick of at most two files per zone and one row group of ea
 run id and the stage name, so a report rebuilt later shows the same rows). Text is cut and every
 value is HTML-escaped. The columns shown are the row's id and text, then the stage's own: the
 columns it declares it writes and those its output has that its input did not (scores, verdicts).
-LLM stages' prompts and replies are in report_prompts.py.
+LLM stages' prompts and replies are in prompts.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import random
 from html import escape
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,9 +20,8 @@ import pyarrow.parquet as pq
 from transforms.core import columns as C
 from transforms.core.lake import parquet_files
 from transforms.core.manifest import RunManifest, StageRecord
+from transforms.report.sampling import CELL_CHARS, N_ROWS, cell, pick, sample_zone, seeded  # noqa: F401 (re-exported)
 
-N_ROWS = 5
-CELL_CHARS = 160
 LEAD = (C.ID, C.TEXT, "goal", "sol1", "sol2", "label")
 HIDDEN = {C.STATUS, C.DROP_STAGE, "_part", "_row", "_born", "_role", "_src"}
 MAX_OWN = 6
@@ -37,50 +32,6 @@ table.ex td{text-align:left;vertical-align:top} table.ex td:first-child{white-sp
 details{margin:.4rem 0} summary{cursor:pointer;font-weight:600} .kid{margin-left:2rem}
 pre.msg{white-space:pre-wrap;word-break:break-word;max-height:18rem}
 """
-
-
-def seeded(*parts: str) -> random.Random:
-    return random.Random(int(hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16], 16))
-
-
-def sample_zone(path: Path | None, rng: random.Random, max_files: int = 2) -> pa.Table:
-    """One seeded row group from each of up to `max_files` seeded files of a zone (empty if none)."""
-    files = parquet_files(path) if path else []
-    if not files:
-        return pa.table({})
-    tables = []
-    for f in sorted(rng.sample(files, min(max_files, len(files)))):
-        pf = pq.ParquetFile(f)
-        if pf.num_row_groups:
-            tables.append(pf.read_row_group(rng.randrange(pf.num_row_groups)))
-    return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
-
-
-def pick(table: pa.Table, rng: random.Random, n: int = N_ROWS, by: str | None = None) -> pa.Table:
-    """`n` seeded rows; with `by`, taken in turn from each value of that column (every drop reason shows)."""
-    if table.num_rows <= n and by is None:
-        return table
-    order = list(range(table.num_rows))
-    rng.shuffle(order)
-    if by is not None and by in table.schema.names:
-        groups: dict[Any, list[int]] = {}
-        for i in order:
-            groups.setdefault(table.column(by)[i].as_py(), []).append(i)
-        queues = sorted(groups.values(), key=len, reverse=True)
-        order = [q[k] for k in range(max(map(len, queues), default=0)) for q in queues if k < len(q)]
-    return table.take(pa.array(sorted(order[:n]), pa.int64()))
-
-
-def cell(value: Any, chars: int = CELL_CHARS) -> str:
-    if value is None:
-        return '<span class="meta">–</span>'
-    if isinstance(value, float):
-        text = f"{value:.3f}"
-    elif isinstance(value, dict | list):
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    else:
-        text = str(value)
-    return escape(text if len(text) <= chars else text[:chars - 1] + "…")
 
 
 def own_columns(rec: StageRecord, schema: pa.Schema, before: pa.Schema | None) -> list[str]:
@@ -190,7 +141,7 @@ def lineage_examples(manifest: RunManifest, rec: StageRecord, prev: StageRecord 
 
 def render_examples(manifest: RunManifest) -> str:
     """The report's section: one block per stage; a stage whose files cannot be read says why."""
-    from transforms.core.report_prompts import llm_examples
+    from transforms.report.prompts import llm_examples
 
     blocks = []
     for rec in manifest.stages:

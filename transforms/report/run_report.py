@@ -1,7 +1,7 @@
 """The run report: one self-contained HTML page from a RunManifest (inline SVG, no scripts, no
 CDN), so it opens offline and can be attached to a ticket. It shows the funnel (rows left after
 each stage, like Figure 1 of the Ko-PIQA paper), the drop reasons of every stage, and example rows
-each stage kept and dropped, read back from the lake (report_examples.py, report_prompts.py)."""
+each stage kept and dropped, read back from the lake (examples.py, prompts.py)."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
     if m.status == "awaiting_review" and waiting.get("next"):
         error += (f"<h2>Waiting for review</h2><p>Review batch <code>{escape(str(waiting.get('batch')))}</code>. "
                   f"Next: {escape(str(waiting['next']))}</p>")
-    from transforms.core.report_examples import EXAMPLES_CSS, render_examples
+    from transforms.report.examples import EXAMPLES_CSS, render_examples
 
     examples = render_examples(m) if m.stages else ""
     evaluation = eval_html(m.extras.get("table") or []) if m.job == "evaluate" else ""
