@@ -175,11 +175,18 @@ def read_writer_file(path: Path, mapping: WriterColumns, sheet: str | None = Non
         problems: list[tuple[str, str]] = []
         if missing:
             problems.append(("missing_column", f"the file has no column(s) {missing}; its header is {header}"))
+        elif cells and cells[-1] is CUT_SHORT:
+            cells = cells[:-1]
+            problems.append(("malformed_row", f"{path.name}:{row_no}: a quoted field is not closed at the end of "
+                                              f"the file (the file looks cut short)"))
         elif len(cells) != len(header):
             problems.append(("malformed_row", f"expected {len(header)} fields, got {len(cells)}"))
         values = dict(zip(header, cells, strict=False))
         records.append({"row": row_no, "values": values, "problems": problems})
     return records, notes, not missing
+
+
+CUT_SHORT = "\x00cut-short"  # marks a row that ends inside an unclosed quote (identity-compared)
 
 
 def decode_bytes(data: bytes) -> tuple[str, str | None]:
@@ -188,18 +195,26 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
         return data.decode("utf-16"), "the file is UTF-16 (read as such); please save as UTF-8"
     if data.startswith(b"\xef\xbb\xbf"):
         return data[3:].decode("utf-8", errors="surrogateescape"), "byte-order mark at the start removed"
+    if len(data) >= 4 and (data[1] == data[3] == 0) != (data[0] == data[2] == 0):  # UTF-16 without its BOM
+        enc = "utf-16-le" if data[1] == 0 else "utf-16-be"
+        try:
+            return data.decode(enc), "the file is UTF-16 without a byte-order mark (read as such); please save as UTF-8"
+        except UnicodeDecodeError:
+            pass
     return data.decode("utf-8", errors="surrogateescape"), None
 
 
 def _delimited_rows(text: str, delimiter: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    header = [h.strip() for h in next(reader, [])]
+    header = [h.strip().lstrip("\ufeff") for h in next(reader, [])]
     rows: list[tuple[int, list[str]]] = []
     start = reader.line_num + 1
     for cells in reader:
         if any(c.strip() for c in cells):
             rows.append((start, cells))  # the line a spreadsheet user would look at
         start = reader.line_num + 1
+    if text.count('"') % 2 and rows:  # cut inside a quoted field: the last row swallowed the rest of the file
+        rows[-1] = (rows[-1][0], [*rows[-1][1], CUT_SHORT])
     return header, rows
 
 

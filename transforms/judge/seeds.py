@@ -44,14 +44,25 @@ def load_labels(path: str | Path, *, allow_held_out: bool = False) -> list[Label
     path = Path(path)
     if not path.exists():
         raise LabelError(f"labels file {path} does not exist")
+    from transforms.review.input_files import InputFileError, decode
+
+    try:
+        text = decode(path)  # UTF-8 with or without a BOM, UTF-16, Windows line ends
+    except InputFileError as err:
+        raise LabelError(str(err)) from None
     rows = []
-    for n, line in enumerate(path.open(encoding="utf-8"), 1):
+    seen: dict[str, int] = {}
+    for n, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
             row = LabelledRow.model_validate(json.loads(line))
         except (ValueError, TypeError) as err:
-            raise LabelError(f"{path}:{n}: not a labelled row ({err})") from err
+            why = " ".join(str(err).split())[:200]
+            raise LabelError(f"{path}:{n}: not a labelled row ({why})") from None
+        if row.id in seen:
+            raise LabelError(f"{path}:{n}: id {row.id!r} is labelled twice (first at line {seen[row.id]})")
+        seen[row.id] = n
         if not allow_held_out and kin_parity(row.url) == "odd":
             raise LabelError(f"{path}:{n}: {row.id} is an odd-docId KiN question, the held-out set; it must "
                              f"not be used for training")

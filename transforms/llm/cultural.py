@@ -97,7 +97,17 @@ def load_lexicon(language: str, root: str | None = None) -> Lexicon:
     path = Path(root or PROMPTS_DIR) / "classify_cultural" / f"lexicon_{language}.yaml"
     if not path.exists():
         raise FileNotFoundError(f"no cultural lexicon for language {language!r} at {path}")
-    return Lexicon.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    from transforms.review.input_files import InputFileError, decode
+
+    try:
+        data = yaml.safe_load(decode(path))
+        lexicon = Lexicon.model_validate(data)
+    except (InputFileError, yaml.YAMLError, ValueError) as err:
+        raise ValueError(f"{path}: not a cultural lexicon ({' '.join(str(err).split())[:200]})") from None
+    empty = [c for c, terms in lexicon.categories.items() if not terms or any(not str(t).strip() for t in terms)]
+    if empty:
+        raise ValueError(f"{path}: category {empty[0]!r} has no terms or an empty term (an empty term matches every row)")
+    return lexicon
 
 
 class CulturalTagger(LLMStage):
