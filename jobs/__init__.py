@@ -7,6 +7,6 @@ jobs/configs/<module>.yaml) and `run(config, *, run_id=None, resume=False) -> di
 """
 
 JOBS: dict[str, str] = {
-    "evaluate": "jobs.evaluate",
+    "evaluate": "transforms.flow.evaluate",
     "release": "jobs.release",
 }

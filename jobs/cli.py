@@ -81,7 +81,7 @@ def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, An
 
 def _run_recipe(args: argparse.Namespace, extra: list[str]) -> int:
     from jobs.config import apply_secrets_env
-    from jobs.submit import receive_forwarded_secrets
+    from jobs.forwarding import receive_forwarded_secrets
     from transforms.core.secrets import bind_fingerprint_key
     from transforms.flow.orchestrator import run_recipe
     from transforms.flow.recipe import load_recipe, secret_names_of
@@ -134,6 +134,17 @@ def run_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     return overrides
 
 
+def forwarded_secret_names(job: str, run_args: list[str]) -> list[str]:
+    """The variables the job names in `secrets:` (job level and per stage), from its resolved config."""
+    from jobs.config import resolve_config, secret_names
+    from transforms.flow.recipe import is_recipe, load_recipe, secret_names_of
+
+    args, extra = build_parser().parse_known_args(["run", job, *run_args])
+    if is_recipe(job):
+        return secret_names_of(load_recipe(job, recipe_overrides(args, extra), config_file=args.config))
+    return secret_names(resolve_config(job, args.config, run_overrides(args, extra), bind_lake=False))
+
+
 def _submit(args: argparse.Namespace, extra: list[str]) -> int:
     from jobs.submit import submit
 
@@ -147,7 +158,8 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
         run_args += ["--input", *args.input]
     for item in args.set or []:
         run_args += ["--set", item]
-    _, status = submit(args.job, run_args + extra, address=args.address, follow=not args.no_wait)
+    names = forwarded_secret_names(args.job, run_args + extra)  # secret --set items included: they name none
+    _, status = submit(args.job, run_args + extra, address=args.address, follow=not args.no_wait, secret_names=names)
     return 0 if args.no_wait or status == "SUCCEEDED" else 1
 
 

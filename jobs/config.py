@@ -11,33 +11,15 @@ from types import ModuleType
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from jobs import JOBS
 from transforms.core.secrets import literal_secrets
 from transforms.core.stage import Resources
+from transforms.flow.tools import ConfigError, JobConfig  # noqa: F401 (the tools' config base, re-exported)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 log = logging.getLogger("piqaforge")
-
-
-class ConfigError(ValueError):
-    """A configuration problem, reported to the user as one readable message."""
-
-
-class JobConfig(BaseModel):
-    """Fields every job has."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    dataset: str = Field(..., description="Dataset name: the folder under each lake zone.")
-    lake: str = Field("lake", description="Root directory of the Parquet lake.")
-    ray_address: str | None = Field(None, description="Ray address to join; unset starts Ray locally "
-                                    "(or joins the cluster when run under `ray job submit`).")
-    num_cpus: int | None = Field(None, description="CPUs for a local Ray instance (default: all).")
-    secrets: list[str] = Field(default_factory=list, description="Environment variables (names, e.g. "
-                               "OPENAI_API_KEY) forwarded to every stage's workers; values are never recorded "
-                               "(docs/secrets.md). A stage can name its own in `resources.secrets`.")
 
 
 def load_job_module(job: str) -> ModuleType:
@@ -97,7 +79,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
 def resolve_config(job: str, config_file: str | None = None, overrides: dict[str, Any] | None = None,
                    *, bind_lake: bool = True) -> BaseModel:
     """The validated config; `bind_lake=False` (`piqaforge submit` checking a config) touches no lake."""
-    from jobs.submit import receive_forwarded_secrets
+    from jobs.forwarding import receive_forwarded_secrets
 
     module = load_job_module(job)
     default = CONFIG_DIR / f"{module.__name__.split('.')[-1]}.yaml"

@@ -15,17 +15,22 @@ Equivalent plain Ray command (docs/cluster.md):
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import os
-import secrets as _random
 import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from transforms.core.secrets import literal_secrets, register_secret_values, scrub_text
+from jobs.forwarding import (  # noqa: F401 (re-exported: tests and the driver import them from here)
+    SECRETS_PAD_VAR,
+    SECRETS_URI_VAR,
+    receive_forwarded_secrets,
+    seal,
+    unseal,
+    upload_secrets,
+)
+from transforms.core.secrets import literal_secrets, scrub_text
 
 REPO = Path(__file__).resolve().parents[1]
 # Never uploaded: environments, caches, and the lake's data zones (lake/samples stays: jobs' defaults use it).
@@ -33,14 +38,6 @@ EXCLUDES = [".venv", ".venv-*", ".cache", ".git", "**/__pycache__", ".pytest_cac
             ".ruff_cache", "*.egg-info", "lake/raw", "lake/staged", "lake/curated", "lake/release",
             "lake/rejected", "lake/runs", "lake/bench", "benchmarks/results", "build", "*.pyc"]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
-# Secrets travel outside Ray's job record (docs/secrets.md): the job's runtime_env carries only the
-# name of a one-off GCS package and a one-time pad; the package holds the secrets XOR the pad, and
-# the driver deletes it as soon as it has read it.
-SECRETS_URI_VAR = "PIQAFORGE_SECRETS_URI"
-SECRETS_PAD_VAR = "PIQAFORGE_SECRETS_PAD"
-_received_sets: list[str] | None = None
-
-
 class JobsClient(Protocol):
     """The part of ray.job_submission.JobSubmissionClient we use."""
 
@@ -109,77 +106,12 @@ def split_secret_sets(run_args: list[str]) -> tuple[list[str], list[str]]:
     return kept, moved
 
 
-def forwarded_secret_names(job: str, run_args: list[str]) -> list[str]:
-    """The variables the job names in `secrets:` (job level and per stage), from its resolved config."""
-    from jobs.cli import build_parser, recipe_overrides, run_overrides
-    from jobs.config import resolve_config, secret_names
-    from transforms.flow.recipe import is_recipe, load_recipe, secret_names_of
-
-    args, extra = build_parser().parse_known_args(["run", job, *run_args])
-    if is_recipe(job):
-        return secret_names_of(load_recipe(job, recipe_overrides(args, extra), config_file=args.config))
-    return secret_names(resolve_config(job, args.config, run_overrides(args, extra), bind_lake=False))
-
-
-def seal(payload: dict[str, Any]) -> tuple[str, bytes]:
-    """A one-time pad (base64) and the payload XOR the pad: neither alone reveals anything."""
-    data = json.dumps(payload).encode()
-    pad = _random.token_bytes(len(data))
-    return base64.b64encode(pad).decode(), bytes(a ^ b for a, b in zip(data, pad, strict=True))
-
-
-def unseal(pad: str, blob: bytes) -> dict[str, Any]:
-    key = base64.b64decode(pad)
-    if len(key) != len(blob):
-        raise ValueError("the forwarded secrets do not match their pad (a different submission?)")
-    result: dict[str, Any] = json.loads(bytes(a ^ b for a, b in zip(blob, key, strict=True)))
-    return result
-
-
-def upload_secrets(client: Any, payload: dict[str, Any]) -> dict[str, str]:
-    """Store the sealed secrets as a one-off GCS package; returns the env_vars that point the driver to it.
-
-    The GET pins the name for Ray's URI expiry (10 min): an unreferenced package is deleted by the GCS
-    after that even if the driver never starts."""
-    pad, blob = seal(payload)
-    name = f"_piqaforge_secrets_{_random.token_hex(16)}.zip"
-    client._do_request("GET", f"/api/packages/gcs/{name}")
-    response = client._do_request("PUT", f"/api/packages/gcs/{name}", data=blob)
-    if response.status_code != 200:
-        raise RuntimeError(f"could not hand the secrets to the cluster (HTTP {response.status_code})")
-    return {SECRETS_URI_VAR: f"gcs://{name}", SECRETS_PAD_VAR: pad}
-
-
-def receive_forwarded_secrets() -> list[str]:
-    """In a driver started by `piqaforge submit`: put the forwarded secrets into this process's environment,
-    delete the package, and return the `--set` items that were sent with them (nothing elsewhere)."""
-    global _received_sets
-    if _received_sets is not None:
-        return _received_sets
-    uri, pad = os.environ.pop(SECRETS_URI_VAR, None), os.environ.pop(SECRETS_PAD_VAR, None)
-    if not uri or not pad:
-        return []
-    from ray._raylet import GcsClient
-
-    gcs = GcsClient(address=os.environ["RAY_ADDRESS"])
-    blob = gcs.internal_kv_get(uri.encode(), namespace=None)
-    if blob is None:
-        raise RuntimeError(f"the secrets sent with this job are gone ({uri}): Ray drops them 10 min after "
-                           "submission if the job has not started; submit again")
-    gcs.internal_kv_del(uri.encode(), False, namespace=None)
-    payload = unseal(pad, blob)
-    for name, value in payload.get("env", {}).items():
-        os.environ.setdefault(name, value)
-    register_secret_values(payload.get("env", {}).values())
-    _received_sets = list(payload.get("set", []))
-    return _received_sets
-
-
 def submit(job: str, run_args: list[str], *, address: str, client: JobsClient | None = None,
-           follow: bool = True, out: TextIO = sys.stdout, **request_options: Any) -> tuple[str, str]:
+           follow: bool = True, out: TextIO = sys.stdout, secret_names: list[str] | None = None,
+           **request_options: Any) -> tuple[str, str]:
     """Submit, print the job id, stream the logs until the job ends; returns (job id, final status)."""
     run_args, secret_sets = split_secret_sets(run_args)
-    names = forwarded_secret_names(job, run_args + [a for s in secret_sets for a in ("--set", s)])
+    names = list(secret_names or [])  # what the recipe or job names in `secrets:` (jobs/cli.py resolves them)
     if client is None:
         from transforms.core.deps import require
 

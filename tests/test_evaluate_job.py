@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from ray import cloudpickle as ray_cloudpickle
 
-import jobs.evaluate as evaluate_job
+import transforms.flow.evaluate as evaluate_job
 from jobs.config import ConfigError, resolve_config
 from transforms.llm.base import ChatMessage, GenerationParams, LLMEngine
 from transforms.llm.prepare import is_prepared

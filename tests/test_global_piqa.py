@@ -15,7 +15,7 @@ from transforms.piqa.global_piqa import (
     read_global_piqa,
     write_global_piqa,
 )
-from transforms.piqa.release import build_release
+from transforms.release.writer import build_release
 
 GATE = {"success": True, "suite": "test", "checks": [], "reasons": []}
 

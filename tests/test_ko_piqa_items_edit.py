@@ -145,7 +145,7 @@ def test_the_refinement_retries_once_with_the_reason_and_keeps_the_row():
 
 
 def test_the_card_says_plainly_when_the_review_was_automatic():
-    from transforms.piqa.card import card_markdown, item_stats
+    from transforms.release.card import card_markdown, item_stats
 
     base = {C.ID: ["a", "b"], "lang": ["ko", "ko"], "goal": ["운동화 냄새를 없애려면", "국물이 짤 때"],
             "sol1": ["숯을 넣어 둔다.", "물을 붓는다."], "sol2": ["얼음을 넣어 둔다.", "소금을 붓는다."],

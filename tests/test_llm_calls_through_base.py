@@ -256,7 +256,7 @@ def test_evaluation_report_shows_the_recorded_questions(monkeypatch, tmp_path, s
 
     from ray import cloudpickle as ray_cloudpickle
 
-    import jobs.evaluate as evaluate_job
+    import transforms.flow.evaluate as evaluate_job
     from jobs.config import resolve_config
     from transforms.piqa.formats import read_piqa, write_items
 

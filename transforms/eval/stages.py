@@ -69,7 +69,7 @@ class PredictItems(ExpandStage):
     norm: str = "chars"
     batch_size: int = 8
     inherit_columns: bool = False
-    cache_dir: str | None = Field(None, description="Answer cache of the evaluated models (jobs/evaluate.py: "
+    cache_dir: str | None = Field(None, description="Answer cache of the evaluated models (transforms/flow/evaluate.py: "
                                   "<run>/cache/llm, so a resumed run asks only what was not answered); "
                                   "unset: in memory.")
 

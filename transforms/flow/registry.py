@@ -14,7 +14,7 @@ from typing import Any
 STAGES: dict[str, str] = {
     # sources
     "read_crawl": "transforms.io.crawl:CrawlSource",
-    "read_items": "transforms.piqa.release_stage:ItemsSource",
+    "read_items": "transforms.release.stage:ItemsSource",
     "read_rows": "transforms.io.sources:RowsSource",
     "read_table": "transforms.io.sources:TableSource",
     "read_documents": "transforms.io.documents:DocumentSource",

@@ -30,8 +30,8 @@ def gate_and_write(lake: Lake, *, dataset: str, input_run: str | None = None, in
     from expectations.suite import load_suite
     from transforms.core.runner import run_pipeline
     from transforms.io.sources import RunSource
-    from transforms.piqa.release import RELEASED, find_manifest
-    from transforms.piqa.release_stage import GateAndRelease, ItemsSource
+    from transforms.release.stage import GateAndRelease, ItemsSource
+    from transforms.release.writer import RELEASED, find_manifest
 
     version = version or dt.datetime.now(dt.UTC).strftime("%Y.%m.%d")
     run_id = run_id or Lake.new_run_id("release")

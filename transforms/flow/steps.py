@@ -342,7 +342,7 @@ def evaluate_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
     engines = fill_roles(ev.models, ctx.engines, f"runs.{spec.name}.evaluate.models")
     if isinstance(engines, list):  # names of the profile's evaluated models
         engines = {n: ctx.engines["evaluated"][n] for n in engines}
-    evaluate = importlib.import_module("jobs.evaluate")  # moves under transforms/eval with the LLM path
+    from transforms.flow import evaluate
     cfg = evaluate.Config.model_validate({
         "release": str(Path(release_path) / "items.parquet"), "lake": str(ctx.lake.root),
         "dataset": ctx.recipe.dataset, "name": ctx.recipe.dataset, "models": list(engines), "engines": engines,

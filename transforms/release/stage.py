@@ -2,7 +2,7 @@
 
 `ItemsSource` reads a curated table or any item file (`transforms.piqa.formats.read_items`) as
 the run's source; `GateAndRelease` runs the recipe's Great Expectations suite on the whole table
-and writes `<lake>/release/<dataset>/<version>/` (transforms/piqa/release.py). The gate is a
+and writes `<lake>/release/<dataset>/<version>/` (transforms/release/writer.py). The gate is a
 verdict on the table, not on rows: rows are kept either way, and the job exits non-zero with one
 line per failed expectation when the gate fails.
 """
@@ -76,7 +76,7 @@ class GateAndRelease(GlobalStage):
     def process_table(self, table: pa.Table) -> pa.Table:
         from expectations.gate import run_gate
         from expectations.suite import load_suite
-        from transforms.piqa.release import build_release
+        from transforms.release.writer import build_release
 
         items = table.drop_columns([c for c in (*C.BOOKKEEPING, "_born") if c in table.schema.names])
         suite = load_suite(self.recipe, self.suite_overrides)

@@ -26,10 +26,10 @@ from pydantic import BaseModel, Field
 
 from transforms.core import columns as C
 from transforms.core.manifest import RunManifest
-from transforms.piqa.card import card_markdown, item_stats, public_stats, render_plots, report_html
 from transforms.piqa.formats import write_items, write_piqa, write_prompt_solution
 from transforms.piqa.global_piqa import card_section as global_piqa_card_section
 from transforms.piqa.global_piqa import write_global_piqa
+from transforms.release.card import card_markdown, item_stats, public_stats, render_plots, report_html
 
 RELEASED = "RELEASED"
 RUN_FILE = "run.json"  # the run that wrote the release: an evaluation of it names that run as its parent

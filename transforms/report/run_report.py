@@ -105,7 +105,7 @@ def chain_html(manifest: RunManifest, runs_dir: Path | None) -> str:
 
 
 def eval_html(table: list[dict[str, Any]]) -> str:
-    """An evaluation run's accuracy table (jobs/evaluate.py's paper rows): overall and cultural subset."""
+    """An evaluation run's accuracy table (transforms/flow/evaluate.py's paper rows): overall and cultural subset."""
     if not table:
         return "<h2>Evaluation</h2><p>No predictions.</p>"
 

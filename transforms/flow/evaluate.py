@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field, field_validator
 
-from jobs.config import ConfigError, JobConfig
 from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, fingerprint_file
 from transforms.eval import items as I
@@ -30,6 +29,7 @@ from transforms.eval.audit import audit_markdown, audit_release
 from transforms.eval.lm_eval_export import export_lm_eval_task
 from transforms.eval.report import markdown, paper_rows, plot, summarize, write_csv
 from transforms.eval.templates import prompts_for_style
+from transforms.flow.tools import ConfigError, JobConfig
 from transforms.llm.asking import Asker
 from transforms.llm.base import EngineConfig, GenerationParams, build_engine
 from transforms.report.run_report import write_report
@@ -49,7 +49,8 @@ class Config(JobConfig):
     models: list[str] = Field(default_factory=lambda: ["local"], description="Names from `engines` to evaluate.")
     engines: dict[str, EngineConfig] = Field(default_factory=_default_engines,
                                              description="Model name -> engine config (backend, model, options).")
-    modes: list[Literal["generate", "loglik"]] = Field(default_factory=lambda: ["generate", "loglik"])
+    modes: list[Literal["generate", "loglik"]] = Field(default_factory=lambda: list[Literal["generate", "loglik"]](
+        ["generate", "loglik"]))
     swap: bool = Field(True, description="Also generate with the two solutions swapped (position bias).")
     generate_limit: int | None = Field(None, ge=1, description="Fixed-seed subset size for generation (None: all).")
     loglik_limit: int | None = Field(None, ge=1, description="Fixed-seed subset size for log-likelihood (None: all).")
@@ -97,7 +98,7 @@ def predict_on_runner(config: Config, items: pa.Table, lake: Lake, run_id: str, 
     from transforms.core.runner import init_ray, run_pipeline
     from transforms.eval.stages import MarkEvalSubsets, PredictItems, predictions_for_summary
     from transforms.io.sources import TableSource
-    from transforms.piqa.release import find_manifest
+    from transforms.release.writer import find_manifest
 
     engines = {m: config.engines[m] for m in config.models}
     predict = PredictItems(engines=engines, modes=list(config.modes), swap=config.swap, generation=config.generation,
