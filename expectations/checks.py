@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from expectations.suite import SuiteConfig
-from transforms.piqa import textcheck as tc
+from transforms.text import textcheck as tc
 
 
 @dataclass

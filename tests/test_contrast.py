@@ -6,13 +6,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from transforms.piqa import textcheck as tc
 from transforms.piqa.contrast import (
     CONTRAST_TYPES,
     ContrastClassifier,
     classify_contrast,
     contrast_distribution,
 )
+from transforms.text import textcheck as tc
 
 # (sol1, sol2, kind, word-level distance). Tamil: first from XCOPA-ta as it is, the others are
 # XCOPA-ta choices with the one edit the kind names.

@@ -31,7 +31,7 @@ def _tokens(text: str) -> tuple[str, ...]:
 
 
 def _edit(a: tuple, b: tuple) -> int:
-    """Textbook recursive Levenshtein (memoised), independent of transforms.piqa.textcheck."""
+    """Textbook recursive Levenshtein (memoised), independent of transforms.text.textcheck."""
     @cache
     def d(i: int, j: int) -> int:
         if i == 0 or j == 0:
@@ -203,7 +203,7 @@ def test_minimal_pair_filter_stage_on_real_piqa(piqa):
 
 
 def test_kannada_and_malayalam_use_the_script_check(shared_data):
-    from transforms.piqa.textcheck import in_language, script_share
+    from transforms.text.textcheck import in_language, script_share
 
     kn = "ನೀರು ಕುದಿಸಲು ಪಾತ್ರೆಯನ್ನು ಒಲೆಯ ಮೇಲೆ ಇಡಿ"
     ml = "വെള്ളം തിളപ്പിക്കാൻ പാത്രം അടുപ്പിൽ വയ്ക്കുക"

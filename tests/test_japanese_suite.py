@@ -15,7 +15,7 @@ from expectations.checks import derive  # noqa: E402
 from expectations.gate import run_gate, to_frame  # noqa: E402
 from expectations.suite import load_suite  # noqa: E402
 from transforms.piqa.japanese import morphemes, word_distance  # noqa: E402
-from transforms.piqa.textcheck import pair_distance  # noqa: E402
+from transforms.text.textcheck import pair_distance  # noqa: E402
 
 ONLY_PAIR = {"near_duplicates": None, "language_purity": None, "label_balance": None, "degenerate": None,
              "required_columns": ["id", "lang", "goal", "sol1", "sol2", "label"]}

@@ -25,7 +25,7 @@ from transforms.pindic.finish import (  # noqa: E402
     ReleaseColumns,
     load_fixes,
 )
-from transforms.piqa.textcheck import script_share  # noqa: E402
+from transforms.text.textcheck import script_share  # noqa: E402
 from transforms.translate.config import LLMTranslateConfig  # noqa: E402
 from transforms.translate.llm import LLMTranslator  # noqa: E402
 from transforms.translate.stage import TranslateStage  # noqa: E402

@@ -22,7 +22,7 @@ from transforms.io.writers_intake import (
     text_problems,
     unmojibake,
 )
-from transforms.piqa import textcheck as tc
+from transforms.text import textcheck as tc
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "lake" / "samples"

@@ -64,7 +64,7 @@ class Language(_Strict):
     code: str = Field(..., description="ISO 639-1 (or -3) code of the benchmark's language.")
     name: str | None = Field(None, description="Its English name, for cards and prompts.")
     script: str | None = Field(None, description="Language code whose script letters the items use (default: "
-                               "`code`); transforms/piqa/textcheck.py lists the scripts it can check.")
+                               "`code`); transforms/text/textcheck.py lists the scripts it can check.")
 
 
 class ReviewSpec(_Strict):

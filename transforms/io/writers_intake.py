@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from transforms.core import columns as C
 from transforms.core.creating import SourceStage
 from transforms.io.common import DROP_DETAIL, ColumnMappingError, EmptyInputError, InputFormatError
-from transforms.piqa import textcheck as tc
+from transforms.text import textcheck as tc
 
 log = logging.getLogger("piqaforge")
 

@@ -28,7 +28,7 @@ from transforms.llm.base import GenerationParams
 from transforms.llm.output import JsonOutput, OutputSpec
 from transforms.llm.stage import LLMTransform, PromptRef
 from transforms.pindic.schemas import INDIC
-from transforms.piqa.textcheck import script_share
+from transforms.text.textcheck import script_share
 from transforms.translate.languages import language_name
 
 FIXES_DIR = Path(__file__).resolve().parents[2] / "prompts" / "pindic" / "fixes"

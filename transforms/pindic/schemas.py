@@ -62,7 +62,7 @@ INDIC = ("hi", "bn", "ta", "kn", "ml")  # the five locales' languages
 
 def indic_share(text: str) -> float:
     """Share of the letters in the text's most used script of the five locales (0 for Latin text)."""
-    from transforms.piqa.textcheck import script_share
+    from transforms.text.textcheck import script_share
 
     return max(script_share(text, lang) for lang in INDIC)
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from transforms.core.stage import Stage
-from transforms.piqa import textcheck as tc
+from transforms.text import textcheck as tc
 
 Tokenizer = Callable[[str], list[str]]
 

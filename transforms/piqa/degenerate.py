@@ -25,7 +25,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core.stage import Stage
-from transforms.piqa import textcheck as tc
+from transforms.text import textcheck as tc
 
 
 class DegenerateText(BaseModel):

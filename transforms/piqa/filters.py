@@ -8,7 +8,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core.stage import Stage, set_drop_reason
-from transforms.piqa import textcheck as tc
+from transforms.text import textcheck as tc
 
 NOT_MINIMAL_PAIR = "not_minimal_pair"
 

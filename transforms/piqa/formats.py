@@ -63,7 +63,7 @@ def _label(value: Any) -> int | None:
 
 def detect_lang(texts: list[str]) -> str:
     """The majority fastText lid.176 language of `texts` (used when a file carries no `lang`)."""
-    from transforms.piqa.textcheck import identify_languages
+    from transforms.text.textcheck import identify_languages
 
     votes = Counter(identify_languages([t for t in texts[:500] if t]))
     return votes.most_common(1)[0][0] if votes else "und"

@@ -22,8 +22,8 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_drop_reason
-from transforms.piqa import textcheck as tc
 from transforms.piqa.contrast import contrast_distribution
+from transforms.text import textcheck as tc
 
 GOAL_WORDS, SHORT_PROMPT = "goal_words", "short_prompt"
 OPENING, OPENING_REPEATS, REPEATED_OPENING = "opening", "opening_repeats", "repeated_opening"
@@ -214,7 +214,7 @@ def human_items_card(table: pa.Table, runs: dict[str, Any]) -> str:
 
 class ItemLanguageCheck(Stage):
     """Drop items whose goal or a solution is not in the benchmark's language (`wrong_language`), for any
-    language: by its Unicode script where transforms/piqa/textcheck.py knows it, else by fastText
+    language: by its Unicode script where transforms/text/textcheck.py knows it, else by fastText
     lid.176 (176 languages). A translation that came back in English, or a reply in another script,
     stops here instead of at the gate."""
 

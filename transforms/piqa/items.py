@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from transforms.core.stage import Stage, put_column, set_drop_reason
 from transforms.piqa.edit_pairs import MinimalPairFromEdit, _key, prompt_examples, substitute
-from transforms.piqa.textcheck import levenshtein
+from transforms.text.textcheck import levenshtein
 
 REFINE_PROMPT = "ko_piqa/refine"
 _EDIT_PROBLEMS = {"edit_empty": "word나 wrong_word가 비어 있습니다",

@@ -141,7 +141,7 @@ class ParaphraseDuplicateFilter(GlobalStage):
 
 class TranslationSetSelector(GlobalStage):
     """J-PIQA part 1: English PIQA items whose solutions differ by at most `max_word_edits` words
-    (word-level Levenshtein, transforms/piqa/textcheck.py), then a seeded draw of `n` of them.
+    (word-level Levenshtein, transforms/text/textcheck.py), then a seeded draw of `n` of them.
 
     Drop reasons: `not_minimal_pair`, `too_long` (with `max_words`) and `not_sampled`. The draw keys each
     row on (seed, id), so it does not depend on row order. Writes `sol_edit_distance` (exact up to the limit + 1; limit + 2 means more).
@@ -160,8 +160,8 @@ class TranslationSetSelector(GlobalStage):
 
     def process_table(self, table: pa.Table) -> pa.Table:
         from transforms.llm.prefilter import sample_keys
-        from transforms.piqa.textcheck import pair_distance
-        from transforms.piqa.textcheck import words as en_words
+        from transforms.text.textcheck import pair_distance
+        from transforms.text.textcheck import words as en_words
 
         cap = self.max_word_edits + 1
         dist = [pair_distance(a, b, "en", unit="word", cap=cap)[0]

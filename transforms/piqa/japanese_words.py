@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from transforms.core.deps import require
-from transforms.piqa.textcheck import levenshtein
+from transforms.text.textcheck import levenshtein
 
 PARTICLE, PUNCT, SUFFIX, PREFIX = "助詞", "補助記号", "接尾辞", "接頭辞"
 PREDICATE = frozenset({"動詞", "形容詞", "助動詞"})

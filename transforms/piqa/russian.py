@@ -25,8 +25,8 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core.stage import set_drop_reason
-from transforms.piqa import textcheck as tc
 from transforms.piqa.contrast import IDENTICAL, PHRASE_REORDER, WORD_SWAP, ContrastClassifier, classify_tokens
+from transforms.text import textcheck as tc
 
 NOT_MINIMAL, IDENTICAL_SOLUTIONS, INVALID_LABEL = "not_minimal_contrast", "identical_solutions", "invalid_label"
 

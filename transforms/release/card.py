@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from transforms.piqa import textcheck as tc
 from transforms.piqa.schema import CATEGORY_COLUMNS, GOAL, IS_CULTURAL, LABEL, LANG, SOL1, SOL2
+from transforms.text import textcheck as tc
 
 
 def _summary(values: list[int]) -> dict[str, float | int | None]:

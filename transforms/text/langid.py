@@ -26,7 +26,7 @@ from pydantic import Field, PrivateAttr, field_validator
 from transforms.core import columns as C
 from transforms.core.deps import require
 from transforms.core.stage import Stage, put_column, set_drop_reason
-from transforms.piqa.textcheck import SCRIPT_RANGES
+from transforms.text.textcheck import SCRIPT_RANGES
 
 LANG = "lang"
 LANG_SCORE = "lang_score"
