@@ -266,3 +266,23 @@ def test_agreement_normalises_verdicts_like_the_import(lake, tmp_path, capsys):
     assert report["percent_agreement"]["value"] == 1.0
     assert main(["review", "agreement", str(path), "--json", "--boot", "0", "--raw-labels"]) == 0
     assert json.loads(capsys.readouterr().out)["percent_agreement"]["value"] < 0.5
+
+
+def test_requeue_shows_the_first_round_and_its_import_is_a_child_of_the_first_review_run(lake, tmp_path):
+    from transforms.review.batch import requeue
+
+    rows = filled(lake)
+    for r in rows:
+        if r["item_id"] == "q3" and r["annotator"] == "lee":
+            r["verdict"], r["comment"] = "sol2", "둘 다 될 것 같음"
+    _, first = import_files(lake, "b", [write_csv(tmp_path / "f.csv", rows)], n_boot=0)
+    new = requeue(lake, "b", to="csv", name="b-adjudicate", annotators="park")
+    assert new.item_ids == ["q3"] and new.parent_review_run == first.run_id and new.parent_batch == "b"
+    shown = exported_rows(lake, "b-adjudicate")
+    assert shown[0]["earlier_verdicts"] == "kim: sol1; lee: sol2"
+    assert shown[0]["earlier_comments"] == "lee: 둘 다 될 것 같음"
+    shown[0]["verdict"] = "sol1"
+    path = write_csv(tmp_path / "adj.csv", shown)
+
+    result, second = import_files(lake, "b-adjudicate", [path], n_boot=0)
+    assert result.stats["kept"] == 1 and second.parents == [first.run_id]

@@ -49,6 +49,8 @@ class BatchRecord(BaseModel):
     created_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
     parent_run: str | None = Field(None, description="Run whose curated items were exported.")
     parent_batch: str | None = Field(None, description="Batch whose disagreement queue this batch re-exports.")
+    parent_review_run: str | None = Field(None, description="For a requeued batch: the review run of the batch it "
+                                          "came from; the import's run has it as parent (adjudication round).")
     dataset: str = ""
     recipe: str = ""
     format: Literal["labelstudio", "csv"] = "labelstudio"
@@ -176,17 +178,23 @@ def spreadsheet_safe(value: object) -> object:
     return value
 
 
+EARLIER = ("earlier_verdicts", "earlier_comments")  # a requeued batch shows the first round beside each item
+
+
 def write_review_csv(items: pa.Table, record: BatchRecord, path: Path) -> None:
     """One row per item x annotator; UTF-8 with a BOM (Excel then reads Korean and Tamil text right)."""
-    rows = items.select(["id", *SHOWN]).to_pylist()
+    extra = [c for c in EARLIER if c in items.column_names]
+    rows = items.select(["id", *SHOWN, *extra]).to_pylist()
+    at = CSV_COLUMNS.index("verdict")
+    columns = [*CSV_COLUMNS[:at], *extra, *CSV_COLUMNS[at:]]
     with open(path, "w", newline="", encoding="utf-8-sig") as f:
-        writer = csv.DictWriter(f, CSV_COLUMNS)
+        writer = csv.DictWriter(f, columns)
         writer.writeheader()
         for row in rows:
             for ann in record.annotators:
                 writer.writerow({k: spreadsheet_safe(v) for k, v in {
                     "judgment_id": judgment_id(record.batch, str(row["id"]), ann), "item_id": row["id"],
-                    "annotator": ann, **{k: row[k] for k in SHOWN}}.items()})
+                    "annotator": ann, **{k: row[k] for k in [*SHOWN, *extra]}}.items()})
 
 
 def export_run(lake: Lake, run_id: str, *, to: Literal["labelstudio", "csv"] = "labelstudio",
@@ -216,14 +224,37 @@ def requeue(lake: Lake, batch: str, *, to: Literal["labelstudio", "csv"] = "labe
     queue_path = batch_dir(lake, batch) / "queue.parquet"
     if not queue_path.exists():
         raise ReviewError(f"batch {batch!r} has no disagreement queue yet: import its judgments first")
-    queue_ids = set(pq.read_table(queue_path, columns=["id"]).column("id").to_pylist())
+    queue = pq.read_table(queue_path)
+    queue_ids = set(queue.column("id").to_pylist())
     if not queue_ids:
         raise ReviewError(f"batch {batch!r}'s disagreement queue is empty")
     mask = pa.array([v in queue_ids for v in items.column("id").to_pylist()])
+    items = items.filter(mask)
+    earlier = _earlier_round(queue)
+    for col in EARLIER:
+        values = [earlier.get(str(i), {}).get(col) for i in items.column("id").to_pylist()]
+        items = items.drop_columns([col]) if col in items.column_names else items
+        items = items.append_column(col, pa.array(values, pa.string()))
+    live = [i for i in record.imports if not i.get("superseded_by")]
     names, named = annotator_names(annotators) if annotators is not None else (record.annotators,
                                                                                  record.named_annotators)
     new = BatchRecord(batch=name or f"{batch}-requeue", parent_run=record.parent_run, parent_batch=batch,
+                      parent_review_run=str(live[-1]["run_id"]) if live else None,
                       dataset=record.dataset, recipe=record.recipe, format=to, annotators=names,
                       named_annotators=named, rule=record.rule)
-    write_batch(lake, items.filter(mask), new)
+    write_batch(lake, items, new)
     return new
+
+
+def _earlier_round(queue: pa.Table) -> dict[str, dict[str, str | None]]:
+    """Per queued item: the first round's verdicts and comments as one line each ("kim: sol1; lee: sol2")."""
+    out: dict[str, dict[str, str | None]] = {}
+    cols = queue.column_names
+    for row in queue.to_pylist():
+        anns = row.get("review_annotators") or [] if "review_annotators" in cols else []
+        labels = row.get("review_labels") or [] if "review_labels" in cols else []
+        comments = row.get("review_comments") or [] if "review_comments" in cols else []
+        verdicts = "; ".join(f"{a}: {v}" for a, v in zip(anns, labels, strict=False) if v)
+        said = "; ".join(f"{a}: {c}" for a, c in zip(anns, comments, strict=False) if c)
+        out[str(row["id"])] = {"earlier_verdicts": verdicts or None, "earlier_comments": said or None}
+    return out

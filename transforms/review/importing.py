@@ -362,7 +362,7 @@ def _write_run(lake: Lake, result: ImportResult, files: list[str | Path] | None,
         paths[key].mkdir(parents=True, exist_ok=True)
         pq.write_table(part, paths[key] / "part-00000.parquet")
     manifest = RunManifest(run_id=run_id, job="review-import", dataset=dataset, code_version=code_version(),
-                           parents=[p for p in [result.record.parent_run] if p],
+                           parents=[p for p in [result.record.parent_review_run or result.record.parent_run] if p],
                            config={"batch": result.record.batch, "rule": result.stats["rule"]})
     manifest.inputs = [fingerprint_file(Path(f)) for f in files or []]
     # counted from the files just written, like every runner stage (the law holds on disk, not on intent)
