@@ -211,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the real command line: Ray's native log lines go to the run's ray.log, on a terminal or not
+        os.environ.setdefault("PIQAFORGE_NATIVE_FILTER", "1")
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.verbose:

@@ -48,7 +48,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # address="local": never join some other Ray instance recorded in /tmp/ray by `ray start`
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
-                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                # workers' own lines (a stage's warnings, Ray's worker noise) stay in the session's logs unless
+                # -v: the console shows our lines; what a stage measured is in its record and the run report
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                         log_to_driver=os.environ.get("PIQAFORGE_VERBOSE") == "1",
                          resources=env_resources,
                          object_store_memory=int(os.environ.get("PIQAFORGE_OBJECT_STORE_BYTES", 2 * 2**30)))
                 break

@@ -5,8 +5,9 @@ The driver's core worker copies its error-level lines to file descriptor 2, belo
 … has constructor arguments in the object store …` once per actor-pool stage (ray-project/ray#53727).
 Python's logging cannot see them. On a terminal, `filter_native_stderr` points fd 2 at a pipe; a
 thread copies every byte back to the terminal at once, except whole lines in that native format,
-which go to the run's `ray.log`. Without a terminal nothing changes (those lines are rare there and
-the log is what is read). `-v` leaves stderr alone.
+which go to the run's `ray.log`. The `piqaforge` command turns it on without a terminal too
+(PIQAFORGE_NATIVE_FILTER=1: a console piped to a file or a CI log shows only our lines); code that calls the
+runner in-process (tests) keeps its stderr as it is. `-v` leaves stderr alone.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def filter_native_stderr(log_path: Path) -> bool:
     if _ACTIVE is not None:
         _ACTIVE.log_path = log_path  # a second run in the same process writes to its own log
         return True
-    if not os.isatty(2):
+    if not os.isatty(2) and os.environ.get("PIQAFORGE_NATIVE_FILTER") != "1":
         return False
     _ACTIVE = _Filter(log_path)
     atexit.register(stop_filter)
