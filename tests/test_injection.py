@@ -102,15 +102,16 @@ def _verdicts(judges, name):
 
 
 def test_the_injected_run_keeps_no_row_the_plain_run_drops(judges):
-    """The default ko-piqa linear judges and their cascade on the labelled negatives each judge comes
-    closest to keeping, every template at every position: no row dropped clean is kept attacked
+    """The default ko-piqa linear judges and their cascade on the labelled negatives each judge drops but
+    comes closest to keeping, every template at every position: no row dropped clean is kept attacked
     (content glued without a line break is only counted, see CONTENT_GLUED)."""
     negatives = [r.text for f in ("ko_seed_labels.jsonl", "ko_heldout_labels.jsonl", "ko_seed_chitchat.jsonl")
                  for r in load_labels(SAMPLES / f, allow_held_out=True) if not r.physical]
     near = set()
     for fitted, embedder in judges.values():
         scores = fitted.score_texts(negatives, embedder)
-        near |= {negatives[i] for i in np.argsort(-scores)[:3]}
+        dropped = np.flatnonzero(scores < fitted.threshold)
+        near |= {negatives[i] for i in dropped[np.argsort(-scores[dropped])][:3]}
     texts = sorted(near)
     verdict = {name: _verdicts(judges, name) for name in judges}
 
