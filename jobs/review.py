@@ -87,6 +87,7 @@ def add_review_parser(sub: Any) -> None:
         p.add_argument("--lake", **lake)  # type: ignore[arg-type]
         if name == "pull":
             p.add_argument("--no-import", action="store_true", help="only save the export JSON")
+            p.add_argument("--replace", action="store_true", help="the batch was imported before: supersede it")
 
     auto = actions.add_parser("auto", help="LLM annotators fill the batch (a dry run without people)")
     auto.add_argument("batch")
@@ -301,7 +302,7 @@ def _pull(args: argparse.Namespace) -> int:
     n = sum(len(t["annotations"]) for t in tasks)
     print(f"pulled {n} annotation(s) on {len(tasks)} task(s) into {out}")
     if not args.no_import:
-        _print_import(*import_files(lake, args.batch, [out]))
+        _print_import(*import_files(lake, args.batch, [out], replace=args.replace))
     return 0
 
 
