@@ -138,6 +138,17 @@ def test_ko_piqa_recipe_items_review_release_evaluation(ray_local, tmp_path, sha
     chain = (lake / "runs" / "ko-evaluation" / "report.html").read_text(encoding="utf-8").split("Chain of runs", 1)[1]
     positions = [chain.index(f"<code>{r}</code>") for r in order]
     assert positions == sorted(positions), positions
+    # lineage follows a released item through review and creation back to the question it was made from,
+    # and says where a row dropped in a parent run went
+    from transforms.core.lineage import print_trace, trace
+
+    hops = trace(Lake(lake), "ko-final", "kin-0")
+    assert {h.run_id for h in hops} >= {"ko-final", review.run_id, "ko-items", "ko-crawl"}
+    made = next(h for h in hops if h.run_id == "ko-items")
+    assert made.text and made.text.startswith(ITEMS[0][0]) and "✓" in made.text   # the item, not the forum post
+    assert any("review_consensus" in h.review for h in hops), print_trace(hops)  # what the reviewers decided
+    with pytest.raises(KeyError, match=f"parent run '{review.run_id}': dropped by review_import"):
+        trace(Lake(lake), "ko-final", "kin-4")
     record = RecipeRecord.load(Lake(lake), "ko")
     assert record is not None and record.status == "succeeded"
     assert {n: e.status for n, e in record.runs.items()} == {n: "succeeded" for n in record.runs}

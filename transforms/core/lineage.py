@@ -39,6 +39,7 @@ class Hop:
     provenance: dict[str, Any] = field(default_factory=dict)
     parents: list[str] = field(default_factory=list)
     depth: int = 0  # hops between this one and the traced row (siblings of an aggregate share a depth)
+    review: dict[str, Any] = field(default_factory=dict)  # what reviewers said and changed, where the row was reviewed
 
     def line(self) -> str:
         bits = [f"{self.run_id} · {self.stage} ({self.kind})", f"id {self.row_id}", self.status]
@@ -99,6 +100,33 @@ def _aggregate_parents(rec: StageRecord, row_id: str) -> list[str]:
     return parents
 
 
+def row_text(row: dict[str, Any], chars: int = 160) -> str | None:
+    """What the row is: an item's goal and solutions (the correct one marked) where it has them, else its text."""
+    if row.get("goal"):
+        sols = [row.get("sol1"), row.get("sol2")]
+        label = row.get("label")
+        shown = " / ".join(("✓ " if label == i else "") + str(s) for i, s in enumerate(sols) if s)
+        return (f"{row['goal']} — {shown}" if shown else str(row["goal"]))[:chars]
+    return str(row.get(C.TEXT) or "")[:chars] or None
+
+
+def review_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The review columns a row carries (verdicts, edits, comments, annotators: pseudonymous ids as imported)."""
+    return {k: row[k] for k in sorted(row) if k.startswith("review_") and row[k] not in (None, [], "")}
+
+
+def _where_else(lake: Lake, manifest: RunManifest, row_id: str) -> str:
+    """Where the row is in the runs this one read (dropped there, or kept and then not carried on)."""
+    for parent in manifest.parents:
+        try:
+            found = _latest(_load(lake, parent), row_id)
+        except FileNotFoundError:
+            continue
+        if found is not None:
+            return f"; it is in parent run {parent!r}: {found[2]}"
+    return ""
+
+
 def trace(lake: Lake, run_id: str, row_id: str, max_hops: int = 256) -> list[Hop]:
     """The row's lineage, depth first from the row itself: one hop per stage that made a row of it,
     across runs, through every parent (aggregate members, every parent run holding the row id).
@@ -126,7 +154,8 @@ def trace(lake: Lake, run_id: str, row_id: str, max_hops: int = 256) -> list[Hop
         found = _latest(manifest, current, before)
         if found is None:
             if not hops:
-                raise KeyError(f"row {current!r} is in no stage output of run {run!r}")
+                raise KeyError(f"row {current!r} is in no stage output of run {run!r}"
+                               + _where_else(lake, manifest, current))
             continue  # a parent run that does not hold this row (another round of a union)
         rec, row, status = found
         if consumed_by:
@@ -141,9 +170,8 @@ def trace(lake: Lake, run_id: str, row_id: str, max_hops: int = 256) -> list[Hop
             parents = []
         else:
             parents = [row[C.PARENT_ID]] if row.get(C.PARENT_ID) else []
-        hops.append(Hop(run, maker.name, maker.kind, current, status,
-                        text=str(row.get(C.TEXT) or row.get("goal") or "")[:120] or None, provenance=prov,
-                        parents=parents, depth=depth))
+        hops.append(Hop(run, maker.name, maker.kind, current, status, text=row_text(row), provenance=prov,
+                        parents=parents, depth=depth, review=review_of(row)))
         if parents:
             todo.extend((run, p, maker.index, maker.name, depth + 1) for p in reversed(parents))
         elif maker.index == 0:
@@ -168,4 +196,7 @@ def print_trace(hops: list[Hop], as_json: bool = False) -> str:
         lines.append(("  " * depth) + ("└─ " if depth else "") + h.line())
         if h.text:
             lines.append(("  " * depth) + ("   " if depth else "") + f"  “{h.text}”")
+        if h.review:
+            lines.append(("  " * depth) + ("   " if depth else "") + "  review: " +
+                         "; ".join(f"{k.removeprefix('review_')} {v}" for k, v in h.review.items())[:300])
     return "\n".join(lines)
