@@ -69,7 +69,8 @@ def run_storm(workdir: Path, points: list[tuple[str, int, float]], timeout: floa
     kills: list[str] = []
     resume = False
     deadline = time.time() + timeout
-    for event, more, delay in [*points, None]:  # type: ignore[misc]
+    for point in [*points, None]:
+        event, more, delay = point if point is not None else (None, 0, 0.0)
         proc = _start(lake, resume)
         if event is not None:
             seen = len(_lines(events))
