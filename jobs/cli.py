@@ -59,8 +59,8 @@ def _print_result(job: str, result: dict[str, Any]) -> int:
     return int(result.get("exit_code", 0))
 
 
-def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    """`--set`, `--input` and job-style flags (`--review auto`) of a recipe's command line."""
+def flag_overrides(extra: list[str]) -> dict[str, Any]:
+    """Job-style flags of a command line (`--recipe x`, `--review auto`, `--version 2`) as overrides of that name."""
     overrides: dict[str, Any] = {}
     it = iter(extra)
     for token in it:
@@ -71,6 +71,12 @@ def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, An
         if value is None:
             raise ConfigError(f"{token} needs a value")
         overrides[key] = parse_set(f"{key}={value}")[1]
+    return overrides
+
+
+def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+    """`--set`, `--input` and job-style flags (`--review auto`) of a recipe's command line."""
+    overrides = flag_overrides(extra)
     for item in args.set or []:
         key, value = parse_set(item)
         overrides[key] = value
@@ -106,20 +112,7 @@ def run_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """The config overrides of a `run` command line (`piqaforge submit` resolves the same config)."""
     from jobs.config import load_job_module
 
-    overrides: dict[str, Any] = {}
-    # Job-specific flags (`--recipe x`, `--release p`, `--models a,b`) become overrides of the same name.
-    it = iter(extra)
-    for token in it:
-        if not token.startswith("--"):
-            raise ConfigError(f"unexpected argument {token!r}")
-        key = token[2:].replace("-", "_")
-        if "=" in key:
-            key, value = key.split("=", 1)
-        else:
-            value = next(it, None)
-            if value is None:
-                raise ConfigError(f"{token} needs a value")
-        overrides[key] = parse_set(f"{key}={value}")[1]
+    overrides = flag_overrides(extra)
     for item in args.set or []:
         key, value = parse_set(item)
         overrides[key] = value

@@ -67,10 +67,7 @@ class RunManifest(BaseModel):
         return _recorded(handler(self))
 
     def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(self.model_dump_json(indent=2), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, self.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, path: Path) -> RunManifest:
@@ -83,6 +80,14 @@ class RunManifest(BaseModel):
         rows = [("input", first.rows_in + first.rows_created)]
         rows += [(s.name, s.rows_kept) for s in self.stages]
         return rows
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all (a temporary file renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 def code_version(repo: Path | None = None) -> dict[str, Any]:

@@ -42,11 +42,9 @@ class RecipeRecord(BaseModel):
     error: str | None = None
 
     def write(self, lake: Lake) -> None:
-        path = lake.run_dir(self.root) / RECORD
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(self.model_dump_json(indent=2), encoding="utf-8")
-        tmp.replace(path)
+        from transforms.core.manifest import write_atomic
+
+        write_atomic(lake.run_dir(self.root) / RECORD, self.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, lake: Lake, root: str) -> RecipeRecord | None:

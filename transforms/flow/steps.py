@@ -57,6 +57,22 @@ def _finished(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) ->
     return manifest if manifest.status in ("succeeded", "awaiting_review") else None
 
 
+def _reused(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -> bool:
+    """A resumed recipe skips a run that finished with the same resolved spec: its children read it as it is."""
+    if (done := _finished(ctx, spec, entry, fingerprint)) is None:
+        return False
+    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, done
+    say(f"{ctx.recipe.recipe}: run {spec.name} ({entry.run_id}) finished before: skipped")
+    return True
+
+
+def _finish(ctx: Context, spec: RunSpec, entry: RunEntry, manifest: RunManifest, fingerprint: str) -> None:
+    """The run's law re-checked and its report written; the recipe's record and its children see it."""
+    _check_and_report(ctx, manifest)
+    entry.status, entry.fingerprint = manifest.status, fingerprint
+    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
+
+
 def _check_and_report(ctx: Context, manifest: RunManifest) -> None:
     from transforms.core.manifest import conservation_errors
     from transforms.report.run_report import write_report
@@ -86,9 +102,7 @@ def rows_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
     from transforms.core.runner import run_pipeline
 
     fingerprint = spec_fingerprint(ctx, spec)
-    if (done := _finished(ctx, spec, entry, fingerprint)) is not None:
-        ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, done
-        say(f"{ctx.recipe.recipe}: run {spec.name} ({entry.run_id}) finished before: skipped")
+    if _reused(ctx, spec, entry, fingerprint):
         return "done"
     run_dir = ctx.lake.run_dir(entry.run_id)
     parents = [ctx.ids[p] for p in spec.parents]
@@ -110,9 +124,7 @@ def rows_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
         _after_failure(ctx, entry.run_id)
         raise
     _measure(ctx, spec, manifest)
-    _check_and_report(ctx, manifest)
-    entry.status, entry.fingerprint = manifest.status, fingerprint
-    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
+    _finish(ctx, spec, entry, manifest, fingerprint)
     return "done"
 
 
@@ -182,9 +194,7 @@ def rounds_run(ctx: Context, spec: RunSpec, entry: RunEntry, fingerprint: str) -
     for r in manifest.extras.get("rounds", []):  # every round is a run with its report and its law
         _check_and_report(ctx, RunManifest.load(ctx.lake.manifest_path(r["run_id"])))
     _measure(ctx, spec, manifest)
-    _check_and_report(ctx, manifest)
-    entry.status, entry.fingerprint = manifest.status, fingerprint
-    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
+    _finish(ctx, spec, entry, manifest, fingerprint)
     return "done"
 
 
@@ -297,8 +307,7 @@ def release_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
     release = spec.release
     assert release is not None
     fingerprint = spec_fingerprint(ctx, spec)
-    if (done := _finished(ctx, spec, entry, fingerprint)) is not None:
-        ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, done
+    if _reused(ctx, spec, entry, fingerprint):
         return "done"
     of_manifest = ctx.manifests[release.of]
     if not of_manifest.stages or of_manifest.stages[-1].rows_kept == 0:
@@ -320,9 +329,7 @@ def release_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
         entry.status = "failed"
         _after_failure(ctx, entry.run_id)
         raise
-    _check_and_report(ctx, manifest)
-    entry.status, entry.fingerprint = manifest.status, fingerprint
-    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
+    _finish(ctx, spec, entry, manifest, fingerprint)
     if manifest.status != "succeeded":
         say(f"{ctx.recipe.recipe}: release gate failed: {manifest.error}")
         return "stop"
@@ -335,8 +342,7 @@ def evaluate_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
     ev = spec.evaluate
     assert ev is not None
     fingerprint = spec_fingerprint(ctx, spec)
-    if (done := _finished(ctx, spec, entry, fingerprint)) is not None:
-        ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, done
+    if _reused(ctx, spec, entry, fingerprint):
         return "done"
     release_path = ctx.manifests[ev.of].outputs["release"]
     engines = fill_roles(ev.models, ctx.engines, f"runs.{spec.name}.evaluate.models")
@@ -349,8 +355,6 @@ def evaluate_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
         "prompts": ev.prompts, "generate_limit": ev.limit, "loglik_limit": ev.limit, **ev.options})
     entry.status = "running"
     result = evaluate.run(cfg, run_id=entry.run_id, resume=ctx.lake.manifest_path(entry.run_id).exists())
-    manifest = RunManifest.load(ctx.lake.manifest_path(entry.run_id))
-    entry.status, entry.fingerprint = manifest.status, fingerprint
-    ctx.ids[spec.name], ctx.manifests[spec.name] = entry.run_id, manifest
+    _finish(ctx, spec, entry, RunManifest.load(ctx.lake.manifest_path(entry.run_id)), fingerprint)
     say(f"{ctx.recipe.recipe}: evaluation {json.dumps(result.get('results'), default=str)[:300]}")
     return "done"
