@@ -94,3 +94,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"injection {name:<12} no->yes {v['no_to_yes']:>3}  yes->no {v['yes_to_no']:>3}  of {v['verdicts']}")
     print(f"judge-eval: wrote {out / 'judges.json'} and {out / 'judges.html'}", file=sys.stderr)
     return 0
+
+
+def ko_piqa_linear_judges() -> dict[str, dict[str, Any]]:
+    """The ko-piqa recipe's linear judges as its crawl run declares them: name -> `judge` fields."""
+    from transforms.flow.recipe import load_recipe
+
+    stages = {s["stage"]: s for s in load_recipe("ko-piqa").run("crawl").stages}
+    specs = {"prefilter": stages["supervised_prefilter"]["judge"]}
+    specs |= {c["name"]: c["judge"] for c in stages["ensemble"]["classifiers"] if c.get("kind") == "linear"}
+    return specs
+
+
+def defence_main(argv: list[str] | None = None) -> int:
+    """`python -m jobs.judge_eval defence`: the injection defence's flip rates and recall cost (docs/judges.md)."""
+    from transforms.judge.defence import ROOT, measure_defence
+
+    p = argparse.ArgumentParser(prog="python -m jobs.judge_eval defence",
+                                description="flip rate and recall cost of the injection defence (issue 24)")
+    p.add_argument("--negatives", type=int, default=60, help="labelled negatives attacked (nearest the cuts)")
+    p.add_argument("--cache", default=str(ROOT / "lake" / "cache" / "embeddings"), help="embedding cache")
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args(argv)
+    result = measure_defence(ko_piqa_linear_judges(), args.negatives, args.cache)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, ensure_ascii=False, default=float), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["defence"]:
+        sys.exit("usage: python -m jobs.judge_eval defence [--negatives N] [--cache DIR] [--json OUT]")
+    sys.exit(defence_main(sys.argv[2:]))

@@ -18,11 +18,11 @@ import pytest
 from conftest import ROOT, SAMPLES
 from jobutil import ko_piqa_judges
 
-from transforms.judge.guard import injection_flags, sanitize
 from transforms.judge.injection import POSITIONS, attack_set, flip_rate, inject, load_templates
 from transforms.judge.linear import LinearJudge, embedder_for, train
 from transforms.judge.seeds import load_labels
-from transforms.judge.views import min_over_parts, part_views, prefix_views, with_prefixes
+from transforms.text.guard import injection_flags, sanitize
+from transforms.text.views import min_over_parts, part_views, prefix_views, with_prefixes
 
 # Not injections: a real physical sentence glued (no line break) to a row makes the row hold a physical
 # question; no judge of the text can tell it from one asked that way (docs/judges.md counts these flips).

@@ -18,9 +18,9 @@ from test_review import ITEMS, make_run
 
 from jobs.cli import main
 from transforms.core.lake import Lake
+from transforms.io.input_files import InputFileError
 from transforms.review.batch import ReviewError, export_run, load_batch
 from transforms.review.importing import check_import, import_files
-from transforms.review.input_files import InputFileError
 
 VERDICTS = {"q1": "sol1", "q2": "sol2", "q3": "sol1", "q4": "sol1", "q5": "sol1"}
 

@@ -1,6 +1,6 @@
 """What the injection defence buys and costs, on the default ko-piqa judges (docs/judges.md, issue 24).
 
-    python -m transforms.judge.defence [--negatives 60] [--cache DIR] [--json OUT]
+    python -m jobs.judge_eval defence [--negatives 60] [--cache DIR] [--json OUT]
 
 * flips: the template set (lake/samples/ko_injection_templates.yaml) on the labelled negatives the
   cascade drops whose scores come nearest a judge's cut, for each linear judge and the cascade, with the
@@ -11,8 +11,7 @@
 
 from __future__ import annotations
 
-import argparse
-import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,8 @@ LABELS = ("ko_seed_labels.jsonl", "ko_heldout_labels.jsonl", "ko_seed_chitchat.j
 WITHOUT = {"parts": False, "guard": False}
 
 
-def recipe_judges(**overrides: Any) -> dict[str, LinearJudge]:
-    """The ko-piqa recipe's linear judges (prefilter, e5-strict, e5-chitchat), label paths absolute."""
-    from transforms.flow.recipe import load_recipe
-
-    stages = {s["stage"]: s for s in load_recipe("ko-piqa").run("crawl").stages}
-    specs = {"prefilter": stages["supervised_prefilter"]["judge"]}
-    specs |= {c["name"]: c["judge"] for c in stages["ensemble"]["classifiers"] if c.get("kind") == "linear"}
+def recipe_judges(specs: dict[str, dict[str, Any]], **overrides: Any) -> dict[str, LinearJudge]:
+    """LinearJudges from judge specs (name -> the recipe's `judge` fields), label paths made absolute."""
     out = {}
     for name, spec in specs.items():
         files = {"labels": str(ROOT / spec["labels"]),
@@ -83,26 +77,17 @@ def cost(judges: dict[str, LinearJudge], cache: str | None) -> dict[str, Any]:
             "chitchat_passing": int((kept & ~kin).sum())}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--negatives", type=int, default=60)
-    p.add_argument("--cache", default=str(ROOT / "lake" / "cache" / "embeddings"), help="embedding cache")
-    p.add_argument("--json", help="write the figures here")
-    args = p.parse_args(argv)
+def measure_defence(specs: dict[str, dict[str, Any]], negatives: int, cache: str | None,
+                    say: Callable[[str], None] = print) -> dict[str, Any]:
+    """Both figures without the defence (`parts: false, guard: false`) and with the specs as they are."""
     result: dict[str, Any] = {}
     for label, overrides in (("without", WITHOUT), ("with", {})):
-        judges = recipe_judges(**overrides)
-        result[label] = {"cost": cost(judges, args.cache), "flips": flips(judges, args.negatives, args.cache)}
+        judges = recipe_judges(specs, **overrides)
+        result[label] = {"cost": cost(judges, cache), "flips": flips(judges, negatives, cache)}
         c = result[label]["cost"]
-        print(f"{label} the defence: cascade recall {c['recall']:.3f}, precision {c['precision']:.3f} on the KiN "
-              f"seeds ({c['kin_kept']} kept), {c['chitchat_passing']} chit-chat seeds passing; thresholds {c['thresholds']}")
+        say(f"{label} the defence: cascade recall {c['recall']:.3f}, precision {c['precision']:.3f} on the KiN "
+            f"seeds ({c['kin_kept']} kept), {c['chitchat_passing']} chit-chat seeds passing; thresholds {c['thresholds']}")
         for name, f in result[label]["flips"]["judges"].items():
-            print(f"  {name:<12} kept {f['no_to_yes']:>4} of {f['attacked_dropped_clean']:>6} attacked rows dropped clean "
-                  f"(flip rate {f['flip_rate']:.4f}); by kind {f['by_kind']}; by position {f['by_position']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1, ensure_ascii=False, default=float), encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            say(f"  {name:<12} kept {f['no_to_yes']:>4} of {f['attacked_dropped_clean']:>6} attacked rows dropped clean "
+                f"(flip rate {f['flip_rate']:.4f}); by kind {f['by_kind']}; by position {f['by_position']}")
+    return result

@@ -5,7 +5,7 @@ highest score that keeps `target_recall` of the positives the model did not see 
 The model used afterwards is refitted on every seed; its threshold is the cross-validated one, so the
 recall promise is an estimate from unseen rows, not from the rows it was fitted to.
 
-With `views` (the default) a text's score is the minimum over its prefix views (transforms/judge/views.py),
+With `views` (the default) a text's score is the minimum over its prefix views (transforms/text/views.py),
 so text appended at a segment boundary cannot raise it; the out-of-fold scores, and so the threshold,
 are computed the same way, so the recall promise holds for the score the job applies.
 """
@@ -23,10 +23,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.embed.base import EmbedderConfig
-from transforms.judge.guard import injection_flags, sanitize
 from transforms.judge.metrics import judge_metrics
 from transforms.judge.seeds import LabelError, LabelledRow, load_labels
-from transforms.judge.views import (
+from transforms.text.guard import injection_flags, sanitize
+from transforms.text.views import (
     min_over_parts,
     min_over_views,
     normalise,
@@ -77,7 +77,7 @@ class LinearJudge(BaseModel):
                                  "(text inserted inside a question); false: prefixes and suffixes only.")
     guard: bool = Field(True, description="Read sanitized text (NFKC, invisible characters removed, look-alikes "
                         "mapped) and score 0 for text addressing the judge (role or fence markers, a dictated "
-                        "answer, encoded payloads; transforms/judge/guard.py).")
+                        "answer, encoded payloads; transforms/text/guard.py).")
 
 
 def prepare(text: Any, chars: int) -> str:

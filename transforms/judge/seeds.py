@@ -44,7 +44,7 @@ def load_labels(path: str | Path, *, allow_held_out: bool = False) -> list[Label
     path = Path(path)
     if not path.exists():
         raise LabelError(f"labels file {path} does not exist")
-    from transforms.review.input_files import InputFileError, decode
+    from transforms.io.input_files import InputFileError, decode
 
     try:
         text = decode(path)  # UTF-8 with or without a BOM, UTF-16, Windows line ends

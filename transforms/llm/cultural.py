@@ -75,11 +75,11 @@ class Lexicon(BaseModel):
 
 def guarded_terms(lexicon: Lexicon, text: str | None) -> list[str]:
     """Lexicon terms of a crawled row that text added to it cannot supply (issue 24): matched on the
-    sanitized text, and kept only when every part of the row (transforms/judge/views.py `whole_parts`:
+    sanitized text, and kept only when every part of the row (transforms/text/views.py `whole_parts`:
     the text with a run cut out at a line break, markup or a parenthesised list) still holds them; a
-    row whose text addresses its reader (transforms/judge/guard.py) gets none."""
-    from transforms.judge.guard import injection_flags
-    from transforms.judge.views import whole_parts
+    row whose text addresses its reader (transforms/text/guard.py) gets none."""
+    from transforms.text.guard import injection_flags
+    from transforms.text.views import whole_parts
 
     if not text or injection_flags(text):
         return []
@@ -97,7 +97,7 @@ def load_lexicon(language: str, root: str | None = None) -> Lexicon:
     path = Path(root or PROMPTS_DIR) / "classify_cultural" / f"lexicon_{language}.yaml"
     if not path.exists():
         raise FileNotFoundError(f"no cultural lexicon for language {language!r} at {path}")
-    from transforms.review.input_files import InputFileError, decode
+    from transforms.io.input_files import InputFileError, decode
 
     try:
         data = yaml.safe_load(decode(path))
@@ -146,7 +146,7 @@ class CulturalTagger(LLMStage):
         if self.llm is not None:
             prompt = self.llm.load_prompt()
             tagger.update(model=self.llm.engine.model, prompt=prompt.ref)
-            from transforms.judge.guard import injection_flags
+            from transforms.text.guard import injection_flags
 
             # rows whose text addresses its reader are not asked: the LLM would read the instruction
             misses = [i for i, t in enumerate(terms) if not t and not (texts[i] and injection_flags(texts[i]))]

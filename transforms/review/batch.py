@@ -172,7 +172,7 @@ def judgment_id(batch: str, item_id: str, annotator: str) -> str:
 def spreadsheet_safe(value: object) -> object:
     """A cell a spreadsheet shows as text: one starting with = + - @ (or a tab / carriage return) gets
     Excel's text marker ', so crawled or generated text cannot run as a formula on the reviewer's
-    machine; the import strips the marker again (transforms/review/input_files.py)."""
+    machine; the import strips the marker again (transforms/io/input_files.py)."""
     if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
         return "'" + value
     return value

@@ -32,9 +32,7 @@ from pydantic import Field, PrivateAttr
 from transforms.core.creating import SourceStage
 from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, StageRecord, code_version, fingerprint_file
-from transforms.review.batch import VERDICTS, BatchRecord, ReviewError, batch_dir, judgment_id, load_batch
-from transforms.review.consensus import ConsensusRule, apply_review
-from transforms.review.input_files import (
+from transforms.io.input_files import (
     InputFileError,
     is_formula,
     read_json,
@@ -43,6 +41,8 @@ from transforms.review.input_files import (
     require_columns,
     unformat,
 )
+from transforms.review.batch import VERDICTS, BatchRecord, ReviewError, batch_dir, judgment_id, load_batch
+from transforms.review.consensus import ConsensusRule, apply_review
 
 LONG_COLUMNS = ["judgment_id", "item_id", "annotator", "label", "goal_edit", "sol1_edit", "sol2_edit",
                 "comment", "skipped", "origin"]

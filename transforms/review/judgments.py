@@ -58,7 +58,7 @@ def read_table(path: str | Path) -> pa.Table:
     if suffix in (".csv", ".tsv", ".txt"):
         # every column as text (labels such as "01" or "1.0" must not be reinterpreted), read whole:
         # UTF-16 / BOM / CRLF, a file cut inside a quote and trailing blank rows (input_files.py)
-        from transforms.review.input_files import read_sheet, unformat
+        from transforms.io.input_files import read_sheet, unformat
 
         sheet = read_sheet(path)
         return pa.table({c: pa.array([unformat(r.get(c)) for r in sheet.rows], pa.string()) for c in sheet.columns})
