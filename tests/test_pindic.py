@@ -276,17 +276,25 @@ def test_novelty_drops_items_near_the_pool_and_each_other(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["pindic-cluster.yaml", "pindic-local-hi.yaml"])
-def test_shipped_profiles_validate_against_the_job_config(name):
-    """The GPU config and the local release profile are merged over the defaults and validated as the
-    CLI does (no lake touched); the GPU one names only GPU engines, the local one keeps review=auto."""
-    from jobs.config import resolve_config
+def test_shipped_profiles_validate_against_the_recipe(name):
+    """The GPU config and the local release profile are applied over the pindic recipe and every stage of it is
+    built as the orchestrator would (no lake touched); the GPU one names only GPU engines, the local one keeps
+    review=auto and the suite's 25-word rule."""
+    from transforms.flow.context import run_stages
+    from transforms.flow.engines import resolve_engines
+    from transforms.flow.recipe import load_recipe
 
-    cfg = resolve_config("pindic", str(ROOT / "jobs" / "configs" / name), bind_lake=False)
+    recipe = load_recipe("pindic", config_file=str(ROOT / "jobs" / "configs" / name))
+    built = {run.name: run_stages(recipe, run.name, lake="/nonexistent-lake")[1] for run in recipe.runs
+             if run.kind in ("source", "stages", "rounds")}
+    final = {s.name: s for s in built["final"]}
     if name == "pindic-cluster.yaml":
-        assert cfg.llm.backend == "vllm" and cfg.translation.backend == "ctranslate2"
-        assert cfg.clustering.kmeans.backend == "cuml" and cfg.quota == 100
-        assert cfg.translate_resources.gpus == 1 and cfg.generate.resources.gpus == 1
+        assert recipe.engines == "vllm-cluster" and resolve_engines(recipe)["generator"]["backend"] == "vllm"
+        assert final["translate"].engine.backend == "ctranslate2" and final["translate"].resources.gpus == 1
+        taxonomy = {s.name: s for s in built["taxonomy"]}
+        assert taxonomy["cluster_labels"].kmeans.backend == "cuml" and recipe.params["quota"] == 100
+        assert next(s for s in built["generation"] if s.name == "generate").resources.gpus == 1
     else:
-        assert [loc.lang for loc in cfg.locales] == ["hi"] and cfg.review == "auto"
-        assert cfg.review_rule.rule == "unanimous" and not cfg.review_rule.relabel
-        assert cfg.release_checks.min_goal_plus_solution_words == 25   # the suite's rule, not relaxed
+        assert [loc["lang"] for loc in recipe.params["locales"]] == ["hi"] and recipe.params["review"] == "auto"
+        assert recipe.run("review").review.consensus == {"rule": "unanimous", "relabel": False}
+        assert final["release_checks"].min_goal_plus_solution_words == 25   # the suite's rule, not relaxed
