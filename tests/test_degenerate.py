@@ -106,3 +106,27 @@ def test_the_gate_fails_with_the_offending_ids(shared_data):
     assert failed["not_degenerate"].failing_ids == ["id=qwen-kn-0"]
     reason = failed["not_degenerate"].reason()
     assert "qwen-kn-0" in reason and "'ಪ್ರಾಣಿಯಾಂದು' ×8" in reason
+
+
+def test_the_degenerate_stage_drops_what_a_model_loops_on_with_one_reason_each():
+    """The demo's refinement made this item (a fresh clone, 2026-11-26): a clause repeated three times, cut
+    mid-word at the token limit. The stage drops it (and the other shapes of a bad generation) with a reason."""
+    import pyarrow as pa
+
+    from transforms.piqa.degenerate import DegenerateFilter
+
+    loop = "벽을 깨지 않도록 하려면 벽지에 {w}을 채워 넣고, 벽면을 깨지 않도록 하려면 벽지에 물을 채워 넣고, " \
+           "벽면을 깨지 않도록 하려면 벽지에 물을 채워 넣고, 벽면을깨"
+    rows = {"goal": ["벽을 깨지 않도록 하려면", "How do I open a jar?", "To dry shoes overnight,", "To cut bread,",
+                     "To cool a drink quickly,", "물을 빨리 끓이려면"],
+            "sol1": [loop.format(w="벽"), "Tap the lid.", "stuff them with newspaper and leave them by the heater",
+                     "To cut bread.", "put it in the freezer for ten minutes.", "뚜껑을 덮고 끓인다."],
+            "sol2": [loop.format(w="물"), "tap  the lid!", "stuff them with wet towels.", "use a spoon.",
+                     "put it in the oven for ten minutes.", "뚜껑을 열고 끓인다."]}
+    table = pa.table({"id": [f"r{i}" for i in range(6)], **rows})
+    out = DegenerateFilter(lang="ko").process(table.slice(0, 1))
+    assert out.column("drop_reason").to_pylist() == ["repetition_loop"]
+    en = DegenerateFilter(lang="en").process(table.slice(1, 4))
+    assert en.column("drop_reason").to_pylist() == ["identical_solutions", "truncated_text", "solution_copies_goal",
+                                                    None]
+    assert DegenerateFilter(lang="ko").process(table.slice(5, 1)).column("drop_reason").to_pylist() == [None]

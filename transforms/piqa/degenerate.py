@@ -153,8 +153,10 @@ class DegenerateFilter(Stage):
     writes: ClassVar[tuple[str, ...]] = ("degenerate_detail",)
     lang: str | None = Field(None, description="Language of the items (per row: a `lang` column wins); decides "
                              "words or characters as the repetition unit.")
-    repetition: DegenerateText = Field(default_factory=lambda: DegenerateText(max_share=0.5),
-                                       description="The repetition rule (the gate's).")
+    repetition: DegenerateText = Field(default_factory=lambda: DegenerateText(max_share=0.4, max_n=6),
+                                       description="The repetition rule: the gate's, a little stricter (a clause of "
+                                       "up to 6 words repeated 3 times over 40% of a text), so what a model loops on "
+                                       "stops here with its reason rather than at the gate.")
     truncation_min_chars: int | None = Field(40, ge=1, description="A text at least this long that does not end "
                                              "with a sentence end is `truncated_text`; null turns the check off "
                                              "(items written without full stops).")
