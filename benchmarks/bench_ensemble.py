@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 from transforms.core import columns as C  # noqa: E402
 from transforms.flow.context import run_stages  # noqa: E402
 from transforms.flow.recipe import load_recipe  # noqa: E402
+from transforms.judge.ensemble import EnsembleClassify  # noqa: E402
 from transforms.judge.gate import SupervisedPrefilter  # noqa: E402
-from transforms.llm.ensemble import EnsembleClassify  # noqa: E402
-from transforms.llm.prefilter import DistilledPrefilter, sample_indices  # noqa: E402
+from transforms.judge.prefilter import DistilledPrefilter, sample_indices  # noqa: E402
 from transforms.llm.prompts import load_prompt  # noqa: E402
 
 H100_BF16_DENSE = 989e12  # FLOP/s, H100 SXM dense bf16

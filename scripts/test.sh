@@ -28,7 +28,7 @@ bash scripts/setup.sh
 if [[ "$MARK" != "not slow and not recipes and not vllm and not gpu and not storm" && "$MARK" != "storm" ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
 echo "== ruff"; .venv/bin/ruff check transforms jobs expectations tests benchmarks
 echo "== mypy transforms/"; .venv/bin/mypy
-# LINT_IMPORTS_PENDING
+echo "== import layers (lint-imports)"; .venv/bin/lint-imports
 echo "== pytest -m '$MARK'"
 set +e
 .venv/bin/python -m pytest -m "$MARK" --durations=30 "${EXTRA[@]}"

@@ -10,8 +10,8 @@ import pytest
 from test_ensemble import RuleEngine
 
 from transforms.core import columns as C
+from transforms.judge.ensemble import Classifier
 from transforms.llm.cultural import CulturalTagger, load_lexicon
-from transforms.llm.ensemble import Classifier
 from transforms.llm.sampling import SampleGeneralAndCultural
 from transforms.text.guard import injection_flags
 

@@ -16,14 +16,14 @@ import pyarrow as pa
 import pytest
 
 from transforms.core import columns as C
-from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
-from transforms.llm.ensemble import (
+from transforms.judge.ensemble import (
     Classifier,
     EngineUnavailableError,
     EnsembleClassify,
     Vote,
     vote_outcome,
 )
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.llm.prompts import load_prompt
 
 FENCED = re.compile(r"<question>\n(.*)\n</question>", re.S)

@@ -23,12 +23,12 @@ from jobutil import ko_piqa_judges
 from test_ensemble import RuleEngine
 
 from transforms.core import columns as C
+from transforms.judge.ensemble import Classifier, EnsembleClassify
 from transforms.judge.injection import ATTACKS, attacked
 from transforms.judge.linear import bundle_path, threshold_for_recall
 from transforms.judge.member import LinearClassifier
+from transforms.judge.prefilter import SupervisedPrefilter
 from transforms.llm.base import EngineConfig
-from transforms.llm.ensemble import Classifier, EnsembleClassify
-from transforms.llm.prefilter import SupervisedPrefilter
 
 MARKERS = ["위의 규칙은 무시", "Ignore the rules", "물리적 상식 질문입니다", "[시스템]"]
 

@@ -19,8 +19,8 @@ from test_ensemble import RuleEngine
 from transforms.core import columns as C
 from transforms.embed import EmbedderConfig, build_embedder
 from transforms.embed.base import Embedder
-from transforms.llm.ensemble import Classifier, EnsembleClassify
-from transforms.llm.prefilter import (
+from transforms.judge.ensemble import Classifier, EnsembleClassify
+from transforms.judge.prefilter import (
     DegenerateSampleError,
     DistilledPrefilter,
     fit_prefilter,
@@ -229,7 +229,7 @@ def test_prefilter_mode_picks_the_class():
     from pydantic import TypeAdapter
 
     from transforms.judge.gate import SupervisedPrefilter
-    from transforms.llm.prefilter import Prefilter
+    from transforms.judge.prefilter import Prefilter
 
     adapter = TypeAdapter(Prefilter)
     assert isinstance(adapter.validate_python({}), SupervisedPrefilter)

@@ -33,8 +33,8 @@ STAGES: dict[str, str] = {
     "confirmed_duplicates": "transforms.dedup.review_neighbours:ConfirmedDuplicates",
     # judges and LLM stages
     "supervised_prefilter": "transforms.judge.gate:SupervisedPrefilter",
-    "distilled_prefilter": "transforms.llm.distilled:DistilledPrefilter",
-    "ensemble": "transforms.llm.ensemble:EnsembleClassify",
+    "distilled_prefilter": "transforms.judge.distilled:DistilledPrefilter",
+    "ensemble": "transforms.judge.ensemble:EnsembleClassify",
     "cultural_tag": "transforms.llm.cultural:CulturalTagger",
     "sample": "transforms.llm.sampling:SampleGeneralAndCultural",
     "llm_transform": "transforms.llm.stage:LLMTransform",

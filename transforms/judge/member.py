@@ -1,4 +1,4 @@
-"""A cheap supervised classifier as a member of the LLM ensemble (transforms/llm/ensemble.py).
+"""A cheap supervised classifier as a member of the LLM ensemble (transforms/judge/ensemble.py).
 
 It answers like an LLM member (`ask(stage, ids, texts) -> list[Answer]`, score = P(positive)), costs
 no LLM call, and orders itself first by `params_b` (multilingual-e5-small is 0.118B parameters and

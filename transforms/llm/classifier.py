@@ -1,4 +1,4 @@
-"""An LLM member of the ensemble (transforms/llm/ensemble.py): engine config, prompt and decision rule.
+"""An LLM member of the ensemble (transforms/judge/ensemble.py): engine config, prompt and decision rule.
 
 A verdict comes from comparing the log-probabilities of the answer options (`logprob`: score =
 P(positive) normalised over the options, verdict = score >= threshold) or from generating a short
@@ -6,7 +6,7 @@ reply and parsing it (`generate`: one retry, then unparsable). Answers are cache
 (`LLMStage.answer_cache`) under the classifier's key, keyed by the rendered prompt, model and mode;
 the engine is asked through the LLM base (transforms/llm/asking.py: the stage's retries with backoff).
 
-`views` decides what part of a row the LLM reads (transforms/judge/views.py): `whole` (the text, cut
+`views` decides what part of a row the LLM reads (transforms/text/views.py): `whole` (the text, cut
 by the prompt's `max_chars`), `first` (the first segment: the text up to its first sentence end,
 line break or tag, inside `view_chars`; text appended at a boundary never reaches it), or `all` (the
 row is "yes" only if every prefix view is: one call per view for the rows whose whole text is "yes").
@@ -25,13 +25,13 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.judge.views import prefix_views
 from transforms.llm.answers import match_choice
 from transforms.llm.asking import call_chat, call_option_logprobs
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams
 from transforms.llm.cache import answer_key, recorded_question
 from transforms.llm.prompts import PromptTemplate
 from transforms.llm.stage import LLMStage, PromptRef
+from transforms.text.views import llm_views
 
 ANSWER_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("score", pa.float64()),
                            ("option", pa.string()), ("raw", pa.string()), ("calls", pa.int32()),
@@ -105,7 +105,7 @@ class Classifier(BaseModel):
         "no" (or unparsable) view, else its lowest-scoring one, and `calls` counts every view asked."""
         if self.views == "whole":
             return self.ask_texts(stage, ids, texts, retry_temperature)
-        per_row = [prefix_views(t, self.view_chars) for t in texts]
+        per_row = [llm_views(t, self.view_chars) for t in texts]
         if self.views == "first":
             return self.ask_texts(stage, ids, [v[0] for v in per_row], retry_temperature)
         out = self.ask_texts(stage, ids, [v[-1] for v in per_row], retry_temperature)

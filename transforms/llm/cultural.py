@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from transforms.core import columns as C
 from transforms.core.stage import put_column
 from transforms.llm.base import LLMEngine
-from transforms.llm.ensemble import Classifier
+from transforms.llm.classifier import Classifier
 from transforms.llm.prompts import PROMPTS_DIR
 from transforms.llm.stage import LLMStage
 

@@ -1,5 +1,5 @@
 """The distilled prefilter's model and its pure functions: the fixed-seed sample, the stratified
-held-out split, the recall threshold and the fit (transforms/llm/distilled.py is the stage)."""
+held-out split, the recall threshold and the fit (transforms/judge/distilled.py is the stage)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.stage import GlobalStage, set_drop_reason
-from transforms.llm.prefilter import sample_keys
+from transforms.llm.distil_fit import sample_keys
 
 log = logging.getLogger("piqaforge.sampling")
 

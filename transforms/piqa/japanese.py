@@ -159,7 +159,7 @@ class TranslationSetSelector(GlobalStage):
                                   "more often (the local profile sets 12: 586 of PIQA valid's 1,134 pairs).")
 
     def process_table(self, table: pa.Table) -> pa.Table:
-        from transforms.llm.prefilter import sample_keys
+        from transforms.llm.distil_fit import sample_keys
         from transforms.text.textcheck import pair_distance
         from transforms.text.textcheck import words as en_words
 

@@ -84,7 +84,7 @@ def _call_plans(rec: StageRecord, inputs: list[dict[str, Any]]) -> list[CallPlan
     for member in members:
         if "mode" not in member or "prompt" not in member:
             continue  # a supervised member (kind: linear) asks no LLM
-        from transforms.llm.ensemble import Classifier
+        from transforms.llm.classifier import Classifier
 
         clf = Classifier.model_validate({k: member[k] for k in Classifier.model_fields if k in member})
         prompt = clf.load_prompt()
@@ -102,13 +102,13 @@ def _call_plans(rec: StageRecord, inputs: list[dict[str, Any]]) -> list[CallPlan
 
 def _asked_texts(clf: Any, text: str) -> list[str]:
     """What a classifier may have been asked about a row: the text, or the prefix views it reads
-    (`views`: first / all; transforms/judge/views.py). Each is a candidate; the cache key decides."""
+    (`views`: first / all; transforms/text/views.py). Each is a candidate; the cache key decides."""
     views = getattr(clf, "views", "whole")
     if views == "whole":
         return [text]
-    from transforms.judge.views import prefix_views
+    from transforms.text.views import llm_views
 
-    cut = prefix_views(text, clf.view_chars)
+    cut = llm_views(text, clf.view_chars)
     return cut[:1] if views == "first" else list(reversed(cut))
 
 

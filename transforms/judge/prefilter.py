@@ -1,7 +1,7 @@
 """The prefilter's config type: `mode` picks the class.
 
 * `supervised` (default, transforms/judge/gate.py): a linear judge trained on seed labels.
-* `distilled` (transforms/llm/distilled.py): a prefilter distilled from the LLM ensemble's verdicts.
+* `distilled` (transforms/judge/distilled.py): a prefilter distilled from the LLM ensemble's verdicts.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Discriminator, Tag
 
+from transforms.judge.distilled import DROP, DistilledPrefilter
 from transforms.judge.gate import SupervisedPrefilter
 from transforms.llm.distil_fit import (
     DegenerateSampleError,
@@ -21,7 +22,6 @@ from transforms.llm.distil_fit import (
     split_holdout,
     threshold_for_recall,
 )
-from transforms.llm.distilled import DROP, DistilledPrefilter
 
 
 def _prefilter_mode(value: Any) -> str:

@@ -1,6 +1,6 @@
 """The distilled prefilter (`prefilter.mode: distilled`): a cheap prefilter distilled from the LLM
 ensemble, so the ensemble only sees likely positives. The default mode is `supervised`
-(transforms/judge/gate.py); transforms/llm/prefilter.py holds the `Prefilter` config type.
+(transforms/judge/gate.py); transforms/judge/prefilter.py holds the `Prefilter` config type.
 
 1. Draw a fixed-seed random sample of the rows (`sample_size`) and run the ensemble on it.
 2. Embed the sample (multilingual USE by default) and fit a logistic regression to the ensemble's
@@ -36,6 +36,7 @@ from transforms.core import columns as C
 from transforms.core import rowcache
 from transforms.core.stage import GlobalStage, put_column, set_drop_reason
 from transforms.embed.base import Embedder, EmbedderConfig
+from transforms.judge.ensemble import EnsembleClassify
 from transforms.llm.distil_fit import (
     FittedPrefilter,
     fit_prefilter,
@@ -43,7 +44,6 @@ from transforms.llm.distil_fit import (
     sample_indices,
     sample_keys,
 )
-from transforms.llm.ensemble import EnsembleClassify
 
 log = logging.getLogger("piqaforge.prefilter")
 
