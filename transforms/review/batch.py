@@ -24,24 +24,12 @@ from pydantic import BaseModel, Field
 from transforms.core.lake import Lake, read_table
 from transforms.core.manifest import RunManifest
 from transforms.review.consensus import ConsensusRule
+from transforms.review.vocabulary import EDIT_FIELDS, VERDICTS, ReviewError  # noqa: F401 (re-exported)
 
 # The verdicts an annotator can give a PIQA item (stored value → what the annotator reads).
-VERDICTS: dict[str, str] = {
-    "sol1": "Solution 1 is correct",
-    "sol2": "Solution 2 is correct",
-    "both_wrong": "Both solutions are wrong",
-    "not_physical": "Not a physical commonsense question",
-    "unsafe": "Unsafe or harmful",
-    "needs_edit": "Needs an edit (write it in the boxes)",
-}
-EDIT_FIELDS = ("goal", "sol1", "sol2")
 SHOWN = ("goal", "sol1", "sol2")
 CSV_COLUMNS = ["judgment_id", "item_id", "annotator", "goal", "sol1", "sol2", "verdict",
                "goal_edit", "sol1_edit", "sol2_edit", "comment"]
-
-
-class ReviewError(ValueError):
-    """A batch cannot be exported or imported as asked."""
 
 
 class BatchRecord(BaseModel):

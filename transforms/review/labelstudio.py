@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from transforms.review.batch import EDIT_FIELDS, VERDICTS
+from transforms.review.vocabulary import EDIT_FIELDS, VERDICTS
 
 VERDICT_FIELD = "verdict"
 COMMENT_FIELD = "comment"
@@ -145,7 +145,7 @@ def talking_to(url: str) -> Any:
     """Turn the SDK's and httpx's errors into one readable ReviewError naming the server."""
     import contextlib
 
-    from transforms.review.batch import ReviewError
+    from transforms.review.vocabulary import ReviewError
 
     @contextlib.contextmanager
     def guard() -> Any:

@@ -26,12 +26,12 @@ from pydantic import Field, PrivateAttr, field_validator
 from transforms.core import columns as C
 from transforms.core.deps import require
 from transforms.core.stage import Stage, put_column, set_drop_reason
-from transforms.text.textcheck import SCRIPT_RANGES
+from transforms.text.scripts import SCRIPT_RANGES
 
 LANG = "lang"
 LANG_SCORE = "lang_score"
 LANG_METHOD = "lang_method"
-# Languages whose script (its blocks in transforms/piqa/textcheck.SCRIPT_RANGES) no other language of
+# Languages whose script (its blocks in transforms/text/scripts.py) no other language of
 # lid.176 writes: Devanagari (hi, mr, ne, sa), Cyrillic and the CJK blocks are not among them.
 SINGLE_LANGUAGE_SCRIPTS = frozenset({"ko", "ta", "ml", "kn", "te", "gu", "pa", "or", "si", "th", "lo", "km",
                                      "my", "el", "ka", "hy"})

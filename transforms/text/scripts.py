@@ -1,0 +1,30 @@
+"""The Unicode blocks of the scripts a script check can confirm (letters only are counted)."""
+
+from __future__ import annotations
+
+# Unicode blocks of the scripts a script check can confirm (letters only are counted).
+SCRIPT_RANGES: dict[str, tuple[tuple[int, int], ...]] = {
+    "kn": ((0x0C80, 0x0CFF),),
+    "ml": ((0x0D00, 0x0D7F),),
+    "ta": ((0x0B80, 0x0BFF),),
+    "te": ((0x0C00, 0x0C7F),),
+    "hi": ((0x0900, 0x097F),),
+    "mr": ((0x0900, 0x097F),),
+    "bn": ((0x0980, 0x09FF),),
+    "gu": ((0x0A80, 0x0AFF),),
+    "pa": ((0x0A00, 0x0A7F),),
+    "or": ((0x0B00, 0x0B7F),),
+    "ko": ((0xAC00, 0xD7AF), (0x1100, 0x11FF), (0x3130, 0x318F), (0xA960, 0xA97F), (0xD7B0, 0xD7FF)),
+    "si": ((0x0D80, 0x0DFF),),
+    "th": ((0x0E00, 0x0E7F),),
+    "lo": ((0x0E80, 0x0EFF),),
+    "km": ((0x1780, 0x17FF),),
+    "my": ((0x1000, 0x109F),),
+    "el": ((0x0370, 0x03FF), (0x1F00, 0x1FFF)),
+    "ka": ((0x10A0, 0x10FF),),
+    "hy": ((0x0530, 0x058F),),
+    "ru": ((0x0400, 0x04FF),),
+    "ja": ((0x3040, 0x30FF), (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xFF66, 0xFF9F)),
+    # Han only: lid.176 reads short Chinese sentences as ja or wuu (measured: 3 of 4 four-word items)
+    "zh": ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xF900, 0xFAFF)),
+}
