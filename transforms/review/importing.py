@@ -16,7 +16,6 @@ judgment is either valid or rejected with a reason, never dropped quietly:
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 import shutil
@@ -31,7 +30,7 @@ from pydantic import Field, PrivateAttr
 
 from transforms.core.creating import SourceStage
 from transforms.core.lake import Lake
-from transforms.core.manifest import RunManifest, StageRecord, code_version, fingerprint_file
+from transforms.core.manifest import RunManifest, fingerprint_file
 from transforms.io.input_files import (
     InputFileError,
     is_formula,
@@ -340,44 +339,51 @@ def write_import(lake: Lake, result: ImportResult, files: list[str | Path] | Non
     return manifest
 
 
+class ReviewedItems(SourceStage):
+    """Every exported item of an import, kept or with its drop reason: the review run's source."""
+
+    name: ClassVar[str] = "review_import"
+    batch: str = Field(..., description="The review batch the judgments were imported into.")
+    _table: pa.Table = PrivateAttr()
+
+    def __init__(self, table: pa.Table | None = None, **data: Any):
+        super().__init__(**data)
+        self._table = table if table is not None else pa.table({"id": pa.array([], pa.string())})
+
+    def rows(self) -> pa.Table:
+        return self._table
+
+    def describe(self) -> dict[str, Any]:
+        import xxhash
+
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self._table.schema) as w:
+            w.write_table(self._table)
+        return {"name": self.name, "batch": self.batch, "rows": self._table.num_rows,
+                "xxh3_128": xxhash.xxh3_128_hexdigest(memoryview(sink.getvalue()))}
+
+
 def _write_run(lake: Lake, result: ImportResult, files: list[str | Path] | None, run_id: str, dataset: str,
                seconds: float, staging: Path) -> RunManifest:
+    """The batch's side files into `staging`, then the review run through the runner: its source yields every
+    exported item, kept or with its drop reason, so the law is counted from disk like every run's."""
+    from transforms.core.runner import init_ray, run_pipeline
+
     pq.write_table(result.judgments, staging / "judgments.parquet")
     pq.write_table(result.rejected, staging / "rejected_judgments.parquet")
     pq.write_table(result.queue, staging / "queue.parquet")
     pq.write_table(result.reviewed, staging / "reviewed.parquet")
     (staging / "import.json").write_text(json.dumps(result.stats, ensure_ascii=False, indent=1, allow_nan=False),
                                          encoding="utf-8")
-    from transforms.core.stage import mark_dropped
-
     folder = batch_dir(lake, result.record.batch)
-    table = mark_dropped(result.reviewed, "review_import")
-    status = table.column("_status").to_pylist()
-    kept = table.filter(pa.array([s == "kept" for s in status]))
-    dropped = table.filter(pa.array([s != "kept" for s in status]))
-    stage = "00_review_import"
-    paths = {"curated": lake.zone("curated", dataset, run_id), "staged": lake.zone("staged", dataset, run_id) / stage,
-             "rejected": lake.zone("rejected", dataset, run_id) / stage}
-    for key, part in (("curated", kept), ("staged", kept), ("rejected", dropped)):
-        paths[key].mkdir(parents=True, exist_ok=True)
-        pq.write_table(part, paths[key] / "part-00000.parquet")
-    manifest = RunManifest(run_id=run_id, job="review-import", dataset=dataset, code_version=code_version(),
-                           parents=[p for p in [result.record.parent_review_run or result.record.parent_run] if p],
-                           config={"batch": result.record.batch, "rule": result.stats["rule"]})
-    manifest.inputs = [fingerprint_file(Path(f)) for f in files or []]
-    # counted from the files just written, like every runner stage (the law holds on disk, not on intent)
-    from transforms.core.lake import count_rows, value_counts
-
-    on_disk_kept, on_disk_dropped = count_rows(paths["staged"]), value_counts(paths["rejected"], "drop_reason")
-    manifest.stages = [StageRecord(index=0, name="review_import", kind="source", rows_in=0,
-                                   rows_created=on_disk_kept + sum(on_disk_dropped.values()),
-                                   rows_kept=on_disk_kept, rows_dropped=on_disk_dropped, seconds=round(seconds, 3),
-                                   outputs={"kept": str(paths["staged"]), "rejected": str(paths["rejected"])})]
-    manifest.outputs = {"curated": str(paths["curated"]), "rejected": str(lake.zone("rejected", dataset, run_id)),
-                        "review_batch": str(folder)}
-    manifest.extras = {"review": result.stats}
-    manifest.status = "succeeded"
-    manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
+    init_ray()
+    source = ReviewedItems(result.reviewed, batch=result.record.batch)
+    manifest = run_pipeline(job="review-import", dataset=dataset, source=source, stages=[], lake=lake,
+                            config={"batch": result.record.batch, "rule": result.stats["rule"]}, run_id=run_id,
+                            parents=[p for p in [result.record.parent_review_run or result.record.parent_run] if p])
+    manifest.inputs = [*manifest.inputs, *(fingerprint_file(Path(f)) for f in files or [])]
+    manifest.outputs["review_batch"] = str(folder)
+    manifest.extras["review"] = result.stats  # the import's counts and agreement, as the import computed them
     manifest.write(lake.manifest_path(run_id))
     return manifest
 
