@@ -365,3 +365,39 @@ def test_a_human_written_recipe_runs_for_another_language_by_set_alone(tmp_path,
     released = pq.read_table(Path(out["release"]) / "items.parquet")
     assert set(released.column("lang").to_pylist()) == {"hi"} and released.num_rows == len(HINDI)
     assert "Eight Hindi items" in (Path(out["release"]) / "README.md").read_text("utf-8")
+
+
+def test_an_adjudication_round_joins_the_first_review_in_the_recipe(tmp_path, ray_local):
+    """Items the first round disputes are requeued; their adjudicated verdicts join the first round's kept items
+    in the final run (its parents: both review runs), and the release is made again from both."""
+    from transforms.flow.orchestrator import run_recipe
+    from transforms.review.batch import requeue
+    from transforms.review.importing import import_files
+
+    lake = tmp_path / "lake"
+    recipe = load_recipe("ta-piqa", {"records": {"*": "1-3"}, "version": "a1"})
+    run_recipe(recipe, lake=lake, run_id="adj")
+    batch = lake / "review" / "review-adj-items"
+    labels = {r["id"]: r["label"] for r in pq.read_table(batch / "items.parquet").to_pylist()}
+    disputed = sorted(labels)[:3]
+    rows = list(csv.DictReader(io.StringIO((batch / "review.csv").read_text("utf-8-sig"))))
+    for r in rows:  # everyone agrees with the writer, except one annotator on three items
+        right = "sol1" if labels[r["item_id"]] == 0 else "sol2"
+        r["verdict"] = ("sol2" if right == "sol1" else "sol1") if r["item_id"] in disputed and \
+            r["annotator"] == "ann_2" else right
+    filled = tmp_path / "round1.csv"
+    with filled.open("w", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    _, first = import_files(Lake(lake), batch.name, [filled], n_boot=50)
+    assert first.stages[0].rows_kept == len(labels) - 3
+    second = requeue(Lake(lake), batch.name, to="csv")
+    assert _fill(lake / "review" / second.batch, tmp_path / "round2.csv")   # the adjudicators agree with the writer
+    _, adjudicated = import_files(Lake(lake), second.batch, [tmp_path / "round2.csv"], n_boot=50)
+    assert adjudicated.stages[0].rows_kept == 3
+    run_recipe(recipe, lake=lake, run_id="adj", resume=True)
+    final = RunManifest.load(lake / "runs" / "adj-final" / "manifest.json")
+    assert final.parents == [first.run_id, adjudicated.run_id]
+    assert final.stages[0].rows_created == len(labels)          # every item: the first round's and the three
+    _law_holds(lake, ["adj-items", first.run_id, adjudicated.run_id, "adj-final"])

@@ -41,6 +41,7 @@ class Context:
         self.command = command or ["piqaforge", "run", recipe.path or recipe.recipe]
         self.ids: dict[str, str] = {}          # run name -> the run id its children read
         self.skipped: set[str] = set()          # runs switched off by `when` (and every run reading one)
+        self.more: dict[str, list[RunManifest]] = {}  # a review's adjudication rounds, read with it
         self.manifests: dict[str, RunManifest] = {}
 
     def run_id(self, spec: RunSpec) -> str:
@@ -66,7 +67,10 @@ class Context:
 def spec_fingerprint(ctx: Context, spec: RunSpec) -> str:
     """A run's resolved spec with the engines it will use: a changed spec is never skipped."""
     blob = json.dumps({"spec": spec.model_dump(mode="json"), "engines": ctx.engines,
-                       "upstream": [ctx.ids.get(p) for p in spec.upstream()]}, sort_keys=True, default=str)
+                       "upstream": [(ctx.ids.get(p), getattr(ctx.manifests.get(p), "finished_at", None))
+                                    for p in spec.upstream()],  # an upstream run redone makes this one stale
+                       "rounds": [m.run_id for p in spec.upstream() for m in ctx.more.get(p, [])]},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

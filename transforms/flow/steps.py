@@ -105,13 +105,14 @@ def rows_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
     if _reused(ctx, spec, entry, fingerprint):
         return "done"
     run_dir = ctx.lake.run_dir(entry.run_id)
-    parents = [ctx.ids[p] for p in spec.parents]
+    read = [m for p in spec.parents for m in (ctx.manifests[p], *ctx.more.get(p, []))]
+    parents = [m.run_id for m in read]
     if spec.rounds is not None:
         return rounds_run(ctx, spec, entry, fingerprint)
     if spec.source is not None:
         source = build_stage(ctx, spec.source, run_dir)
-    else:
-        source = UnionSource(paths=[ctx.manifests[p].outputs["curated"] for p in spec.parents])
+    else:  # the parents' kept rows, in order (a review with its adjudication rounds: every round's)
+        source = UnionSource(paths=[m.outputs["curated"] for m in read])
     stages = [build_stage(ctx, s, run_dir) for s in spec.stages if _stage_wanted(ctx, s)]
     entry.status = "running"
     try:
@@ -273,7 +274,31 @@ def _reviewed(ctx: Context, spec: RunSpec, entry: RunEntry, review_id: str) -> s
     _check_and_report(ctx, manifest)
     entry.run_id, entry.status = review_id, manifest.status
     ctx.ids[spec.name], ctx.manifests[spec.name] = review_id, manifest
+    # adjudication rounds (`piqaforge review requeue`, then an import): their verdicts join the first round's
+    rounds = [RunManifest.load(ctx.lake.manifest_path(r)) for r in adjudications(ctx, entry.batch or "")]
+    for extra in rounds:
+        _check_and_report(ctx, extra)
+    ctx.more[spec.name] = rounds
     return "done"
+
+
+def adjudications(ctx: Context, batch: str) -> list[str]:
+    """The review runs of the batches requeued from `batch` (and from those, in turn), in order."""
+    from transforms.review.batch import load_batch
+
+    found: list[str] = []
+    todo = [batch]
+    while todo:
+        parent = todo.pop(0)
+        for path in sorted((ctx.lake.root / "review").glob("*/batch.json")):
+            record, _ = load_batch(ctx.lake, path.parent.name)
+            if record.parent_batch != parent:
+                continue
+            live = [i for i in record.imports if not i.get("superseded_by")]
+            if live:
+                found.append(str(live[-1]["run_id"]))
+            todo.append(record.batch)
+    return found
 
 
 def _batch_side_files(ctx: Context, spec: RunSpec, batch: str, folder: Path) -> None:
