@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from jobs import JOBS
@@ -20,7 +21,19 @@ class UserError(Exception):
 
 def _run(args: argparse.Namespace, extra: list[str]) -> int:
     from jobs.config import load_job_module
+    from jobs.submit import RECIPE_FROM_ENV, RECIPE_TEXT_VAR
     from transforms.flow.recipe import is_recipe
+
+    if args.job == RECIPE_FROM_ENV:  # submitted from outside the repository: the recipe came in the environment
+        import base64
+        import tempfile
+
+        text = os.environ.get(RECIPE_TEXT_VAR)
+        if not text:
+            raise UserError(f"run {RECIPE_FROM_ENV}: no recipe in ${RECIPE_TEXT_VAR} (piqaforge submit sets it)")
+        path = Path(tempfile.mkdtemp(prefix="piqaforge-recipe-")) / "recipe.yaml"
+        path.write_bytes(base64.b64decode(text))
+        args.job = str(path)
 
     if is_recipe(args.job):
         return _run_recipe(args, extra)

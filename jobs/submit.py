@@ -15,6 +15,7 @@ Equivalent plain Ray command (docs/cluster.md):
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import shlex
 import sys
@@ -38,6 +39,8 @@ EXCLUDES = [".venv", ".venv-*", ".cache", ".git", "**/__pycache__", ".pytest_cac
             ".ruff_cache", "*.egg-info", "lake/raw", "lake/staged", "lake/curated", "lake/release",
             "lake/rejected", "lake/runs", "lake/bench", "benchmarks/results", "build", "*.pyc"]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+RECIPE_TEXT_VAR = "PIQAFORGE_RECIPE_TEXT"  # a recipe file from outside the repository, base64
+RECIPE_FROM_ENV = "@recipe"
 class JobsClient(Protocol):
     """The part of ray.job_submission.JobSubmissionClient we use."""
 
@@ -51,12 +54,22 @@ class JobsClient(Protocol):
 def build_request(job: str, run_args: list[str], *, run_id: str | None = None,
                   env_vars: dict[str, str] | None = None, working_dir: Path = REPO,
                   entrypoint_num_cpus: float | None = None) -> dict[str, Any]:
-    """The keyword arguments of JobSubmissionClient.submit_job for `piqaforge run JOB RUN_ARGS`."""
+    """The keyword arguments of JobSubmissionClient.submit_job for `piqaforge run JOB RUN_ARGS`.
+
+    A team's recipe file outside the repository travels in the job's environment (RECIPE_TEXT_VAR) and the
+    driver runs it from there (`run @recipe`); the files it names must be on the cluster's shared filesystem."""
+    env_vars = dict(env_vars or {})
+    path = Path(job)
+    if job.endswith((".yaml", ".yml")) and path.exists() and not path.resolve().is_relative_to(working_dir.resolve()):
+        env_vars[RECIPE_TEXT_VAR] = base64.b64encode(path.read_bytes()).decode()
+        job = RECIPE_FROM_ENV
+    elif job.endswith((".yaml", ".yml")) and path.exists():  # inside the repository: its path there
+        job = str(path.resolve().relative_to(working_dir.resolve()))
     args = ["python", "-m", "jobs.cli", "run", job, *run_args]
     if run_id and "--run-id" not in run_args and "--resume" not in run_args:
         args += ["--run-id", run_id]
     runtime_env: dict[str, Any] = {"working_dir": str(working_dir), "excludes": list(EXCLUDES)}
-    env = {"PIQAFORGE_PROGRESS": "0", **(env_vars or {})}
+    env = {"PIQAFORGE_PROGRESS": "0", **env_vars}
     runtime_env["env_vars"] = env
     request: dict[str, Any] = {"entrypoint": shlex.join(args), "runtime_env": runtime_env,
                                "metadata": {"piqaforge_job": job}}

@@ -147,3 +147,23 @@ def test_the_working_dir_package_holds_the_code_and_samples_only(tmp_path):
     assert "lake/samples/ko_crawl_sample.jsonl" in names
     assert not [n for n in names if n.startswith((".venv", ".git/", ".cache", "lake/runs", "lake/staged"))]
     assert target.stat().st_size < 50 * 2**20
+
+
+def test_a_recipe_file_outside_the_repository_travels_with_the_job(tmp_path, monkeypatch):
+    """A team's own recipe file is sent in the job's environment and run from there by the driver."""
+    import base64
+
+    from jobs.submit import RECIPE_FROM_ENV, RECIPE_TEXT_VAR
+
+    mine = tmp_path / "vi-piqa.yaml"
+    mine.write_text((ROOT / "jobs" / "recipes" / "zh-piqa.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    req = build_request(str(mine), ["--lake", "/mnt/lake"], run_id="vi-1")
+    assert shlex.split(req["entrypoint"])[4] == RECIPE_FROM_ENV
+    assert base64.b64decode(req["runtime_env"]["env_vars"][RECIPE_TEXT_VAR]) == mine.read_bytes()
+    inside = build_request(str(ROOT / "jobs" / "recipes" / "zh-piqa.yaml"), [], run_id="zh-1")
+    assert shlex.split(inside["entrypoint"])[4] == "jobs/recipes/zh-piqa.yaml"  # its path in the working dir
+    # the driver's side: the recipe comes out of the environment and is checked like any file
+    from jobs.cli import main
+
+    monkeypatch.setenv(RECIPE_TEXT_VAR, base64.b64encode(b"recipe: broken\n").decode())
+    assert main(["run", RECIPE_FROM_ENV, "--lake", str(tmp_path / "lake")]) == 2
