@@ -128,7 +128,7 @@ def test_the_refinement_retries_once_with_the_reason_and_keeps_the_row():
 
     FirstWrongThenFixed.asked = []
     recipe = load_recipe("ko-piqa")  # the recipe's items run, as the orchestrator builds it
-    _, (_, refine, pair, checks, degenerate) = run_stages(recipe, "items", lake="/nonexistent-lake", doubles={
+    _, (_, _guard, refine, pair, checks, degenerate) = run_stages(recipe, "items", lake="/nonexistent-lake", doubles={
         "llm_transform": FirstWrongThenFixed(EngineConfig(backend="transformers", model="double"))})
     retry_message = next(s for s in recipe.run("items").stages if s["stage"] == "llm_transform")["retry_message"]
     assert isinstance(refine, LLMTransform) and refine.retry_message == retry_message

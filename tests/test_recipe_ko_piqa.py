@@ -89,8 +89,10 @@ def test_ko_piqa_recipe_items_review_release_evaluation(ray_local, tmp_path, sha
     items = RunManifest.load(lake / "runs" / "ko-items" / "manifest.json")
     assert items.parents == ["ko-crawl"] and conservation_errors(items) == []
     assert items.status == "awaiting_review" and "piqaforge review import review-ko-items" in items.extras["review"]["next"]
+    guard = next(s for s in items.stages if s.name == "input_guard")
+    assert guard.rows_dropped == {"injection_suspected": 1}  # question 7: a wall of ASCII-art padding, never asked
     refine = next(s for s in items.stages if s.name == "llm_transform")
-    assert refine.rows_dropped == {"invalid_output": 1}  # question 7: broken JSON, retried once, then dropped
+    assert refine.rows_in == 7 and not refine.rows_dropped
     kept = read_table(Path(items.outputs["curated"]))
     assert kept.num_rows == 7 and set(kept.column("_prompt").to_pylist()) == {"ko_piqa/refine@2"}
     # two annotators review through the CSV; item 4 is rejected by both, item 2 is disputed

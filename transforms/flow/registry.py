@@ -23,6 +23,7 @@ STAGES: dict[str, str] = {
     "normalize": "transforms.text.normalize:NormalizeText",
     "length_filter": "transforms.text.quality:LengthFilter",
     "langid": "transforms.text.langid:LanguageFilter",
+    "input_guard": "transforms.text.input_guard:InputGuard",
     # dedup
     "exact_dedup": "transforms.dedup.exact:ExactDedup",
     "minhash_dedup": "transforms.dedup.minhash:MinHashDedup",

@@ -143,9 +143,9 @@ def copies_goal(goal: str | None, solution: str | None, share: float = 0.8) -> b
 
 class DegenerateFilter(Stage):
     """Drop items a model wrote badly, with one reason each: a repetition loop in any column
-    (`repetition_loop`), a text cut off at the token limit (`truncated_text`), two solutions that differ
-    only in spacing, case or punctuation (`identical_solutions`), a solution that copies the goal
-    (`solution_copies_goal`). One rule for every recipe; the gate's `degenerate` check is the same
+    (`repetition_loop`), a text cut off at the token limit (`truncated_text`), text that talks to its reader
+    (`instruction_in_item`: what a crawled instruction made the model write), two solutions that differ only in
+    spacing, case or punctuation (`identical_solutions`), a solution that copies the goal (`solution_copies_goal`). One rule for every recipe; the gate's `degenerate` check is the same
     repetition rule, so what passes here passes there."""
 
     name: ClassVar[str] = "degenerate"
@@ -162,6 +162,9 @@ class DegenerateFilter(Stage):
                                              "(items written without full stops).")
     copy_share: float = Field(0.8, gt=0, le=1, description="A solution of which the goal makes up this share "
                               "copies it.")
+    instructions: bool = Field(True, description="An item whose text talks to its reader (an instruction, a role "
+                               "marker or fence obeyed from the input: transforms/text/guard.py) is "
+                               "`instruction_in_item`.")
 
     def reason(self, goal: str | None, sol1: str | None, sol2: str | None, lang: str | None) -> tuple[str, str] | None:
         for col, text in (("goal", goal), ("sol1", sol1), ("sol2", sol2)):
@@ -171,6 +174,12 @@ class DegenerateFilter(Stage):
             for col, text in (("goal", goal), ("sol1", sol1), ("sol2", sol2)):
                 if truncated(text, self.truncation_min_chars):
                     return "truncated_text", f"{col} ends {(text or '').rstrip()[-12:]!r}"
+        if self.instructions:
+            from transforms.text.guard import injection_flags
+
+            for col, text in (("goal", goal), ("sol1", sol1), ("sol2", sol2)):
+                if flags := injection_flags(text):
+                    return "instruction_in_item", f"{col}: {', '.join(flags)}"
         if _plain(sol1) == _plain(sol2):
             return "identical_solutions", "sol1 and sol2 differ only in spacing or punctuation"
         for col, text in (("sol1", sol1), ("sol2", sol2)):
