@@ -72,8 +72,9 @@ def _print_result(job: str, result: dict[str, Any]) -> int:
     return int(result.get("exit_code", 0))
 
 
-def flag_overrides(extra: list[str]) -> dict[str, Any]:
-    """Job-style flags of a command line (`--recipe x`, `--review auto`, `--version 2`) as overrides of that name."""
+def flag_overrides(extra: list[str], sets: list[str] | None = None) -> dict[str, Any]:
+    """Job-style flags of a command line (`--recipe x`, `--review auto`, `--version 2`) as overrides of that name,
+    then the `--set KEY=VALUE` items."""
     overrides: dict[str, Any] = {}
     it = iter(extra)
     for token in it:
@@ -84,15 +85,13 @@ def flag_overrides(extra: list[str]) -> dict[str, Any]:
         if value is None:
             raise ConfigError(f"{token} needs a value")
         overrides[key] = parse_set(f"{key}={value}")[1]
+    overrides.update(parse_set(item) for item in sets or [])
     return overrides
 
 
 def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """`--set`, `--input` and job-style flags (`--review auto`) of a recipe's command line."""
-    overrides = flag_overrides(extra)
-    for item in args.set or []:
-        key, value = parse_set(item)
-        overrides[key] = value
+    overrides = flag_overrides(extra, args.set)
     if args.input:
         overrides["input"] = args.input[0] if len(args.input) == 1 else list(args.input)
     return overrides
@@ -125,10 +124,7 @@ def run_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """The config overrides of a `run` command line (`piqaforge submit` resolves the same config)."""
     from jobs.config import load_job_module
 
-    overrides = flag_overrides(extra)
-    for item in args.set or []:
-        key, value = parse_set(item)
-        overrides[key] = value
+    overrides = flag_overrides(extra, args.set)
     if args.lake:
         overrides["lake"] = args.lake
     module = load_job_module(args.job)
