@@ -115,6 +115,7 @@ def test_set_reaches_params_and_dotted_keys_and_profiles_switch_every_engine():
     engines = resolve_engines(recipe)
     translate = fill_roles(next(s for s in items.stages if s["stage"] == "translate"), engines, "t")
     assert translate["engine"]["engine"]["backend"] == "openai"
+    assert load_recipe("ta-piqa", {"version": 2}).run("release").release.version == "2"  # `--version 2`: a number
     local = resolve_engines(load_recipe("zh-piqa"))
     assert local["translator"]["backend"] == "llamacpp"
     with pytest.raises(RecipeError, match="no engine profile 'nope'"):

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from transforms.flow.registry import known
 
@@ -102,6 +102,11 @@ class ReleaseSpec(_Strict):
     suite_overrides: dict[str, Any] = Field(default_factory=dict)
     version: str | None = Field(None, description="Release version (default: today's UTC date).")
     audit: bool = True
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        return None if value is None else str(value)  # `--version 2` arrives as a YAML number
     audit_bound: float = Field(0.6, gt=0, lt=1, description="Solution-only / goal-only baseline accuracy "
                                "(lower confidence bound) above which the release is refused.")
     card: list[CardSection] = Field(default_factory=list, description="Recipe sections of the dataset card.")
