@@ -40,6 +40,7 @@ from transforms.io.input_files import (
     require_columns,
     unformat,
 )
+from transforms.io.sources import TableSource
 from transforms.review.batch import VERDICTS, BatchRecord, ReviewError, batch_dir, judgment_id, load_batch
 from transforms.review.consensus import ConsensusRule, apply_review
 
@@ -339,28 +340,14 @@ def write_import(lake: Lake, result: ImportResult, files: list[str | Path] | Non
     return manifest
 
 
-class ReviewedItems(SourceStage):
-    """Every exported item of an import, kept or with its drop reason: the review run's source."""
+class ReviewedItems(TableSource):
+    """Every exported item of an import, kept or with its drop reason: the review run's source (recorded by
+    its content hash, with the batch as its label)."""
 
     name: ClassVar[str] = "review_import"
-    batch: str = Field(..., description="The review batch the judgments were imported into.")
-    _table: pa.Table = PrivateAttr()
 
-    def __init__(self, table: pa.Table | None = None, **data: Any):
-        super().__init__(**data)
-        self._table = table if table is not None else pa.table({"id": pa.array([], pa.string())})
-
-    def rows(self) -> pa.Table:
-        return self._table
-
-    def describe(self) -> dict[str, Any]:
-        import xxhash
-
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, self._table.schema) as w:
-            w.write_table(self._table)
-        return {"name": self.name, "batch": self.batch, "rows": self._table.num_rows,
-                "xxh3_128": xxhash.xxh3_128_hexdigest(memoryview(sink.getvalue()))}
+    def __init__(self, table: pa.Table | None = None, **data: Any):  # (pydantic's plugin would hide the base's)
+        super().__init__(table, **data)
 
 
 def _write_run(lake: Lake, result: ImportResult, files: list[str | Path] | None, run_id: str, dataset: str,
@@ -377,7 +364,7 @@ def _write_run(lake: Lake, result: ImportResult, files: list[str | Path] | None,
                                          encoding="utf-8")
     folder = batch_dir(lake, result.record.batch)
     init_ray()
-    source = ReviewedItems(result.reviewed, batch=result.record.batch)
+    source = ReviewedItems(result.reviewed, label=f"review batch {result.record.batch}")
     manifest = run_pipeline(job="review-import", dataset=dataset, source=source, stages=[], lake=lake,
                             config={"batch": result.record.batch, "rule": result.stats["rule"]}, run_id=run_id,
                             parents=[p for p in [result.record.parent_review_run or result.record.parent_run] if p])
