@@ -66,18 +66,7 @@ def min_over_views(score: Callable[[list[str]], np.ndarray], texts: Sequence[obj
     the same); None scores every view of every row.
     """
     per_row = [prefix_views(t, chars, min_chars) for t in texts]
-    whole = np.asarray(score([v[-1] for v in per_row]), dtype=np.float64) if per_row else np.zeros(0)
-    out = whole.copy()
-    need = [i for i, v in enumerate(per_row) if len(v) > 1 and (lazy_below is None or whole[i] >= lazy_below)]
-    if need:
-        flat = [view for i in need for view in per_row[i][:-1]]
-        scores = np.asarray(score(flat), dtype=np.float64)
-        at = 0
-        for i in need:
-            n = len(per_row[i]) - 1
-            out[i] = min(out[i], float(scores[at:at + n].min()))
-            at += n
-    return out
+    return _lowest(per_row, score, lazy_below)
 
 
 # -- parts: what an inserted or prepended text cannot hide from ------------------------------------
@@ -160,18 +149,7 @@ def min_over_parts(score: Callable[[list[str]], np.ndarray], texts: Sequence[obj
     `prefix_min_chars`: also the prefix views of `prefix_views(text, chars, prefix_min_chars)`."""
     per_row = [with_prefixes(part_views(t, chars, min_chars, deletions=deletions, strong_only=strong_only), chars,
                              prefix_min_chars) for t in texts]
-    whole = np.asarray(score([v[-1] for v in per_row]), dtype=np.float64) if per_row else np.zeros(0)
-    out = whole.copy()
-    need = [i for i, v in enumerate(per_row) if len(v) > 1 and (lazy_below is None or whole[i] >= lazy_below)]
-    if need:
-        flat = [view for i in need for view in per_row[i][:-1]]
-        scores = np.asarray(score(flat), dtype=np.float64)
-        at = 0
-        for i in need:
-            n = len(per_row[i]) - 1
-            out[i] = min(out[i], float(scores[at:at + n].min()))
-            at += n
-    return out
+    return _lowest(per_row, score, lazy_below)
 
 
 def llm_views(text: object, chars: int) -> list[str]:
@@ -195,3 +173,20 @@ def whole_parts(text: object) -> list[str]:
 
     clean = sanitize(text)
     return part_views(clean, max(len(clean), 1), strong_only=True, reach=len(clean))
+
+
+def _lowest(per_row: list[list[str]], score: Callable[[list[str]], np.ndarray], lazy_below: float | None
+            ) -> np.ndarray:
+    """Each row's lowest score over its views (the last view is the whole window, scored first)."""
+    whole = np.asarray(score([v[-1] for v in per_row]), dtype=np.float64) if per_row else np.zeros(0)
+    out = whole.copy()
+    need = [i for i, v in enumerate(per_row) if len(v) > 1 and (lazy_below is None or whole[i] >= lazy_below)]
+    if need:
+        flat = [view for i in need for view in per_row[i][:-1]]
+        scores = np.asarray(score(flat), dtype=np.float64)
+        at = 0
+        for i in need:
+            n = len(per_row[i]) - 1
+            out[i] = min(out[i], float(scores[at:at + n].min()))
+            at += n
+    return out
