@@ -109,7 +109,7 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
     finally:
         record.finished_at = dt.datetime.now(dt.UTC).isoformat()
         record.write(the_lake)
-        out["runs"] = {name: e.run_id for name, e in record.runs.items()}
+        out["runs"] = {name: e.run_id for name, e in record.runs.items() if e.status != "skipped"}
         last = next((ctx.manifests[n] for n in reversed(list(ctx.manifests))), None)
         if last is not None:
             out["manifest"] = str(the_lake.manifest_path(last.run_id))
