@@ -161,7 +161,15 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
     for item in args.set or []:
         run_args += ["--set", item]
     names = forwarded_secret_names(args.job, run_args + extra)  # secret --set items included: they name none
-    _, status = submit(args.job, run_args + extra, address=args.address, follow=not args.no_wait, secret_names=names)
+    env_vars = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise UserError(f"--env expects NAME=VALUE, got {item!r}")
+        env_vars[name] = value
+    options = {"env_vars": env_vars} if env_vars else {}
+    _, status = submit(args.job, run_args + extra, address=args.address, follow=not args.no_wait, secret_names=names,
+                       **options)
     return 0 if args.no_wait or status == "SUCCEEDED" else 1
 
 
@@ -183,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--address", default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
                         help="the cluster's Jobs API, e.g. http://HEAD:8265 (default: $RAY_DASHBOARD_ADDRESS)")
     submit.add_argument("--no-wait", action="store_true", help="print the job id and return; do not stream logs")
+    submit.add_argument("--env", action="append", metavar="NAME=VALUE", default=[],
+                        help="an environment variable for the job's driver and workers (not for secrets: Ray "
+                        "keeps these in the job record; name secrets in the recipe's `secrets:`)")
     for flag, kwargs in (("--config", {}), ("--input", {"nargs": "+"}), ("--lake", {}),
                          ("--set", {"action": "append", "metavar": "KEY=VALUE"}), ("--run-id", {}),
                          ("--resume", {"metavar": "RUN_ID"})):

@@ -74,6 +74,22 @@ PRESETS: dict[str, EnvPreset] = {
 }
 
 
+# CPU workers advertise `env_cpu` (cluster.yaml). On a Ray that has it, a stage that names no environment
+# and asks for no GPU asks for one unit, so it lands on a CPU worker and never on a GPU node, whose image
+# may lack its code (the scheduler only *prefers* CPU nodes for CPU work). Switched on by init_ray when
+# the cluster advertises the resource; a Ray without it (a laptop, an older cluster) is unaffected.
+CPU_PIN_RESOURCE = f"{ENV_RESOURCE_PREFIX}cpu"
+_PIN = {"cpu": False}
+
+
+def set_cpu_pin(active: bool) -> None:
+    _PIN["cpu"] = bool(active)
+
+
+def cpu_pin_active() -> bool:
+    return _PIN["cpu"]
+
+
 def get_env(name: str) -> EnvPreset:
     try:
         return PRESETS[name]

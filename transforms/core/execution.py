@@ -36,6 +36,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     _FIXED_CPUS = not address
     if address:
         ray.init(address=address, log_to_driver=True)
+        from transforms.core.envs import CPU_PIN_RESOURCE, set_cpu_pin
+
+        set_cpu_pin(ray.cluster_resources().get(CPU_PIN_RESOURCE, 0) > 0)
     else:
         # One machine stands in for every worker type: it advertises each environment's custom
         # resource, and PIQAFORGE_<ENV>_PYTHON points a stage at another venv (envs.py).

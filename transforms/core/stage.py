@@ -108,6 +108,11 @@ class Resources(BaseModel):
             resources = {**preset.custom_resources, **resources}
             # the preset's accelerator only matters where the stage asks for a GPU
             accelerator = preset.accelerator_type if self.gpus else None
+        if not self.gpus and (self.env in (None, "cpu")):
+            from transforms.core.envs import CPU_PIN_RESOURCE, cpu_pin_active
+
+            if cpu_pin_active() and not resources:
+                resources = {CPU_PIN_RESOURCE: 1}
         if runtime_env and (credentials := self._credential_env_vars()):
             # forwarded with the pickled stage instead (see _forwarded): Ray would log them in plain text
             runtime_env = {**runtime_env, "env_vars": {k: v for k, v in runtime_env["env_vars"].items()
@@ -180,7 +185,11 @@ class Stage(BaseModel):
 
     def ensure_setup(self) -> None:
         if not self._is_set_up:
-            self.setup()
+            note_placement(self.name)
+            try:
+                self.setup()
+            except ImportError as err:  # a node whose image lacks the stage's code: say which, at once
+                raise type(err)(f"stage '{self.name}' cannot start on this node ({_where()}): {err}") from err
             self._is_set_up = True
 
     def prepare(self, batch: pa.Table | pa.RecordBatch) -> pa.Table:
@@ -253,6 +262,48 @@ class GlobalStage(Stage):
 def _run_global(stage: GlobalStage, *tables: pa.Table) -> pa.Table:
     table = pa.concat_tables(list(tables), promote_options="default") if tables else pa.table({})
     return stage(table)
+
+
+# -- where stages ran (the cluster rehearsal reads these) ---------------------------------------------------
+PLACEMENT_LOG_VAR = "PIQAFORGE_PLACEMENT_LOG"
+_NOTED: set[str] = set()
+
+
+def _where() -> str:
+    import socket
+    import sys
+
+    return f"host {socket.gethostname()}, python {sys.executable}, env {os.environ.get('PIQAFORGE_NODE_ENV', '?')}"
+
+
+def note_placement(stage_name: str) -> None:
+    """With PIQAFORGE_PLACEMENT_LOG set (a folder on the shared lake), write once per stage and process
+    which Ray node, worker, actor or task set the stage up; the rehearsal checks these ids against Ray's
+    state API. Nothing happens without the variable or outside Ray."""
+    folder = os.environ.get(PLACEMENT_LOG_VAR)
+    if not folder or stage_name in _NOTED:
+        return
+    _NOTED.add(stage_name)
+    import json
+    import sys
+
+    record: dict[str, Any] = {"stage": stage_name, "pid": os.getpid(), "python": sys.executable,
+                              "env": os.environ.get("PIQAFORGE_ENV") or os.environ.get("PIQAFORGE_NODE_ENV")}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ctx = ray.get_runtime_context()
+            record.update(node_id=ctx.get_node_id(), job_id=ctx.get_job_id(), worker_id=ctx.get_worker_id(),
+                          actor_id=ctx.get_actor_id(), task_id=ctx.get_task_id(),
+                          driver=ctx.worker.mode == ray._private.worker.SCRIPT_MODE)
+    except Exception as err:  # noqa: BLE001 (a record without ids still says where: never fail a stage for it)
+        record["error"] = repr(err)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{stage_name}-{record.get('node_id', 'none')[:12]}-{os.getpid()}.json")
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    os.replace(path + ".tmp", path)
 
 
 # -- helpers shared by stages and the runner ------------------------------------------------------

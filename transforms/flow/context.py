@@ -103,6 +103,8 @@ def build_stage(ctx: Context, spec: dict[str, Any], run_dir: Path, accepted: lis
     fields = fill_roles(fields, ctx.engines, f"stage {spec['stage']}")
     fields = late_values(fields, ctx.late(run_dir, accepted))
     cls = stage_class(spec["stage"])
+    if "resources" in getattr(cls, "model_fields", {}):
+        fields = engine_placement(fields)
     defaults = {"cache_dir": str(ctx.lake.root / "cache" / "llm"), "feedback_dir": str(run_dir / "feedback"),
                 "output_dir": str(run_dir), "lake": str(ctx.lake.root)}
     for name, value in defaults.items():
@@ -112,6 +114,35 @@ def build_stage(ctx: Context, spec: dict[str, Any], run_dir: Path, accepted: lis
     if ctx.recipe.secrets and hasattr(stage, "resources"):  # recipe-level secrets reach every stage's workers
         stage.resources.secrets = sorted(set(stage.resources.secrets) | set(ctx.recipe.secrets))
     return use_doubles(stage, ctx.doubles)
+
+
+def _engines_in(node: Any) -> list[dict[str, Any]]:
+    if isinstance(node, dict):
+        if "backend" in node and "model" in node:
+            return [node]
+        return [e for v in node.values() for e in _engines_in(v)]
+    if isinstance(node, list):
+        return [e for v in node for e in _engines_in(v)]
+    return []
+
+
+def engine_placement(fields: dict[str, Any]) -> dict[str, Any]:
+    """A stage's resources with its engines' placement under them (jobs/engines.yaml `resources:` of a role):
+    the environment the engine needs and the most GPUs/CPUs any of its engines asks for. What the stage
+    sets itself wins, so a recipe's or cluster config's `resources` stay in charge."""
+    places = [e["resources"] for e in _engines_in({k: v for k, v in fields.items() if k != "resources"})
+              if isinstance(e.get("resources"), dict)]
+    if not places:
+        return fields
+    merged: dict[str, Any] = {}
+    for place in places:
+        for key, value in place.items():
+            if key in ("gpus", "cpus", "memory_gb"):
+                merged[key] = max(float(value), float(merged.get(key, 0)))
+            else:
+                merged.setdefault(key, value)
+    own = dict(fields.get("resources") or {})
+    return {**fields, "resources": {**merged, **own}}
 
 
 def entry_next(ctx: Context, entry: RunEntry) -> str:

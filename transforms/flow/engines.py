@@ -33,7 +33,33 @@ def resolve_engines(recipe: Recipe) -> dict[str, Any]:
     if recipe.engines not in known:
         raise RecipeError(recipe.path or recipe.recipe, "engines",
                           f"no engine profile {recipe.engines!r}; profiles: {', '.join(sorted(known))}")
-    return copy.deepcopy(known[recipe.engines])
+    roles = copy.deepcopy(known[recipe.engines])
+    for key, engine in _role_engines(roles):
+        check_placement(engine, recipe.path or recipe.recipe, f"engine_profiles.{recipe.engines}.{key}")
+    return roles
+
+
+def _role_engines(node: Any, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    if isinstance(node, dict) and "backend" in node and "model" in node:
+        return [(prefix, node)]
+    if isinstance(node, dict):
+        return [x for k, v in node.items() for x in _role_engines(v, f"{prefix}.{k}" if prefix else str(k))]
+    if isinstance(node, list):
+        return [x for i, v in enumerate(node) for x in _role_engines(v, f"{prefix}.{i}")]
+    return []
+
+
+def check_placement(engine: dict[str, Any], path: Any, key: str) -> None:
+    """An in-process vLLM engine runs on a GPU node: its role must say so (`resources: {env: vllm, gpus: N}`,
+    N at least its tensor-parallel size), or a cluster would schedule it on a CPU worker with no GPU."""
+    if engine.get("backend") != "vllm":
+        return
+    place = engine.get("resources") or {}
+    tp = int((engine.get("options") or {}).get("tensor_parallel_size", 1) or 1)
+    if place.get("env") != "vllm" or float(place.get("gpus", 0) or 0) < tp:
+        raise RecipeError(path, f"{key}.resources", f"the vLLM engine {engine.get('model')!r} needs "
+                          f"`resources: {{env: vllm, gpus: {tp}}}` (at least its tensor_parallel_size {tp} GPUs on "
+                          f"a vLLM worker); got {place or 'none'}")
 
 
 def fill_roles(node: Any, engines: dict[str, Any], where: str) -> Any:

@@ -97,6 +97,7 @@ def predict_on_runner(config: Config, items: pa.Table, lake: Lake, run_id: str, 
     from transforms.core.lake import read_table
     from transforms.core.runner import init_ray, run_pipeline
     from transforms.eval.stages import MarkEvalSubsets, PredictItems, predictions_for_summary
+    from transforms.flow.context import engine_placement
     from transforms.io.sources import TableSource
     from transforms.release.writer import find_manifest
 
@@ -105,6 +106,9 @@ def predict_on_runner(config: Config, items: pa.Table, lake: Lake, run_id: str, 
                            prompts=prompts_for_style(config.prompt_style, config.prompts),
                            answer_cue=config.answer_cue, norm=config.norm,
                            batch_size=config.batch_size, cache_dir=str(answer_cache(lake, run_id)))
+    placed = engine_placement({"engines": {m: c.model_dump() for m, c in engines.items()}}).get("resources")
+    if placed:  # on a cluster: where the evaluated engines' profile places them (a vLLM worker)
+        predict.resources = type(predict.resources).model_validate({**predict.resources.model_dump(), **placed})
     predict.attach_engines({m: build_engine(cfg) for m, cfg in engines.items()})  # built here, loaded in setup
     marks = MarkEvalSubsets(generate_limit=config.generate_limit if "generate" in config.modes else 0,
                             loglik_limit=config.loglik_limit if "loglik" in config.modes else 0, seed=config.seed)

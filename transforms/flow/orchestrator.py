@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,14 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
     the_lake = Lake(lake or "lake")
     root = run_id or Lake.new_run_id(recipe.recipe)
     check_stages(Context(recipe, the_lake, root, resume, doubles, command))  # before the lake is touched
+    if recipe.ray_address or os.environ.get("RAY_ADDRESS"):  # on a cluster: can it run every stage?
+        from transforms.flow.placement import preflight
+
+        init_ray(recipe.ray_address, recipe.num_cpus)
+        checked = preflight(recipe)
+        for where, answer in checked.items():
+            print(f"{recipe.recipe}: placement check: {where} -> {answer['host']} "
+                  f"({answer['env'] or answer['python']}): modules found", file=sys.stderr)
     the_lake.create()
     record = RecipeRecord.load(the_lake, root)
     if record is not None and not resume:

@@ -35,6 +35,10 @@ class EngineConfig(BaseModel):
     name: str | None = Field(None, description="Short name used in verdict columns and drop reasons.")
     params_b: float | None = Field(None, description="Parameters in billions, for cost estimates.")
     options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific options.")
+    resources: dict[str, Any] | None = Field(
+        None, description="Where this engine can run on a cluster (a stage's `resources` fields: env, gpus, cpus): "
+        "a stage using it gets these under its own resources, and steps that call it outside a stage (automatic "
+        "review) run it in a Ray task placed the same way. Engine profiles set it (jobs/engines.yaml).")
 
     @property
     def short_name(self) -> str:

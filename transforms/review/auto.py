@@ -156,9 +156,57 @@ def position_summary(judgments: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _judge_with(engine: Any, engine_cfg: EngineConfig, mine: list[tuple[str, str]], rows: list[dict[str, Any]],
+                batch_size: int, both_orders: bool, cache_dir: str) -> list[dict[str, Any]]:
+    """One engine's judgments of every row, for each (prompt, annotator name) it plays."""
+    from transforms.llm.asking import Asker
+    from transforms.llm.prompts import load_prompt
+
+    out: list[dict[str, Any]] = []
+    try:
+        for prompt_id, name in mine:
+            # The engine loads at the first question the cache cannot answer.
+            asker = Asker.for_engine(engine, label=name, chunk_size=batch_size, cache_dir=cache_dir)
+            detailed = judge_detailed(engine, prompt_id, rows, batch_size, both_orders, asker=asker)
+            for row, j in zip(rows, detailed, strict=True):
+                out.append({"item_id": str(row["id"]), "annotator": name, **j,
+                            "model": engine_cfg.model, "prompt": load_prompt(prompt_id).ref})
+    finally:
+        engine.close()
+    return out
+
+
+def _on_ray() -> bool:
+    try:
+        import ray
+    except ImportError:
+        return False
+    return bool(ray.is_initialized())
+
+
+def _judge_remote(engine_cfg: EngineConfig, mine: list[tuple[str, str]], rows: list[dict[str, Any]],
+                  batch_size: int, both_orders: bool, cache_dir: str) -> list[dict[str, Any]]:
+    from transforms.llm import base
+
+    return _judge_with(base.build_engine(engine_cfg), engine_cfg, mine, rows, batch_size, both_orders, cache_dir)
+
+
+def _placed(engine_cfg: EngineConfig, mine: list[tuple[str, str]], rows: list[dict[str, Any]], batch_size: int,
+            both_orders: bool, cache_dir: str) -> list[dict[str, Any]]:
+    """`_judge_with` in a Ray task placed by the engine's `resources` (env, GPUs), as a stage would be."""
+    import ray
+
+    from transforms.core.stage import Resources
+
+    args = Resources.model_validate({k: v for k, v in (engine_cfg.resources or {}).items()
+                                     if k in Resources.model_fields}).ray_remote_args()
+    args.pop("memory", None)
+    task = ray.remote(**args)(_judge_remote)
+    return list(ray.get(task.remote(engine_cfg, mine, rows, batch_size, both_orders, cache_dir)))
+
+
 def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportResult, RunManifest]:
     from transforms.llm import base
-    from transforms.llm.asking import Asker
     from transforms.llm.prompts import load_prompt
 
     start = time.perf_counter()
@@ -169,19 +217,13 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
     judgments: list[dict[str, Any]] = []
     cache_dir = cfg.cache_dir or str(lake.root / "cache" / "llm")
     for engine_cfg in {e.model_dump_json(): e for e, _ in plan}.values():
-        engine = base.build_engine(engine_cfg)  # looked up here: tests swap in doubles
-        try:
-            for (e, prompt_id), name in zip(plan, names, strict=True):
-                if e != engine_cfg:
-                    continue
-                # The engine loads at the first question the cache cannot answer.
-                asker = Asker.for_engine(engine, label=name, chunk_size=cfg.batch_size, cache_dir=cache_dir)
-                detailed = judge_detailed(engine, prompt_id, rows, cfg.batch_size, cfg.both_orders, asker=asker)
-                for row, j in zip(rows, detailed, strict=True):
-                    judgments.append({"item_id": str(row["id"]), "annotator": name, **j,
-                                      "model": e.model, "prompt": load_prompt(prompt_id).ref})
-        finally:
-            engine.close()
+        mine = [(prompt_id, name) for (e, prompt_id), name in zip(plan, names, strict=True) if e == engine_cfg]
+        if engine_cfg.resources and _on_ray():
+            # on a cluster the engine runs where its profile places it (a vLLM worker), never in the driver
+            judgments += _placed(engine_cfg, mine, rows, cfg.batch_size, cfg.both_orders, cache_dir)
+        else:
+            judgments += _judge_with(base.build_engine(engine_cfg), engine_cfg, mine, rows, cfg.batch_size,
+                                     cfg.both_orders, cache_dir)  # build_engine looked up here: tests swap doubles
     folder = batch_dir(lake, batch)
     abstained = [j for j in judgments if j.get("invalid")]
     judgments = [j for j in judgments if not j.get("invalid")]
