@@ -25,6 +25,7 @@ cluster up for a look: it prints how to stop it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -78,21 +79,15 @@ class Cluster:
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         deadline = time.time() + 20
         for proc in self.procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                pass
         for proc in self.procs:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
         shutil.rmtree(self.temp, ignore_errors=True)
 
@@ -108,15 +103,17 @@ def _start(cmd: list[str], env: dict[str, str], log: Path, cluster: Cluster) -> 
 def node_process_env(venv: Path, setup_env: str, temp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS", "VIRTUAL_ENV", "PYTHONPATH")}
+    env.setdefault("RAY_raylet_start_wait_time_s", "120")
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
                PIQAFORGE_NODE_ENV=setup_env, RAY_TMPDIR=str(temp), RAY_AUTH_MODE="token",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     return env
 
 
-def start_cluster(nodes: list[NodeType], venvs: dict[str, Path], settings: dict[str, Any], logs: Path) -> Cluster:
-    temp = Path(tempfile.mkdtemp(prefix="pfr", dir="/tmp"))  # short: Ray's socket paths have a length limit
-    cluster = Cluster(temp=temp)
+def start_cluster(nodes: list[NodeType], venvs: dict[str, Path], settings: dict[str, Any], logs: Path,
+                  cluster: Cluster) -> Cluster:
+    """Head and workers into `cluster` (its temp dir: short, Ray's socket paths have a length limit)."""
+    temp = cluster.temp
     head = next(n for n in nodes if n.head)
     ports = free_ports(9)
     cluster.gcs, cluster.dashboard = ports[0], ports[1]
@@ -141,8 +138,14 @@ def start_cluster(nodes: list[NodeType], venvs: dict[str, Path], settings: dict[
             continue
         p = free_ports(7)
         resources = {**node.custom, NODE_RESOURCE + node.name: 1}
+        # each node its own temp dir, as each machine of a cluster has its own disk: raylets sharing one
+        # session folder share one runtime_resources/, and one node's runtime-env agent then removes a working
+        # dir another node's job is reading
+        node_temp = temp / f"n{len(cluster.procs)}"
+        node_temp.mkdir(exist_ok=True)
         n_cpus = int(cpus.get(node.name, 2))
         cmd = ["ray", "start", "--block", f"--address=127.0.0.1:{cluster.gcs}", "--node-ip-address=127.0.0.1",
+               f"--temp-dir={node_temp}",
                f"--num-cpus={n_cpus}", f"--num-gpus={int(node.gpus)}", f"--resources={json.dumps(resources)}",
                f"--node-manager-port={p[0]}", f"--object-manager-port={p[1]}",
                f"--dashboard-agent-listen-port={p[2]}", f"--dashboard-agent-grpc-port={p[3]}",
@@ -150,14 +153,33 @@ def start_cluster(nodes: list[NodeType], venvs: dict[str, Path], settings: dict[
                f"--min-worker-port={20000 + 1000 * len(cluster.procs)}",
                f"--max-worker-port={20000 + 1000 * len(cluster.procs) + 999}",
                f"--object-store-memory={store}", "--disable-usage-stats"]
-        env = node_process_env(venvs[node.setup_env], node.setup_env, temp)
+        env = node_process_env(venvs[node.setup_env], node.setup_env, node_temp)
         env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.get("kv_cache_gb", 1))
         say(f"worker {node.name} ({node.setup_env} env, {venvs[node.setup_env].name} venv): CPU {n_cpus} "
             f"(cluster: {node.resources.get('CPU', 0):g}), GPU {node.gpus:g} declared, "
             f"{', '.join(f'{k}: {v:g}' for k, v in node.custom.items()) or 'no custom resources'}")
-        _start([str(venvs[node.setup_env] / "bin" / "ray"), *cmd[1:]], env, logs / f"{node.name}.log", cluster)
-    _wait_nodes(cluster, 1 + sum(not n.head for n in nodes))
+        # one at a time, each waited for: four raylets starting at once on two cores miss Ray's registration
+        # window ("The current node timed out during startup"); a start that fails is tried once more
+        for attempt in (1, 2):
+            proc = _start([str(venvs[node.setup_env] / "bin" / "ray"), *cmd[1:]], env, logs / f"{node.name}.log",
+                          cluster)
+            try:
+                _wait_nodes(cluster, len(cluster.procs), watch=proc)
+                break
+            except RehearsalError:
+                if attempt == 2:
+                    raise
+                say(f"worker {node.name} did not register; starting it again")
+                cluster.procs.remove(proc)
+                _kill(proc)
     return cluster
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+    proc.wait()
 
 
 def _wait_jobs_api(cluster: Cluster, timeout: float = 180) -> None:
@@ -174,14 +196,14 @@ def _wait_jobs_api(cluster: Cluster, timeout: float = 180) -> None:
             time.sleep(1)
 
 
-def _wait_nodes(cluster: Cluster, n: int, timeout: float = 240) -> None:
+def _wait_nodes(cluster: Cluster, n: int, timeout: float = 240, watch: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.time() + timeout
     while True:
         alive = [x for x in list_nodes(cluster) if x["state"] == "ALIVE"]
         if len(alive) >= n:
             say(f"{len(alive)} nodes alive: " + ", ".join(sorted(node_type_of(x) for x in alive)))
             return
-        dead = [p for p in cluster.procs if p.poll() is not None]
+        dead = [p for p in ([watch] if watch else cluster.procs) if p.poll() is not None]
         if dead or time.time() > deadline:
             raise RehearsalError(f"{len(alive)} of {n} nodes came up (see the logs under .rehearsal/logs)")
         time.sleep(2)
@@ -211,7 +233,10 @@ def start_server(cluster: Cluster, venv: Path, model: str, served: dict[str, Any
     port = int(served.get("port") or 0) or free_ports(1)[0]
     env = node_process_env(venv, "vllm", cluster.temp)
     env["VLLM_CPU_KVCACHE_SPACE"] = str(served.get("kv_cache_gb", 1))
-    cmd = [str(venv / "bin" / "vllm"), "serve", model, "--host", "127.0.0.1", "--port", str(port),
+    # the module, not the `vllm serve` script: the CPU build's distribution is named vllm-cpu, and the script
+    # looks up the version of a distribution named vllm
+    cmd = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+           "--host", "127.0.0.1", "--port", str(port),
            "--served-model-name", "rehearsal-served", "--max-model-len", "2048", "--dtype", "float32"]
     say(f"vLLM OpenAI server (CPU build) on 127.0.0.1:{port}: {model}")
     proc = _start(cmd, env, logs / "vllm-server.log", cluster)
@@ -427,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     lake = root / "lake"
+    shutil.rmtree(lake, ignore_errors=True)  # a fresh shared file system for a fresh cluster
     t0 = time.time()
     nodes = read_cluster()
     venvs: dict[str, Path] = {}
@@ -442,9 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         overrides = {"engines": "vllm-cluster", **((conf.get("recipes") or {}).get(name, {}).get("set") or {})}
         _EXPECTED[name] = expected_types(name, overrides, nodes)
-    cluster = start_cluster(nodes, venvs, conf.get("nodes") or {}, logs)
     outcomes: list[Outcome] = []
+    cluster = Cluster(temp=Path(tempfile.mkdtemp(prefix="pfr", dir="/tmp")))
     try:
+        cluster = start_cluster(nodes, venvs, conf.get("nodes") or {}, logs, cluster)
         if conf["models"].get("served"):
             start_server(cluster, venvs["vllm"], model_path, conf["models"].get("server") or {}, logs)
         for name in names:

@@ -35,7 +35,7 @@ from transforms.core.secrets import literal_secrets, scrub_text
 
 REPO = Path(__file__).resolve().parents[1]
 # Never uploaded: environments, caches, and the lake's data zones (lake/samples stays: jobs' defaults use it).
-EXCLUDES = [".venv", ".venv-*", ".cache", ".git", "**/__pycache__", ".pytest_cache", ".mypy_cache",
+EXCLUDES = [".venv", ".venv-*", ".rehearsal", ".cache", ".git", "**/__pycache__", ".pytest_cache", ".mypy_cache",
             ".ruff_cache", "*.egg-info", "lake/raw", "lake/staged", "lake/curated", "lake/release",
             "lake/rejected", "lake/runs", "lake/bench", "benchmarks/results", "build", "*.pyc"]
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}

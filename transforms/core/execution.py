@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from transforms.core.creating import SRC, SourceStage
+from transforms.core.envs import CPU_PIN_RESOURCE, PRESETS, set_cpu_pin
 from transforms.core.planning import TRACKING
 from transforms.core.stage import GlobalStage, Stage, StageError, mark_dropped
 
@@ -36,14 +37,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     _FIXED_CPUS = not address
     if address:
         ray.init(address=address, log_to_driver=True)
-        from transforms.core.envs import CPU_PIN_RESOURCE, set_cpu_pin
-
         set_cpu_pin(ray.cluster_resources().get(CPU_PIN_RESOURCE, 0) > 0)
     else:
         # One machine stands in for every worker type: it advertises each environment's custom
         # resource, and PIQAFORGE_<ENV>_PYTHON points a stage at another venv (envs.py).
-        from transforms.core.envs import PRESETS
-
         env_resources = {k: 1000.0 for p in PRESETS.values() for k in p.custom_resources}
         # The raylet waits this long for its agents' port files before it aborts; on a loaded machine the
         # Python agents take longer than Ray's default to start (raylet.out: "Timed out waiting for file").

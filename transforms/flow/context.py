@@ -126,10 +126,17 @@ def _engines_in(node: Any) -> list[dict[str, Any]]:
     return []
 
 
+def _nested_stage(node: Any) -> bool:
+    """A stage inside a stage's fields (the distilled prefilter's teacher ensemble): placed the same way."""
+    return isinstance(node, dict) and "backend" not in node and bool(_engines_in(node)) and \
+        any(k in node for k in ("classifiers", "resources"))
+
+
 def engine_placement(fields: dict[str, Any]) -> dict[str, Any]:
     """A stage's resources with its engines' placement under them (jobs/engines.yaml `resources:` of a role):
     the environment the engine needs and the most GPUs/CPUs any of its engines asks for. What the stage
     sets itself wins, so a recipe's or cluster config's `resources` stay in charge."""
+    fields = {k: engine_placement(v) if k != "resources" and _nested_stage(v) else v for k, v in fields.items()}
     places = [e["resources"] for e in _engines_in({k: v for k, v in fields.items() if k != "resources"})
               if isinstance(e.get("resources"), dict)]
     if not places:

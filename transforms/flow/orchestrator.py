@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from transforms.core.lake import Lake
-from transforms.flow import steps
+from transforms.flow import placement, steps
 from transforms.flow.context import Context, RecipeRunError, RunEntry, check_stages, entry_next
 from transforms.flow.recipe import Recipe, order
 
@@ -68,10 +68,8 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
     root = run_id or Lake.new_run_id(recipe.recipe)
     check_stages(Context(recipe, the_lake, root, resume, doubles, command))  # before the lake is touched
     if recipe.ray_address or os.environ.get("RAY_ADDRESS"):  # on a cluster: can it run every stage?
-        from transforms.flow.placement import preflight
-
         init_ray(recipe.ray_address, recipe.num_cpus)
-        checked = preflight(recipe)
+        checked = placement.preflight(recipe)
         for where, answer in checked.items():
             print(f"{recipe.recipe}: placement check: {where} -> {answer['host']} "
                   f"({answer['env'] or answer['python']}): modules found", file=sys.stderr)

@@ -379,13 +379,22 @@ def _key_name(data: dict[str, Any], loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
+def _portable(found: Path) -> str:
+    """A data file inside a Ray job's uploaded working dir, relative to it: every node unpacks the working dir
+    under a path of its own, and a task's working directory is its node's copy (docs/cluster.md)."""
+    cwd = Path.cwd().resolve()
+    if "working_dir_files" in cwd.parts and found.is_relative_to(cwd):
+        return str(found.relative_to(cwd))
+    return str(found)
+
+
 def _data_file(value: Any, path: Path, key: str) -> str:
     if not isinstance(value, str):
         raise RecipeError(path, f"data.{key}", "must be a path")
     for base in (Path.cwd(), path.resolve().parent, REPO):
         candidate = Path(value) if Path(value).is_absolute() else base / value
         if candidate.exists():
-            return str(candidate.resolve())
+            return _portable(candidate.resolve())
     raise RecipeError(path, f"data.{key}", f"{value} not found (tried the working directory, the recipe's folder "
                       "and the repository)")
 
