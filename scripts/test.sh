@@ -4,17 +4,19 @@
 #   scripts/test.sh --slow     adds the slow tier (SIGKILL + resume, node loss, real Jobs API head, real-model runs); .ci/run uses it
 #   scripts/test.sh --all      adds the recipes tier too: whole recipe jobs end to end on the local Qwen 1.5B
 #   scripts/test.sh --vllm     the vLLM-on-CPU tier, in its own environment (.venv-vllm)
+#   scripts/test.sh --rehearsal the cluster rehearsal (scripts/cluster_rehearsal.sh on ko-piqa + zh-piqa; --all runs it too)
 #   scripts/test.sh --storm    the whole kill-and-resume storm of a creating recipe (outside CI; its three fixed
 #                              points run in the slow tier)
 #   scripts/test.sh -- ARGS    extra pytest arguments
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-MARK="not slow and not recipes and not vllm and not gpu and not storm"
+MARK="not slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
 EXTRA=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --slow) MARK="not recipes and not vllm and not gpu and not storm"; shift ;;
+    --slow) MARK="not recipes and not vllm and not gpu and not storm and not rehearsal"; shift ;;
+    --rehearsal) MARK="rehearsal"; shift ;;
     --all) MARK="not vllm and not gpu and not storm"; shift ;;
     --storm) MARK="storm"; shift ;;
     --vllm) exec bash scripts/test_vllm.sh ;;
@@ -25,7 +27,8 @@ done
 bash scripts/setup.sh
 # The slow tier's Label Studio round trip runs a real server from its own venv (it pins many packages).
 # So does the lm-eval comparison (lm-evaluation-harness in .venv-lmeval).
-if [[ "$MARK" != "not slow and not recipes and not vllm and not gpu and not storm" && "$MARK" != "storm" ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
+if [[ "$MARK" != "not slow and not recipes and not vllm and not gpu and not storm and not rehearsal" && "$MARK" != "storm" \
+      && "$MARK" != "rehearsal" ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
 echo "== ruff"; .venv/bin/ruff check transforms jobs expectations tests benchmarks
 echo "== mypy transforms/"; .venv/bin/mypy
 echo "== import layers (lint-imports)"; .venv/bin/lint-imports

@@ -122,6 +122,34 @@ def predict_on_runner(config: Config, items: pa.Table, lake: Lake, run_id: str, 
     return predictions_for_summary(read_table(curated)) if curated.exists() else pa.table({})
 
 
+def _on_ray() -> bool:
+    import ray
+
+    return bool(ray.is_initialized())
+
+
+def _audit_task(items: pa.Table, config: Config, model: str, cache_dir: str) -> dict[str, Any]:
+    engine = Asker.for_engine(build_engine(config.engines[model]), label=f"audit-{model}",
+                              chunk_size=2 * config.batch_size, cache_dir=cache_dir)
+    try:
+        return audit_release(items, config.audit_bound, engine=engine, model=model)
+    finally:
+        engine.close()
+
+
+def _audit_placed(items: pa.Table, config: Config, model: str, cache_dir: str) -> dict[str, Any]:
+    """The audit with the model's solution-only baseline, in a Ray task placed by the engine's `resources`."""
+    import ray
+
+    from transforms.core.stage import Resources
+
+    place = {k: v for k, v in (config.engines[model].resources or {}).items() if k in Resources.model_fields}
+    args = Resources.model_validate(place).ray_remote_args()
+    args.pop("memory", None)
+    out: dict[str, Any] = ray.get(ray.remote(**args)(_audit_task).remote(items, config, model, cache_dir))
+    return out
+
+
 def answer_cache(lake: Lake, run_id: str) -> Path:
     """The evaluated models' answers: a resumed run asks only the questions not answered yet."""
     return lake.run_dir(run_id) / "cache" / "llm"
@@ -150,13 +178,16 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
         preds = predict_on_runner(config, items, lake, run_id, resume)
         timings["predict"] = time.perf_counter() - started
         audit_engine: Asker | None = None
-        if keep_for_audit:  # asked through the LLM base, its answers cached beside the predictions'
+        audit: dict[str, Any] | None = None
+        placed_audit = bool(keep_for_audit and config.engines[keep_for_audit].resources and _on_ray())
+        if placed_audit:  # on a cluster the evaluated model is loaded where its profile places it, not here
+            audit = _audit_placed(items, config, str(keep_for_audit), str(answer_cache(lake, run_id)))
+        elif keep_for_audit:  # asked through the LLM base, its answers cached beside the predictions'
             audit_engine = Asker.for_engine(build_engine(config.engines[keep_for_audit]),
                                             label=f"audit-{keep_for_audit}", chunk_size=2 * config.batch_size,
                                             cache_dir=str(answer_cache(lake, run_id)))
         started = time.perf_counter()
-        audit: dict[str, Any] | None = None
-        if config.audit:
+        if config.audit and not placed_audit:
             try:
                 audit = audit_release(items, config.audit_bound, engine=audit_engine, model=keep_for_audit or "")
             finally:

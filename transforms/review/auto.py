@@ -202,7 +202,8 @@ def _placed(engine_cfg: EngineConfig, mine: list[tuple[str, str]], rows: list[di
                                      if k in Resources.model_fields}).ray_remote_args()
     args.pop("memory", None)
     task = ray.remote(**args)(_judge_remote)
-    return list(ray.get(task.remote(engine_cfg, mine, rows, batch_size, both_orders, cache_dir)))
+    out: list[dict[str, Any]] = ray.get(task.remote(engine_cfg, mine, rows, batch_size, both_orders, cache_dir))
+    return out
 
 
 def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportResult, RunManifest]:

