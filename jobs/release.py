@@ -32,11 +32,33 @@ class Config(JobConfig):
                                   "--set suite.label_balance.min=0.4")
     audit: bool = Field(True, description="Run the artifact audit (transforms/eval/audit.py) when installed.")
     audit_bound: float = Field(0.6, gt=0, lt=1, description="Baseline accuracy that flags the audit.")
+    licence: str | None = Field(None, description="The release's licence (SPDX or Hub id); default: the licence of "
+                                "jobs/recipes/<recipe>.yaml's release. Required.")
+    sources: list[dict[str, Any]] = Field(default_factory=list, description="Sources beyond those found for the "
+                                          "input in lake/samples/licences.yaml: {name, licence, url, hub_id, "
+                                          "attribution, citation}.")
+    columns: list[str] | None = Field(None, description="Provenance columns to publish (default: the card's).")
+    repo_id: str | None = Field(None, description="The Hub dataset id (ORG/NAME) it will be published as.")
+    pretty_name: str | None = Field(None, description="The card's pretty_name (default: the dataset name).")
 
     @field_validator("version", mode="before")
     @classmethod
     def _version_text(cls, value: Any) -> Any:
         return None if value is None else str(value)  # `--version 1.0` arrives as a YAML float
+
+
+def recipe_licence(recipe: str) -> str | None:
+    """The licence a bundled recipe declares for its release (its release run's, else its own)."""
+    import yaml
+
+    from transforms.flow.recipe import REPO
+
+    path = REPO / "jobs" / "recipes" / f"{recipe}.yaml"
+    if not path.exists():
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    runs = [r.get("release") for r in data.get("runs") or [] if isinstance(r, dict) and r.get("release")]
+    return next((r["licence"] for r in runs if r.get("licence")), None) or data.get("licence")
 
 
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
@@ -56,7 +78,12 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
                                   input_path=None if run_input else config.input, suite=config.recipe,
                                   suite_overrides=config.suite, version=config.version, run_id=run_id,
                                   audit=config.audit, audit_bound=config.audit_bound, resume=resume,
-                                  config=config.model_dump())
+                                  config=config.model_dump(),
+                                  hub={"licence": config.licence or recipe_licence(config.recipe),
+                                       "licence_key": "licence (--set licence=<SPDX id>; no recipe "
+                                                      f"jobs/recipes/{config.recipe}.yaml declares one)",
+                                       "sources": config.sources, "columns": config.columns,
+                                       "repo_id": config.repo_id, "pretty_name": config.pretty_name or dataset})
     except (ReleaseInputError, FileNotFoundError) as err:
         raise UserError(str(err)) from err
     report = write_report(manifest, lake.run_dir(run_id) / "report.html")

@@ -127,3 +127,48 @@ def export_lm_eval_task(table: pa.Table, out_dir: str | Path, name: str, *, reci
     return {"task": groups["cloze"]["group"], "yaml": groups["cloze"]["yaml"], "data": str(out / "data"),
             "n": table.num_rows, "groups": groups, "tasks": tasks["cloze"] + tasks["generation"],
             "include_path": str(out)}
+
+
+def export_release_tasks(out_dir: str | Path, name: str, version: str, configs: dict[str, int], *,
+                         dataset_path: str = ".", generation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """lm-eval tasks over a release's own configs, written into `<release>/lm_eval/` without running a model.
+
+    `configs` maps each config (a language) to its item count. The tasks read the release through
+    `datasets`: `dataset_path` is the published dataset id, or "." for the release folder itself (run
+    `lm_eval --include_path lm_eval ...` from inside the folder), and `dataset_name` the config, so nothing
+    holds an absolute path. The item columns are read as they are: goal, sol1, sol2, label (a ClassLabel).
+    """
+    out = Path(out_dir)
+    base = task_name(name)
+    where = dataset_path if dataset_path != "." else "this release folder"
+    header = (f"# Written by piqaforge for {name} {version} (transforms/eval/lm_eval_export.py); data: {where}. Run\n"
+              f"#   lm_eval --model hf --model_args pretrained=<model> --include_path lm_eval "
+              f"--tasks {base}_cloze,{base}_generation\n"
+              + ("#   from inside the release folder\n" if dataset_path == "." else ""))
+    common = {"dataset_path": dataset_path, "test_split": "test"}
+    cloze = {**cloze_template(), **common, "doc_to_text": "goal", "doc_to_choice": "{{[sol1, sol2]}}"}
+    prompt = load_prompt(GLOBAL_PIQA_PROMPT)
+    gen = {**generation_template(generation), **common,
+           "doc_to_text": single_turn_template(prompt, global_piqa_fields=False)}
+    meta_version = float(version) if version.replace(".", "", 1).isdigit() else version
+    files: list[str] = []
+    tasks: dict[str, list[str]] = {"cloze": [], "generation": []}
+    for kind, template, metrics in (("cloze", cloze, CLOZE_METRICS), ("generation", gen, ("exact_match",))):
+        _dump(out / kind / "_template", {**template, "metadata": {**template["metadata"], "release": version}},
+              header)
+        files.append(f"{kind}/_template")
+        for config, n in configs.items():
+            task = f"{base}_{kind}_{lm_eval_lang(config)}"
+            _dump(out / kind / f"{config}.yaml", {"include": "_template", "task": task, "task_alias": config,
+                                                  "dataset_name": config,
+                                                  "metadata": {"version": 1.0, "n_items": n}}, header)
+            files.append(f"{kind}/{config}.yaml")
+            tasks[kind].append(task)
+        group = f"{base}_{kind}"
+        _dump(out / kind / f"_{group}.yaml", {
+            "group": group, "task": [{"task": t, "task_alias": c} for t, c in zip(tasks[kind], configs, strict=True)],
+            "aggregate_metric_list": [{"metric": m, "aggregation": "mean", "weight_by_size": False} for m in metrics],
+            "metadata": {"version": meta_version, "n_items": sum(configs.values())}}, header)
+        files.append(f"{kind}/_{group}.yaml")
+    return {"files": files, "groups": [f"{base}_cloze", f"{base}_generation"],
+            "tasks": tasks["cloze"] + tasks["generation"], "dataset_path": dataset_path}

@@ -38,6 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from transforms.flow.registry import known
+from transforms.release.licences import SourceSpec
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES_DIR = REPO / "jobs" / "recipes"
@@ -110,8 +111,19 @@ class ReleaseSpec(_Strict):
     audit_bound: float = Field(0.6, gt=0, lt=1, description="Solution-only / goal-only baseline accuracy "
                                "(lower confidence bound) above which the release is refused.")
     card: list[CardSection] = Field(default_factory=list, description="Recipe sections of the dataset card.")
-    sources: list[str] = Field(default_factory=list, description="What the items were made from, with its "
-                               "licence (card).")
+    sources: list[str | SourceSpec] = Field(default_factory=list, description="What the items were made from: "
+                                            "prose for the card, or {name, licence, url, hub_id, attribution, "
+                                            "citation} checked against the release's licence. The sources of "
+                                            "bundled files are found by themselves (lake/samples/licences.yaml).")
+    licence: str | None = Field(None, description="The release's licence (SPDX or Hub id); default: the recipe's "
+                                "`licence`. A release without one is refused before anything is written.")
+    columns: list[str] | None = Field(None, description="Provenance columns published beside the benchmark's "
+                                      "(default: transforms.release.hub.DEFAULT_PROVENANCE); nothing else is.")
+    repo_id: str | None = Field(None, description="The Hub dataset id (ORG/NAME) the release will be published "
+                                "as; its lm-eval tasks then read it from the Hub.")
+    pretty_name: str | None = Field(None, description="The card's pretty_name (default: the dataset name).")
+    annotators: Literal["expert-generated", "crowdsourced"] = Field(
+        "expert-generated", description="annotations_creators when people reviewed the items.")
     files: list[ReleaseFile] = Field(default_factory=list, description="Recipe files written into the release "
                                      "with the rest, before RELEASED (e.g. the paper's appendix columns).")
 

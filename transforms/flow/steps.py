@@ -327,7 +327,7 @@ def _recipe_file(ctx: Context, name: str) -> Path:
 
 # -- release and evaluation --------------------------------------------------------------------------------
 def release_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
-    from transforms.flow.release import card_sections, gate_and_write, release_files
+    from transforms.flow.release import card_sections, gate_and_write, release_files, release_hub
 
     release = spec.release
     assert release is not None
@@ -347,7 +347,7 @@ def release_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
                                   suite=release.suite, suite_overrides=release.suite_overrides,
                                   version=release.version, run_id=entry.run_id, audit=release.audit,
                                   audit_bound=release.audit_bound, sections=sections,
-                                  files=release_files(ctx, release),
+                                  files=release_files(ctx, release), hub=release_hub(ctx, spec),
                                   resume=ctx.lake.manifest_path(entry.run_id).exists(),
                                   config=_config(ctx, spec))
     except BaseException:
@@ -375,7 +375,7 @@ def evaluate_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
         engines = {n: ctx.engines["evaluated"][n] for n in engines}
     from transforms.flow import evaluate
     cfg = evaluate.Config.model_validate({
-        "release": str(Path(release_path) / "items.parquet"), "lake": str(ctx.lake.root),
+        "release": str(release_path), "lake": str(ctx.lake.root),
         "dataset": ctx.recipe.dataset, "name": ctx.recipe.dataset, "models": list(engines), "engines": engines,
         "prompts": ev.prompts, "generate_limit": ev.limit, "loglik_limit": ev.limit, **ev.options})
     entry.status = "running"

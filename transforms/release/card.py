@@ -144,7 +144,7 @@ def _review_rows(review: dict[str, Any] | None) -> list[str]:
 
 def card_markdown(stats: dict[str, Any], *, title: str, recipe: str, version: str, gate: dict[str, Any],
                   audit_md: str | None = None, files: list[str] | None = None, plots: list[str] | None = None,
-                  sections: list[str] | None = None) -> str:
+                  sections: list[str] | None = None, plots_dir: str = "plots") -> str:
     lab = stats["labels"]
     share = "–" if lab["share_1"] is None else f"{100 * lab['share_1']:.1f}%"
     cultural = stats["cultural"]
@@ -177,7 +177,7 @@ def card_markdown(stats: dict[str, Any], *, title: str, recipe: str, version: st
     for section in sections or []:  # e.g. the Global PIQA files and their columns
         lines += [section, ""]
     if plots:
-        lines += ["## Plots", ""] + [f"![{p}](plots/{p}.png)" for p in plots] + [""]
+        lines += ["## Plots", ""] + [f"![{p}]({plots_dir}/{p}.png)" for p in plots] + [""]
     if files:
         lines += ["## Files", ""] + [f"- `{f}`" for f in files] + [""]
     return "\n".join(lines)

@@ -72,11 +72,13 @@ class GateAndRelease(GlobalStage):
                                      "(Markdown), written with the rest before RELEASED.")
     extra_files: dict[str, str] = Field(default_factory=dict, description="The recipe's own files (name -> "
                                         "text), written into the release before RELEASED.")
+    hub: dict[str, Any] = Field(default_factory=dict, description="The card's metadata beyond the items: licence, "
+                                "sources, declared columns, Hub id (transforms.release.writer.HubSettings).")
 
     def process_table(self, table: pa.Table) -> pa.Table:
         from expectations.gate import run_gate
         from expectations.suite import load_suite
-        from transforms.release.writer import build_release
+        from transforms.release.writer import HubSettings, build_release
 
         items = table.drop_columns([c for c in (*C.BOOKKEEPING, "_born") if c in table.schema.names])
         suite = load_suite(self.recipe, self.suite_overrides)
@@ -86,7 +88,7 @@ class GateAndRelease(GlobalStage):
         result = build_release(items, gate_dict, out_dir=self.out_dir, dataset=self.dataset, recipe=self.recipe,
                                version=self.version, manifest=manifest, audit=self.audit,
                                audit_bound=self.audit_bound, run_id=self.run_id, sections=self.card_sections,
-                               extra_files=self.extra_files)
+                               extra_files=self.extra_files, hub=HubSettings.model_validate(self.hub))
         verdict = {"suite": suite.name, "success": gate.success, "rows": gate.rows, "checks": len(gate.checks),
                    "failed": result.reasons, "released": result.released, "path": result.path}
         Path(self.result_path).parent.mkdir(parents=True, exist_ok=True)

@@ -1,39 +1,58 @@
-"""Write a gated release: `<lake>/release/<dataset>/<version>/`.
+"""Write a gated release: `<lake>/release/<dataset>/<version>/`, a Hub dataset repository as it stands.
 
-    items.parquet             the items in the common schema (bookkeeping columns removed)
-    <dataset>.jsonl + <dataset>-labels.lst   PIQA's own format
-    <dataset>.csv             the prompt/solution0/solution1/label form (J-PIQA, Russian PIQA)
-    <dataset>.global_piqa.tsv/.jsonl   the Global PIQA shape + the recipe's columns (global_piqa.py)
-    README.md                 the dataset card; report.html the same, self-contained, with plots
-    expectations.json         every check of the gate; audit.json when the artifact audit ran
-    plots/*.png
-    RELEASED                  only when every expectation passed
+    README.md                  the dataset card: YAML metadata (transforms/release/hub.py), then the prose
+    data/<lang>/test-00000-of-00001.parquet   the benchmark columns + the provenance the card declares
+    lm_eval/                   lm-evaluation-harness tasks over the configs (no absolute path)
+    extras/                    side files, never data: expectations.json, stats.json, audit.json,
+                               report.html, plots/*.png, run.json, the recipe's files, and
+                               formats/ (PIQA JSONL + labels, the prompt/solution CSV, Global PIQA TSV/JSONL)
+    RELEASED                   only when every expectation passed, with the sha256 of every other file
 
-A failed gate still writes everything (so the report can be read) but no RELEASED marker; a
-version that was released is never overwritten.
+The full items table (every column the runs added) stays in the lake: the release run's curated output.
+A failed gate still writes everything (so the report can be read) but no RELEASED marker; a version
+that was released is never overwritten.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 from transforms.core import columns as C
 from transforms.core.manifest import RunManifest
-from transforms.piqa.formats import write_items, write_piqa, write_prompt_solution
+from transforms.piqa.formats import write_piqa, write_prompt_solution
 from transforms.piqa.global_piqa import card_section as global_piqa_card_section
 from transforms.piqa.global_piqa import write_global_piqa
 from transforms.release.card import card_markdown, item_stats, public_stats, render_plots, report_html
+from transforms.release.licences import SourceSpec
 
 RELEASED = "RELEASED"
-RUN_FILE = "run.json"  # the run that wrote the release: an evaluation of it names that run as its parent
+EXTRAS = "extras"
+RUN_FILE = "run.json"  # in extras/: the run that wrote the release; an evaluation of it names that run as its parent
 DROP_COLUMNS = (*C.BOOKKEEPING, C.DUPLICATE_OF)
+
+
+class HubSettings(BaseModel):
+    """What the card's metadata and prose need beyond the items (flow/release.py fills it)."""
+
+    licence: str = Field("other", description="The release's licence, a Hub licence id.")
+    sources: list[SourceSpec] = Field(default_factory=list, description="The sources the items were made from.")
+    notes: list[str] = Field(default_factory=list, description="The recipe's prose about its sources.")
+    columns: list[str] | None = Field(None, description="Provenance columns the card declares (None: the defaults).")
+    repo_id: str | None = Field(None, description="The Hub dataset id it will be published as (lm-eval tasks).")
+    pretty_name: str | None = None
+    people: Literal["expert-generated", "crowdsourced"] = Field(
+        "expert-generated", description="annotations_creators when people reviewed the items.")
+    agreement: dict[str, Any] | None = Field(None, description="The review's agreement figures "
+                                             "(transforms.piqa.item_checks.agreement_figures).")
 
 
 class ReleaseError(RuntimeError):
@@ -54,8 +73,10 @@ def find_manifest(input_path: str | Path) -> RunManifest | None:
     path = Path(input_path).resolve()
     parts = path.parts
     folder = path if path.is_dir() else path.parent
-    if (folder / RUN_FILE).exists() and len(folder.parents) > 2 and folder.parents[1].name == "release":
-        run_id = json.loads((folder / RUN_FILE).read_text(encoding="utf-8")).get("run_id")
+    if folder.name in ("data", EXTRAS) or folder.parent.name == "data":  # a file inside a release folder
+        folder = folder.parent if folder.name in ("data", EXTRAS) else folder.parent.parent
+    if (folder / EXTRAS / RUN_FILE).exists() and len(folder.parents) > 2 and folder.parents[1].name == "release":
+        run_id = json.loads((folder / EXTRAS / RUN_FILE).read_text(encoding="utf-8")).get("run_id")
         manifest = folder.parents[2] / "runs" / str(run_id) / "manifest.json"
         return RunManifest.load(manifest) if run_id and manifest.exists() else None
     if "curated" not in parts:
@@ -87,66 +108,104 @@ def release_table(table: pa.Table) -> pa.Table:
 def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path, dataset: str, recipe: str,
                   version: str, manifest: RunManifest | None = None, audit: bool = True,
                   audit_bound: float = 0.6, run_id: str | None = None,
-                  sections: list[str] | None = None, extra_files: dict[str, str] | None = None) -> ReleaseResult:
+                  sections: list[str] | None = None, extra_files: dict[str, str] | None = None,
+                  hub: HubSettings | None = None) -> ReleaseResult:
     """Write the release files for `table` given the gate's result dict (`GateResult.model_dump()`);
-    `run_id` (the release run) is recorded in `run.json`."""
+    `run_id` (the release run) is recorded in `extras/run.json`."""
+    from transforms.release import hub as H
+    from transforms.release import hub_card
+    from transforms.release.licences import licence_conflicts
+
+    hub = hub or HubSettings()
     out = Path(out_dir)
     if (out / RELEASED).exists():
         raise ReleaseError(f"{out} was already released; choose another --version")
     if out.exists():
         shutil.rmtree(out)
-    (out / "plots").mkdir(parents=True)
+    extras = out / EXTRAS
+    (extras / "plots").mkdir(parents=True)
     table = release_table(table)
     files: list[str] = []
-
-    def wrote(name: str) -> None:
-        files.append(name)
-
-    can_export = all(c in table.column_names for c in ("goal", "sol1", "sol2", "label"))
+    reasons: list[str] = []
+    can_export = all(c in table.column_names for c in ("id", "lang", "goal", "sol1", "sol2", "label")) \
+        and not any(r.startswith("types") or r.startswith("column_exists") for r in gate.get("reasons", []))
     extra_sections: list[str] = list(sections or [])
-    write_items(table, out / "items.parquet")
-    wrote("items.parquet")
+    configs: dict[str, pa.Table] = {}
+    published = table
     if can_export:
-        write_piqa(table, out / f"{dataset}.jsonl", out / f"{dataset}-labels.lst")
-        wrote(f"{dataset}.jsonl")
-        wrote(f"{dataset}-labels.lst")
-        write_prompt_solution(table, out / f"{dataset}.csv")
-        wrote(f"{dataset}.csv")
-        global_piqa = write_global_piqa(table, out, f"{dataset}.global_piqa", recipe)
-        for name in global_piqa["files"]:
-            wrote(name)
-        extra_sections.append(global_piqa_card_section(global_piqa))
+        published = H.data_table(table, hub.columns)
+        configs = H.split_configs(published)
+        for config, part in configs.items():
+            path = out / H.data_path(config)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(part, path)
+            files.append(H.data_path(config))
+            reasons += H.undeclared_columns(pq.read_schema(path).empty_table(), hub.columns)
+        formats = extras / "formats"
+        write_piqa(published, formats / f"{dataset}.jsonl", formats / f"{dataset}-labels.lst")
+        write_prompt_solution(published, formats / f"{dataset}.csv")
+        global_piqa = write_global_piqa(published, formats, f"{dataset}.global_piqa", recipe)
+        files += [f"{EXTRAS}/formats/{n}" for n in (f"{dataset}.jsonl", f"{dataset}-labels.lst", f"{dataset}.csv",
+                                                      *global_piqa["files"])]
+        extra_sections.append(global_piqa_card_section(global_piqa).replace(
+            "## Global PIQA shape", "## Other formats (extras/formats/)"))
+        from transforms.eval.lm_eval_export import export_release_tasks
+
+        lm_eval = export_release_tasks(out / "lm_eval", dataset, version, {c: t.num_rows for c, t in configs.items()},
+                                       dataset_path=hub.repo_id or ".")
+        files += [f"lm_eval/{f}" for f in lm_eval["files"]]
     for name, text in (extra_files or {}).items():  # the recipe's own files, before the card lists them
-        (out / name).write_text(text, "utf-8")
-        wrote(name)
+        (extras / name).write_text(text, "utf-8")
+        files.append(f"{EXTRAS}/{name}")
     stats = item_stats(table, manifest.funnel() if manifest else None)
     plots = render_plots(stats)
     for name, data in plots.items():
-        (out / "plots" / f"{name}.png").write_bytes(data)
+        (extras / "plots" / f"{name}.png").write_bytes(data)
     audit_result, audit_md = run_audit(table, audit_bound) if audit and can_export else (None, None)
-    (out / "expectations.json").write_text(json.dumps(gate, indent=2, ensure_ascii=False, default=str), "utf-8")
-    wrote("expectations.json")
+    (extras / "expectations.json").write_text(json.dumps(gate, indent=2, ensure_ascii=False, default=str), "utf-8")
     if audit_result is not None:
-        (out / "audit.json").write_text(json.dumps(audit_result, indent=2, default=str), "utf-8")
-        wrote("audit.json")
-    title = f"{dataset}"
-    (out / "stats.json").write_text(json.dumps(public_stats(stats), indent=2, ensure_ascii=False), "utf-8")
-    wrote("stats.json")
-    wrote("report.html")
-    wrote("README.md")
-    (out / "report.html").write_text(report_html(f"{title} {version}", stats, gate, plots, audit_result), "utf-8")
-    (out / "README.md").write_text(card_markdown(stats, title=title, recipe=recipe, version=version, gate=gate,
-                                                 audit_md=audit_md, files=files, plots=list(plots),
-                                                 sections=extra_sections), "utf-8")
+        (extras / "audit.json").write_text(json.dumps(audit_result, indent=2, default=str), "utf-8")
+    (extras / "stats.json").write_text(json.dumps(public_stats(stats), indent=2, ensure_ascii=False), "utf-8")
+    (extras / "report.html").write_text(report_html(f"{dataset} {version}", stats, gate, plots, audit_result), "utf-8")
+    files += [f"{EXTRAS}/{n}" for n in ("expectations.json", *(["audit.json"] if audit_result else []),
+                                          "stats.json", "report.html")]
+    files.append("README.md")
+    if can_export:
+        reasons += licence_conflicts(hub.licence, hub.sources)
+    review = stats.get("review")
+    prose = [hub_card.review_section(review, hub.agreement),
+             hub_card.sources_section(hub.licence, hub.sources, hub.notes)]
+    if configs:
+        prose.insert(0, hub_card.usage_section(dataset, {c: t.num_rows for c, t in configs.items()}, hub.repo_id,
+                                               lm_eval["groups"]))
+        prose.append(hub_card.columns_section(list(published.column_names)))
+    prose.append(hub_card.citation_section(hub.pretty_name or dataset, version, hub.repo_id, hub.sources))
+    body = card_markdown(stats, title=dataset, recipe=recipe, version=version, gate=gate, audit_md=audit_md,
+                         files=files, plots=list(plots), sections=prose + extra_sections, plots_dir=f"{EXTRAS}/plots")
+    head = ""
+    if configs:
+        meta = H.card_metadata(configs, licence=hub.licence, pretty_name=hub.pretty_name or dataset, review=review,
+                               source_ids=[s.hub_id or s.name for s in hub.sources], people=hub.people)
+        head = H.front_matter(meta)
+    (out / "README.md").write_text(head + body, "utf-8")
     if run_id:
-        (out / RUN_FILE).write_text(json.dumps({"run_id": run_id}) + "\n", "utf-8")
-    reasons = list(gate.get("reasons", [])) + audit_refusals(audit_result)
-    if gate.get("success") and not reasons:
+        (extras / RUN_FILE).write_text(json.dumps({"run_id": run_id}) + "\n", "utf-8")
+    reasons = list(gate.get("reasons", [])) + audit_refusals(audit_result) + reasons
+    released = bool(gate.get("success")) and not reasons
+    if released:
         stamp = dt.datetime.now(dt.UTC).isoformat()
         (out / RELEASED).write_text(json.dumps({"released_at": stamp, "items": table.num_rows,
-                                                "suite": gate.get("suite")}) + "\n", "utf-8")
-    return ReleaseResult(path=str(out), released=bool(gate.get("success")) and not reasons, reasons=reasons,
-                         files=files, audit=audit_result)
+                                                "suite": gate.get("suite"), "files": checksums(out)},
+                                               indent=1) + "\n", "utf-8")
+    return ReleaseResult(path=str(out), released=released, reasons=reasons, files=files, audit=audit_result)
+
+
+def checksums(folder: Path) -> dict[str, str]:
+    """sha256 of every file of a release folder but the marker, by path relative to it."""
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != RELEASED):
+        out[path.relative_to(folder).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
 
 
 def audit_refusals(audit: dict[str, Any] | None) -> list[str]:
