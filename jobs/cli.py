@@ -173,6 +173,26 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if args.no_wait or status == "SUCCEEDED" else 1
 
 
+def _publish(args: argparse.Namespace, client: Any = None) -> int:
+    from transforms.release.publish import PublishError, publish
+
+    try:
+        info = publish(args.release_dir, args.repo, private=args.private, dry_run=args.dry_run, client=client)
+    except PublishError as err:
+        raise UserError(str(err)) from err
+    verb = "would upload" if args.dry_run else "uploaded"
+    print(f"{verb} {len(info['files'])} files ({info['bytes']:,} bytes, {info['items']} items) from {info['folder']} "
+          f"to https://huggingface.co/datasets/{info['repo_id']}{' (private)' if args.private else ''}")
+    for name in info["files"]:
+        print(f"  {name}")
+    if args.dry_run:
+        print("card: metadata checked offline against the Hub's documented values (the Hub's own validate() "
+              "needs the network)")
+    else:
+        print(f"commit: {info.get('commit')}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="piqaforge", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -198,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
                          ("--set", {"action": "append", "metavar": "KEY=VALUE"}), ("--run-id", {}),
                          ("--resume", {"metavar": "RUN_ID"})):
         submit.add_argument(flag, help="as for `run`", **kwargs)  # type: ignore[arg-type]
+    publish = sub.add_parser("publish", help="push a released folder to the Hugging Face Hub (token: $HF_TOKEN)")
+    publish.add_argument("release_dir", metavar="RELEASE_DIR", help="a release folder that carries RELEASED")
+    publish.add_argument("--repo", required=True, metavar="ORG/NAME", help="the Hub dataset id")
+    publish.add_argument("--private", action="store_true", help="create the dataset repo private")
+    publish.add_argument("--dry-run", action="store_true", help="check offline and print what would be uploaded")
     sub.add_parser("jobs", help="list the jobs")
     sub.add_parser("recipes", help="list the recipes (jobs/recipes/*.yaml), one line each")
     sub.add_parser("stages", help="list the registered stage names a recipe file can use")
@@ -282,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "submit":
             return _submit(args, extra)
+        if args.command == "publish":
+            if extra:
+                parser.error(f"unrecognised arguments: {' '.join(extra)}")
+            return _publish(args)
         if args.command == "translate-eval":
             from jobs.translate_eval import run as run_translate_eval
 

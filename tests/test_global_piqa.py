@@ -113,7 +113,7 @@ def test_not_a_global_piqa_file_is_refused(tmp_path):
 def test_every_release_writes_the_shape_and_the_card_explains_it(tamil, tmp_path):
     out = tmp_path / "rel"
     result = build_release(tamil, GATE, out_dir=out, dataset="xcopa-ta", recipe="ta-piqa", version="1.0", audit=False)
-    assert {"xcopa-ta.global_piqa.tsv", "xcopa-ta.global_piqa.jsonl"} <= set(result.files)
+    assert {"extras/formats/xcopa-ta.global_piqa.tsv", "extras/formats/xcopa-ta.global_piqa.jsonl"} <= set(result.files)
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "## Global PIQA shape" in card and "licence forbids training" in card
     assert f"| `label` | {COLUMN_DOCS['label']} |" in card and "| `source` |" in card

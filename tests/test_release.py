@@ -28,11 +28,11 @@ def test_release_passes_writes_every_form_and_is_marked(xcopa_val, tmp_path):
     out = tmp_path / "release" / "xcopa-ta" / "1.0"
     raw = [json.loads(x) for x in xcopa_val.read_text(encoding="utf-8").splitlines()]
     assert (out / "RELEASED").exists()
-    assert pq.read_table(out / "items.parquet").num_rows == len(raw) == 100
-    lines = (out / "xcopa-ta.jsonl").read_text(encoding="utf-8").splitlines()
+    assert pq.read_table(out / "data" / "ta" / "test-00000-of-00001.parquet").num_rows == len(raw) == 100
+    lines = (out / "extras" / "formats" / "xcopa-ta.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(x)["sol1"] for x in lines] == [r["choice1"] for r in raw]
-    assert (out / "xcopa-ta-labels.lst").read_text().split() == [str(r["label"]) for r in raw]
-    assert (out / "xcopa-ta.csv").read_text(encoding="utf-8").splitlines()[0] == \
+    assert (out / "extras" / "formats" / "xcopa-ta-labels.lst").read_text().split() == [str(r["label"]) for r in raw]
+    assert (out / "extras" / "formats" / "xcopa-ta.csv").read_text(encoding="utf-8").splitlines()[0] == \
         "id,lang,prompt,solution0,solution1,label"
     # the card's statistics, recomputed here from the raw file
     card = (out / "README.md").read_text(encoding="utf-8")
@@ -40,14 +40,14 @@ def test_release_passes_writes_every_form_and_is_marked(xcopa_val, tmp_path):
     assert f"| items | {len(raw)} |" in card
     assert f"| label 0 / 1 | {len(raw) - ones} / {ones} (label 1: {100 * ones / len(raw):.1f}%) |" in card
     sol_chars = [len(r["choice1"]) for r in raw] + [len(r["choice2"]) for r in raw]
-    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    stats = json.loads((out / "extras" / "stats.json").read_text(encoding="utf-8"))
     assert stats["lengths"]["solution"]["chars"]["median"] == statistics.median(sol_chars)
     assert stats["lengths"]["solution"]["chars"]["max"] == max(sol_chars)
     assert stats["counts"]["source"] == {"xcopa-ta": 100}
     assert "**PASSED**" in card
-    html = (out / "report.html").read_text(encoding="utf-8")
+    html = (out / "extras" / "report.html").read_text(encoding="utf-8")
     assert html.count("data:image/png;base64,") == 2 and "src='http" not in html
-    gate = json.loads((out / "expectations.json").read_text(encoding="utf-8"))
+    gate = json.loads((out / "extras" / "expectations.json").read_text(encoding="utf-8"))
     assert gate["success"] and gate["reasons"] == []
     # a released version is immutable
     again = main(["run", "release", "--input", str(xcopa_val), "--recipe", "ta-piqa", "--dataset", "xcopa-ta",
@@ -62,8 +62,8 @@ def test_failed_gate_exits_nonzero_with_one_line_per_failure(shared_data, tmp_pa
     assert code == 1
     out = tmp_path / "release" / "parus" / "smoke"
     assert not (out / "RELEASED").exists()
-    assert (out / "README.md").exists() and (out / "report.html").exists()
-    gate = json.loads((out / "expectations.json").read_text(encoding="utf-8"))
+    assert (out / "README.md").exists() and (out / "extras" / "report.html").exists()
+    gate = json.loads((out / "extras" / "expectations.json").read_text(encoding="utf-8"))
     failed = [c for c in gate["checks"] if not c["success"]]
     err_lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("release gate failed:")]
     assert len(err_lines) == len(failed) >= 1
@@ -83,7 +83,7 @@ def test_bad_table_still_gets_a_report(shared_data, tmp_path, capsys):
     assert code == 1
     err = capsys.readouterr().err
     assert "column_exists:sol2" in err and "cannot be read as int64" in err
-    assert (tmp_path / "lake" / "release" / "bad" / "x" / "report.html").exists()
+    assert (tmp_path / "lake" / "release" / "bad" / "x" / "extras" / "report.html").exists()
 
 
 def test_funnel_comes_from_the_run_manifest(shared_data, tmp_path):
@@ -106,8 +106,8 @@ def test_funnel_comes_from_the_run_manifest(shared_data, tmp_path):
     out = tmp_path / "release" / "ta-piqa" / "2"
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "## Funnel" in card and "| language | 180 |" in card and f"| semantic_dedup | {n} |" in card
-    assert (out / "plots" / "funnel.png").stat().st_size > 1000
-    assert "drop_reason" not in pq.read_table(out / "items.parquet").column_names
+    assert (out / "extras" / "plots" / "funnel.png").stat().st_size > 1000
+    assert "drop_reason" not in pq.read_table(out / "data" / "ta" / "test-00000-of-00001.parquet").column_names
 
 
 def test_importing_the_release_code_loads_no_heavy_library():

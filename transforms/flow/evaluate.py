@@ -216,7 +216,9 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
             outputs["plot"] = str(plot(summary, out / "accuracy.png", title=name))
             outputs["predictions"] = str(out / "predictions.parquet")
         if config.export_lm_eval:
-            exported = export_lm_eval_task(items, out / "lm_eval", name)
+            release_dir = Path(config.release) if Path(config.release).is_dir() else Path(config.release).parent
+            version = release_dir.name if (release_dir / "RELEASED").exists() else "1.0"  # the release's own version
+            exported = export_lm_eval_task(items, out / "lm_eval", name, version=version)
             outputs["lm_eval"] = exported["yaml"]
         timings["report"] = time.perf_counter() - started
         manifest = RunManifest.load(manifest_path)

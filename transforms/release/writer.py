@@ -148,7 +148,7 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
         files += [f"{EXTRAS}/formats/{n}" for n in (f"{dataset}.jsonl", f"{dataset}-labels.lst", f"{dataset}.csv",
                                                       *global_piqa["files"])]
         extra_sections.append(global_piqa_card_section(global_piqa).replace(
-            "## Global PIQA shape", "## Other formats (extras/formats/)"))
+            "## Global PIQA shape", "## Global PIQA shape and other formats (extras/formats/)"))
         from transforms.eval.lm_eval_export import export_release_tasks
 
         lm_eval = export_release_tasks(out / "lm_eval", dataset, version, {c: t.num_rows for c, t in configs.items()},
