@@ -61,6 +61,15 @@ def recipe_licence(recipe: str) -> str | None:
     return next((r["licence"] for r in runs if r.get("licence")), None) or data.get("licence")
 
 
+def _licence_key(config: Config) -> str:
+    """Where the release's licence came from, to name in an error."""
+    if config.licence is not None:
+        return "licence"
+    if recipe_licence(config.recipe) is not None:
+        return f"jobs/recipes/{config.recipe}.yaml: licence"
+    return f"licence (--set licence=<SPDX id>; no recipe jobs/recipes/{config.recipe}.yaml declares one)"
+
+
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
     """Read the items, gate them and write the release, as a run of stages (read_items → gate_and_release)."""
     from jobs.cli import UserError
@@ -80,8 +89,7 @@ def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> d
                                   audit=config.audit, audit_bound=config.audit_bound, resume=resume,
                                   config=config.model_dump(),
                                   hub={"licence": config.licence or recipe_licence(config.recipe),
-                                       "licence_key": "licence (--set licence=<SPDX id>; no recipe "
-                                                      f"jobs/recipes/{config.recipe}.yaml declares one)",
+                                       "licence_key": _licence_key(config),
                                        "sources": config.sources, "columns": config.columns,
                                        "repo_id": config.repo_id, "pretty_name": config.pretty_name or dataset})
     except (ReleaseInputError, FileNotFoundError) as err:
