@@ -16,8 +16,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
+from hubutil import assert_hub_ready, gated_table
 from ray import cloudpickle as ray_cloudpickle
 
 from transforms.core.lake import Lake, read_table
@@ -127,6 +129,17 @@ def test_ko_piqa_recipe_items_review_release_evaluation(ray_local, tmp_path, sha
     assert set(released.column("id").to_pylist()) == {"kin-0", "kin-1", "kin-3", "kin-6"}
     release_run = RunManifest.load(lake / "runs" / "ko-release" / "manifest.json")
     assert release_run.parents == ["ko-final"] and release_run.status == "succeeded"
+    # only benchmark data is published: it loads with `datasets` as the gate passed it, and nothing of the forum
+    # post, the raw model output or the annotators' names is in it (they stay in the lake)
+    folder = Path(release_run.outputs["release"])
+    gated = gated_table(lake, "ko-release")
+    assert_hub_ready(folder, gated, tmp_path / "hf")
+    data = pq.read_table(folder / "data" / "ko" / "test-00000-of-00001.parquet")
+    private = {"text", "body", "url", "title", "llm_raw", "ens_raw_output", "review_comments"}
+    assert private & set(gated.column_names) and not private & set(data.column_names)
+    assert {a for cell in data.column("review_annotators").to_pylist() for a in cell} == {"annotator-1", "annotator-2"}
+    print(f"\nko-piqa release: {len(gated.column_names)} columns gated, {len(data.column_names)} published: "
+          f"{data.column_names}")
     ev = RunManifest.load(lake / "runs" / "ko-evaluation" / "manifest.json")
     assert ev.parents == ["ko-release"] and ev.status == "succeeded" and conservation_errors(ev) == []
     summary = json.loads(Path(ev.outputs["json"]).read_text(encoding="utf-8"))

@@ -29,7 +29,8 @@ DRIVER = ROOT / "tests" / "recipe_storm_driver.py"
 RUN = "storm"
 # The release's data files: its run id and the review batch are the same in both lakes, so these are equal byte for
 # byte; run.json, RELEASED and the reports carry times and the lake's paths.
-DATA = ("items.parquet", "zh-piqa.jsonl", "zh-piqa-labels.lst", "zh-piqa.csv")
+DATA = ("data/zh/test-00000-of-00001.parquet", "extras/formats/zh-piqa.jsonl", "extras/formats/zh-piqa-labels.lst",
+        "extras/formats/zh-piqa.csv")
 
 # Kill points: (the driver's event line to wait for, questions more to wait for after it, extra seconds)
 FIXED = [("items start", 3, 0.0),        # inside the LLM stage: three questions answered

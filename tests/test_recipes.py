@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from hubutil import assert_hub_ready, gated_table
 
 from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest
@@ -184,6 +185,9 @@ def test_ta_piqa_recipe_review_import_then_resume_to_release(tmp_path, ray_local
     # the gate decides, and the recipe's status and exit code say what it decided
     assert done["released"] == (folder / "RELEASED").exists() == (release.status == "succeeded")
     assert done["exit_code"] == (0 if done["released"] else 1)
+    if done["released"]:  # the Hub layout: loads with `datasets` as the gate passed it; people reviewed it
+        assert_hub_ready(folder, gated_table(lake, "ta-release"), tmp_path / "hf")
+        assert "annotations_creators:\n- expert-generated" in card and "items were reviewed by people" in card
     assert RecipeRecord.load(Lake(lake), "ta").status == ("succeeded" if done["released"] else "failed")
 
 
@@ -216,8 +220,12 @@ def test_zh_piqa_recipe_auto_review_to_release_and_resume_asks_nothing_again(tmp
     _law_holds(lake, ["zh-items", review_id, "zh-final", "zh-release"])
     release = Path(out["release"])
     assert (release / "RELEASED").exists() and out["exit_code"] == 0
-    released = pq.read_table(release / "items.parquet")
+    released = pq.read_table(release / "data" / "zh" / "test-00000-of-00001.parquet")
     final = RunManifest.load(lake / "runs" / "zh-final" / "manifest.json")
+    assert_hub_ready(release, gated_table(lake, "zh-release"), tmp_path / "hf")
+    card = (release / "README.md").read_text("utf-8")
+    assert "annotations_creators:\n- machine-generated" in card and "**Not reviewed by people.**" in card
+    assert "license: afl-3.0" in card and "extended|ybisk/piqa" in card
     assert released.num_rows == final.stages[-1].rows_kept > 0 and final.parents == [review_id]
     assert released.column("id").to_pylist() == pq.read_table(Path(final.outputs["curated"])).column("id").to_pylist()
     asked = len(double.calls)
@@ -363,7 +371,7 @@ def test_a_human_written_recipe_runs_for_another_language_by_set_alone(tmp_path,
     intake = items.stages[0]
     assert intake.rows_kept == len(HINDI) and not intake.rows_dropped   # no `not_in_script`: the language is hi
     assert out["released"], out                                          # the generic suite passes Hindi
-    released = pq.read_table(Path(out["release"]) / "items.parquet")
+    released = pq.read_table(Path(out["release"]) / "data" / "hi" / "test-00000-of-00001.parquet")
     assert set(released.column("lang").to_pylist()) == {"hi"} and released.num_rows == len(HINDI)
     assert "Eight Hindi items" in (Path(out["release"]) / "README.md").read_text("utf-8")
 
