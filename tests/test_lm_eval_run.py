@@ -52,7 +52,7 @@ def items(shared_data):
     return pa.concat_tables([tamil.select(cols), russian.select(cols)])
 
 
-def _lm_eval(model_dir: Path, include: str, task: str, out: Path, *, chat: bool) -> list[dict]:
+def _lm_eval(model_dir: Path, include: str, task: str, out: Path, *, chat: bool, cwd: Path | None = None) -> list[dict]:
     if not LM_EVAL.exists():
         pytest.skip("lm-evaluation-harness is not installed: bash scripts/setup_lmeval.sh")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -60,7 +60,7 @@ def _lm_eval(model_dir: Path, include: str, task: str, out: Path, *, chat: bool)
     cmd = [str(LM_EVAL), "--model", "hf", "--model_args", f"pretrained={model_dir},dtype=float32", "--device", "cpu",
            "--include_path", include, "--tasks", task, "--batch_size", "1", "--log_samples",
            "--output_path", str(out), *(["--apply_chat_template"] if chat else [])]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-4000:]
     samples: list[dict] = []
     for path in sorted(out.rglob("samples_*.jsonl")):
@@ -140,3 +140,30 @@ def test_generation_sees_our_prompt_and_gives_our_reply(items, exported, engine,
         letter = next((g for g in match[-1] if g), None) if match else None
         assert float(sample["exact_match"]) == float(letter == "AB"[row["label"]]), (row["id"], reply)
     assert same_reply == items.num_rows, f"{same_reply}/{items.num_rows} greedy replies agree"
+
+
+def test_the_release_folder_tasks_run_in_lm_eval_and_match_our_loglikelihoods(items, engine, model_dir, tmp_path):
+    """The task files every release ships (lm_eval/, `dataset_path: .`, one config per language), run by a real
+    lm_eval from inside the release folder: it loads the configs through `datasets` and scores what we score."""
+    from transforms.eval.evaluator import LOGLIK_ACC, loglik_predictions
+    from transforms.release.writer import HubSettings, build_release
+
+    gate = {"success": True, "suite": "test", "checks": [], "reasons": []}
+    release = tmp_path / "release"
+    result = build_release(items, gate, out_dir=release, dataset="lmeval release", recipe="generic",
+                           version="2026.11.27", audit=False, hub=HubSettings(licence="cc-by-4.0"))
+    assert result.released
+    out = tmp_path / "out"
+    samples = _lm_eval(model_dir, "lm_eval", "piqaforge_lmeval_release_cloze", out, chat=False, cwd=release)
+    assert len(samples) == items.num_rows
+    assert {s["doc"]["id"] for s in samples} == set(items.column("id").to_pylist())
+    ours = loglik_predictions(engine, items, model="local", contexts=load_global_cloze_contexts())
+    ours = ours.filter(pa.compute.equal(ours.column("method"), LOGLIK_ACC)).to_pylist()
+    theirs = {s["doc"]["id"]: s for s in samples}
+    for row in ours:
+        sample = theirs[row["id"]]
+        assert sample["doc"]["label"] == row["label"]
+        lls = [float(r[0][0]) for r in sample["resps"]]
+        assert lls[0] == pytest.approx(row["ll_sol1"], abs=LL_TOLERANCE), (row["id"], lls, row)
+        assert lls[1] == pytest.approx(row["ll_sol2"], abs=LL_TOLERANCE), (row["id"], lls, row)
+        assert float(sample["acc"]) == float(row["correct"]), row["id"]

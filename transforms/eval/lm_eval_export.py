@@ -130,14 +130,17 @@ def export_lm_eval_task(table: pa.Table, out_dir: str | Path, name: str, *, reci
 
 
 def export_release_tasks(out_dir: str | Path, name: str, version: str, configs: dict[str, int], *,
-                         dataset_path: str = ".", generation: dict[str, Any] | None = None) -> dict[str, Any]:
+                         data_files: dict[str, str], dataset_path: str = ".",
+                         generation: dict[str, Any] | None = None) -> dict[str, Any]:
     """lm-eval tasks over a release's own configs, written into `<release>/lm_eval/` without running a model.
 
-    `configs` maps each config (a language) to its item count. The tasks read the release through
-    `datasets`: `dataset_path` is the published dataset id, or "." for the release folder itself (run
-    `lm_eval --include_path lm_eval ...` from inside the folder), and `dataset_name` the config, so nothing
-    holds an absolute path. The item columns are read as they are: goal, sol1, sol2, label (a ClassLabel).
+    `configs` maps each config (a language) to its item count, `data_files` to its file in the release. With `dataset_path` the published dataset
+    id, a task reads its config from the Hub (`dataset_name`); with "." it reads the config's Parquet file
+    by a path relative to the release folder (run `lm_eval --include_path lm_eval ...` from inside it;
+    `datasets` cannot name a dataset loaded from "."), so nothing holds an absolute path. The item columns
+    are read as they are: goal, sol1, sol2, label.
     """
+
     out = Path(out_dir)
     base = task_name(name)
     where = dataset_path if dataset_path != "." else "this release folder"
@@ -145,7 +148,7 @@ def export_release_tasks(out_dir: str | Path, name: str, version: str, configs: 
               f"#   lm_eval --model hf --model_args pretrained=<model> --include_path lm_eval "
               f"--tasks {base}_cloze,{base}_generation\n"
               + ("#   from inside the release folder\n" if dataset_path == "." else ""))
-    common = {"dataset_path": dataset_path, "test_split": "test"}
+    common = {"dataset_path": dataset_path if dataset_path != "." else "parquet", "test_split": "test"}
     cloze = {**cloze_template(), **common, "doc_to_text": "goal", "doc_to_choice": "{{[sol1, sol2]}}"}
     prompt = load_prompt(GLOBAL_PIQA_PROMPT)
     gen = {**generation_template(generation), **common,
@@ -159,9 +162,10 @@ def export_release_tasks(out_dir: str | Path, name: str, version: str, configs: 
         files.append(f"{kind}/_template")
         for config, n in configs.items():
             task = f"{base}_{kind}_{lm_eval_lang(config)}"
+            where_data = {"dataset_name": config} if dataset_path != "." else {
+                "dataset_kwargs": {"data_files": {"test": data_files[config]}}}
             _dump(out / kind / f"{config}.yaml", {"include": "_template", "task": task, "task_alias": config,
-                                                  "dataset_name": config,
-                                                  "metadata": {"version": 1.0, "n_items": n}}, header)
+                                                  **where_data, "metadata": {"version": 1.0, "n_items": n}}, header)
             files.append(f"{kind}/{config}.yaml")
             tasks[kind].append(task)
         group = f"{base}_{kind}"

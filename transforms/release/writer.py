@@ -152,7 +152,7 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
         from transforms.eval.lm_eval_export import export_release_tasks
 
         lm_eval = export_release_tasks(out / "lm_eval", dataset, version, {c: t.num_rows for c, t in configs.items()},
-                                       dataset_path=hub.repo_id or ".")
+                                       data_files={c: H.data_path(c) for c in configs}, dataset_path=hub.repo_id or ".")
         files += [f"lm_eval/{f}" for f in lm_eval["files"]]
     for name, text in (extra_files or {}).items():  # the recipe's own files, before the card lists them
         (extras / name).write_text(text, "utf-8")
