@@ -156,7 +156,9 @@ def export_release_tasks(out_dir: str | Path, name: str, version: str, configs: 
     meta_version = float(version) if version.replace(".", "", 1).isdigit() else version
     files: list[str] = []
     tasks: dict[str, list[str]] = {"cloze": [], "generation": []}
-    for kind, template, metrics in (("cloze", cloze, CLOZE_METRICS), ("generation", gen, ("exact_match",))):
+    kinds: tuple[tuple[str, dict[str, Any], tuple[str, ...]], ...] = (
+        ("cloze", cloze, CLOZE_METRICS), ("generation", gen, ("exact_match",)))
+    for kind, template, metrics in kinds:
         _dump(out / kind / "_template", {**template, "metadata": {**template["metadata"], "release": version}},
               header)
         files.append(f"{kind}/_template")

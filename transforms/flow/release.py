@@ -95,7 +95,13 @@ def hub_settings_for(lake: Lake, src: Path, parents: list[str], hub: dict[str, A
     the files the items were read from (lake/samples/licences.yaml) and the review's agreement."""
     from transforms.piqa.item_checks import agreement_figures
     from transforms.release.hub import HubMetadataError, check_config_name, check_language, declared_columns
-    from transforms.release.licences import LicenceError, SourceSpec, hub_licence, sources_of_file, unique_sources
+    from transforms.release.licences import (
+        LicenceError,
+        SourceSpec,
+        hub_licence,
+        sources_of_file,
+        unique_sources,
+    )
     from transforms.release.stage import read_raw
 
     out = dict(hub)

@@ -134,7 +134,7 @@ def pseudonymise(table: pa.Table) -> pa.Table:
         if name not in table.column_names:
             continue
         ids: dict[str, str] = {}
-        values = []
+        values: list[Any] = []
         for cell in table.column(name).to_pylist():
             if cell is None:
                 values.append(None)

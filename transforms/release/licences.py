@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLE_LICENCES = REPO / "lake" / "samples" / "licences.yaml"
 
 # Licence identifiers the Hub documents (hf.co/docs/hub/repositories-licenses), lowercase as the card wants them.
-HUB_LICENCES = frozenset("""
+_HUB_LICENCE_IDS = """
 apache-2.0 mit openrail bigscience-openrail-m creativeml-openrail-m bigscience-bloom-rail-1.0 bigcode-openrail-m
 afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc cc0-1.0 cc-by-2.0 cc-by-2.5
 cc-by-3.0 cc-by-4.0 cc-by-sa-3.0 cc-by-sa-4.0 cc-by-nc-2.0 cc-by-nc-3.0 cc-by-nc-4.0 cc-by-nd-4.0 cc-by-nc-nd-3.0
@@ -34,7 +34,8 @@ cc-by-nc-nd-4.0 cc-by-nc-sa-2.0 cc-by-nc-sa-3.0 cc-by-nc-sa-4.0 cdla-sharing-1.0
 cdla-permissive-2.0 wtfpl ecl-2.0 epl-1.0 epl-2.0 etalab-2.0 eupl-1.1 eupl-1.2 agpl-3.0 gfdl gpl gpl-2.0 gpl-3.0 lgpl
 lgpl-2.1 lgpl-3.0 isc h-research intel-research lppl-1.3c ms-pl apple-ascl mpl-2.0 odc-by odbl openrail++ osl-3.0
 postgresql ofl-1.1 ncsa unlicense zlib pddl lgpl-lr unknown other
-""".split())
+"""
+HUB_LICENCES = frozenset(_HUB_LICENCE_IDS.split())
 _PERMISSIVE = re.compile(r"^(mit|apache-2\.0|afl-3\.0|bsd.*|cc0-1\.0|cc-by-[0-9.]+|cdla-permissive-.*|isc|unlicense|"
                          r"pddl|odc-by|zlib|postgresql|wtfpl|bsl-1\.0|ecl-2\.0|ncsa|etalab-2\.0)$")
 _SHARE_ALIKE_EXACT = re.compile(r"^(odbl|cdla-sharing-1\.0|gpl.*|agpl-3\.0|lgpl.*|gfdl|eupl-.*|mpl-2\.0|epl-.*)$")
