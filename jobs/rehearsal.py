@@ -520,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.keep:
             say(f"--keep: the cluster stays up at {cluster.address}; stop it with: "
-                f"pkill -s {' -s '.join(str(p.pid) for p in cluster.procs)}; rm -rf {cluster.temp}")
+                f"pkill -9 -s {','.join(str(p.pid) for p in cluster.procs)}; rm -rf {cluster.temp}")
         else:
             cluster.stop()
             say("cluster stopped, temp dirs removed")
