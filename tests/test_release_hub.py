@@ -141,6 +141,8 @@ def test_the_gate_refuses_a_licence_its_sources_do_not_allow(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "release gate failed: licence: source 'A share-alike corpus' is CC-BY-SA-4.0" in err
     assert not (tmp_path / "release" / "ta-piqa" / "2026.11.27" / "RELEASED").exists()
+    card = (tmp_path / "release" / "ta-piqa" / "2026.11.27" / "README.md").read_text(encoding="utf-8")
+    assert "**The gate refused this licence:**" in card and "Quality gate: **FAILED**" in card
 
 
 @pytest.mark.parametrize(("args", "key"), [

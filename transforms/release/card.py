@@ -144,7 +144,8 @@ def _review_rows(review: dict[str, Any] | None) -> list[str]:
 
 def card_markdown(stats: dict[str, Any], *, title: str, recipe: str, version: str, gate: dict[str, Any],
                   audit_md: str | None = None, files: list[str] | None = None, plots: list[str] | None = None,
-                  sections: list[str] | None = None, plots_dir: str = "plots") -> str:
+                  sections: list[str] | None = None, plots_dir: str = "plots",
+                  lead: list[str] | None = None) -> str:
     lab = stats["labels"]
     share = "–" if lab["share_1"] is None else f"{100 * lab['share_1']:.1f}%"
     cultural = stats["cultural"]
@@ -152,6 +153,7 @@ def card_markdown(stats: dict[str, Any], *, title: str, recipe: str, version: st
     status = "PASSED" if gate.get("success") else "FAILED"
     lines = [f"# {title} ({version})", "",
              f"Recipe `{recipe}`. Quality gate: **{status}** (suite `{gate.get('suite')}`).", "",
+             *[line for section in lead or [] for line in (section, "")],
              "## Statistics", "", "| | |", "|---|---|", f"| items | {stats['items']:,} |",
              f"| label 0 / 1 | {lab['0']:,} / {lab['1']:,} (label 1: {share}) |",
              f"| cultural items | {cultural_share} (known for {cultural['known']:,}) |",

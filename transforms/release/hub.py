@@ -41,7 +41,7 @@ COLUMN_DOCS: dict[str, str] = {
     "sol1_gloss": "English gloss of sol1 (J-PIQA)",
     "sol2_gloss": "English gloss of sol2 (J-PIQA)",
     "orig_line_no": "0-based line of the PIQA item it descends from (J-PIQA)",
-    "is_translation": "translated from PIQA (J-PIQA)",
+    "is_translation": "translated from an item in another language (J-PIQA: from PIQA; XCOPA: from COPA)",
     "source_document": "the document the item was built from (Russian PIQA)",
     "grade": "school grade or level of that document (Russian PIQA)",
     "domain": "PIndicQA taxonomy: domain",

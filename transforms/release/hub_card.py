@@ -45,7 +45,7 @@ def review_section(review: dict[str, Any] | None, agreement: dict[str, Any] | No
     return "\n".join(lines) + "\n"
 
 
-def sources_section(licence: str, sources: list[SourceSpec], notes: list[str]) -> str:
+def sources_section(licence: str, sources: list[SourceSpec], notes: list[str], conflicts: list[str]) -> str:
     lines = ["## Sources and licence", "", f"This release is licensed **{licence}**."]
     if sources:
         lines += ["", "| source | licence | attribution |", "|---|---|---|"]
@@ -55,8 +55,11 @@ def sources_section(licence: str, sources: list[SourceSpec], notes: list[str]) -
             if s.note:
                 credit += f" ({s.note})"
             lines.append(f"| {name} | {s.licence} | {credit} |")
-        lines += ["", "Each source's licence allows this release's licence (checked by the gate: share-alike "
-                  "sources need the same terms, non-commercial ones a non-commercial release)."]
+        if conflicts:
+            lines += ["", "**The gate refused this licence:**"] + [f"- {c}" for c in conflicts]
+        else:
+            lines += ["", "Each source's licence allows this release's licence (checked by the gate: share-alike "
+                      "sources need the same terms, non-commercial ones a non-commercial release)."]
     else:
         lines += ["", "No source was declared: the items were written for this benchmark."]
     lines += [f"- {n}" for n in notes]

@@ -170,18 +170,23 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
     files += [f"{EXTRAS}/{n}" for n in ("expectations.json", *(["audit.json"] if audit_result else []),
                                           "stats.json", "report.html")]
     files.append("README.md")
+    conflicts = licence_conflicts(hub.licence, hub.sources)
     if can_export:
-        reasons += licence_conflicts(hub.licence, hub.sources)
+        reasons += conflicts
     review = stats.get("review")
     prose = [hub_card.review_section(review, hub.agreement),
-             hub_card.sources_section(hub.licence, hub.sources, hub.notes)]
+             hub_card.sources_section(hub.licence, hub.sources, hub.notes, conflicts)]
     if configs:
         prose.insert(0, hub_card.usage_section(dataset, {c: t.num_rows for c, t in configs.items()}, hub.repo_id,
                                                lm_eval["groups"]))
         prose.append(hub_card.columns_section(list(published.column_names)))
     prose.append(hub_card.citation_section(hub.pretty_name or dataset, version, hub.repo_id, hub.sources))
-    body = card_markdown(stats, title=dataset, recipe=recipe, version=version, gate=gate, audit_md=audit_md,
-                         files=files, plots=list(plots), sections=prose + extra_sections, plots_dir=f"{EXTRAS}/plots")
+    reasons = list(gate.get("reasons", [])) + audit_refusals(audit_result) + reasons
+    released = bool(gate.get("success")) and not reasons
+    verdict = {**gate, "success": released, "reasons": reasons}  # the card says what was decided, refusals too
+    body = card_markdown(stats, title=dataset, recipe=recipe, version=version, gate=verdict, audit_md=audit_md,
+                         files=files, plots=list(plots), sections=extra_sections, plots_dir=f"{EXTRAS}/plots",
+                         lead=prose)
     head = ""
     if configs:
         meta = H.card_metadata(configs, licence=hub.licence, pretty_name=hub.pretty_name or dataset, review=review,
@@ -190,8 +195,6 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
     (out / "README.md").write_text(head + body, "utf-8")
     if run_id:
         (extras / RUN_FILE).write_text(json.dumps({"run_id": run_id}) + "\n", "utf-8")
-    reasons = list(gate.get("reasons", [])) + audit_refusals(audit_result) + reasons
-    released = bool(gate.get("success")) and not reasons
     if released:
         stamp = dt.datetime.now(dt.UTC).isoformat()
         (out / RELEASED).write_text(json.dumps({"released_at": stamp, "items": table.num_rows,
