@@ -270,7 +270,7 @@ def test_j_piqa_direct_part_end_to_end_on_the_local_model(tmp_path):
     final = RunManifest.load(lake.manifest_path("jp-e2e-final")) if lake.manifest_path("jp-e2e-final").exists() \
         else None
     if result.get("released"):
-        appendix = pd.read_csv(Path(result["release"]) / "j-piqa-appendix.csv")
+        appendix = pd.read_csv(Path(result["release"]) / "extras" / "j-piqa-appendix.csv")
         assert list(appendix.columns)[:4] == ["prompt", "solution0", "solution1", "label"]
         assert final is not None and len(appendix) == final.stages[-1].rows_kept
         assert set(appendix["source"]) == {"piqa_original"}

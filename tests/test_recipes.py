@@ -285,7 +285,7 @@ def test_j_piqa_recipe_three_parts_quota_rounds_release(tmp_path, ray_local):
     _law_holds(lake, runs)
     assert out.get("release"), out
     folder = Path(out["release"])
-    assert (folder / "j-piqa-appendix.csv").exists() and "Direct generation: categories" in (
+    assert (folder / "extras" / "j-piqa-appendix.csv").exists() and "Direct generation: categories" in (
         folder / "README.md").read_text("utf-8")
     if out["released"]:   # the suite decides; a refusal names its checks in the release run
         assert (folder / "RELEASED").exists()
