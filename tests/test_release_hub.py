@@ -23,11 +23,13 @@ from transforms.piqa.formats import read_items, read_xcopa
 from transforms.release.hub import (
     BENCHMARK_COLUMNS,
     HubMetadataError,
+    check_card,
     check_config_name,
     data_table,
     undeclared_columns,
 )
 from transforms.release.licences import SourceSpec, licence_conflicts
+from transforms.release.publish import PublishError, publish
 from transforms.release.writer import HubSettings, build_release
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,3 +274,22 @@ def test_publish_refuses_what_the_gate_did_not_pass(released, tmp_path, capsys):
     (unreleased / "RELEASED").unlink()
     assert main(["publish", str(unreleased), "--repo", "piqaforge/ta-piqa", "--dry-run"]) == 2
     assert "no RELEASED marker" in capsys.readouterr().err
+
+
+def test_the_offline_card_check_names_each_bad_field(released, tmp_path):
+    _, out, _ = released
+    folder = tmp_path / "bad"
+    shutil.copytree(out, folder)
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    bad = (text.replace("license: cc-by-4.0", "license: cc-by-9.9").replace("language:\n- ta", "language:\n- tamil")
+           .replace("- multiple-choice-qa", "- open-domain-qa").replace("- n<1K", "- tiny")
+           .replace("path: data/ta/test-00000-of-00001.parquet", "path: data/ta/train-*.parquet"))
+    (folder / "README.md").write_text(bad, encoding="utf-8")
+    problems = check_card(folder)
+    for key in ("license: 'cc-by-9.9'", "language: 'tamil'", "task_ids:", "size_categories: 'tiny'",
+                "configs.ta.data_files: data/ta/train-*.parquet matches no file"):
+        assert any(p.startswith(key) for p in problems), (key, problems)
+    assert len(problems) == 5
+    # publish checks the folder's checksums first: the edited card is a changed file
+    with pytest.raises(PublishError, match="changed: README.md"):
+        publish(folder, "piqaforge/ta-piqa", dry_run=True)
