@@ -77,7 +77,24 @@ class Cluster:
     def address(self) -> str:
         return f"http://127.0.0.1:{self.dashboard}"
 
+    def descendants(self) -> set[int]:
+        """Every process below the ones started here (vLLM's engine processes may leave their session)."""
+        out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout.split()
+        children: dict[int, list[int]] = {}
+        for pid, ppid in zip(out[::2], out[1::2], strict=True):
+            children.setdefault(int(ppid), []).append(int(pid))
+        found: set[int] = set()
+        todo = [p.pid for p in self.procs]
+        while todo:
+            pid = todo.pop()
+            for child in children.get(pid, []):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+        return found
+
     def stop(self) -> None:
+        below = self.descendants()
         for proc in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -89,6 +106,9 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+        for pid in below:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
@@ -308,11 +328,17 @@ def run_recipe(name: str, cluster: Cluster, lake: Path, conf: dict[str, Any], mo
     cfg = REPO / "jobs" / "configs" / f"{name}-cluster.yaml"
     if not cfg.exists():
         raise RehearsalError(f"{name}: no cluster config {cfg.relative_to(REPO)}")
-    args += ["--config", str(cfg.relative_to(REPO)), "--set", "engines=vllm-cluster"]
-    for item in swapped_roles(name, conf.get("models", {}), model_path, cluster.server_url):
-        args += ["--set", item]
+    items = ["engines=vllm-cluster", *swapped_roles(name, conf.get("models", {}), model_path, cluster.server_url)]
     for key, value in ((conf.get("recipes") or {}).get(name, {}).get("set") or {}).items():
-        args += ["--set", f"{key}={json.dumps(value, ensure_ascii=False)}"]
+        items.append(f"{key}={json.dumps(value, ensure_ascii=False)}")
+    args += ["--config", str(cfg.relative_to(REPO))]
+    for item in items:
+        args += ["--set", item]
+    from jobs.config import parse_set
+
+    # where each stage may run, from the same recipe, config and --set items the job gets (a served role's
+    # stage is an HTTP client and belongs on a CPU worker)
+    _EXPECTED[name] = expected_types(name, dict(parse_set(i) for i in items), read_cluster())
     args += ["--env", f"PIQAFORGE_PLACEMENT_LOG={placement}", "--env",
              f"VLLM_CPU_KVCACHE_SPACE={conf.get('nodes', {}).get('kv_cache_gb', 1)}",
              "--env", "HF_HUB_OFFLINE=1", "--env", "TRANSFORMERS_OFFLINE=1"]
@@ -505,9 +531,6 @@ def main(argv: list[str] | None = None) -> int:
     model_path = resolve_model(conf["models"]["model"])
     say(f"substitution on every vLLM role: the cluster's models -> {conf['models']['model']} ({model_path}); "
         f"served through vLLM's OpenAI server: {', '.join(conf['models'].get('served') or []) or 'none'}")
-    for name in names:
-        overrides = {"engines": "vllm-cluster", **((conf.get("recipes") or {}).get(name, {}).get("set") or {})}
-        _EXPECTED[name] = expected_types(name, overrides, nodes)
     outcomes: list[Outcome] = []
     cluster = Cluster(temp=Path(tempfile.mkdtemp(prefix="pfr", dir="/tmp")))
     try:

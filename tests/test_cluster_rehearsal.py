@@ -48,5 +48,6 @@ def test_the_rehearsal_runs_recipes_on_the_node_types_their_stages_name(tmp_path
     assert "cluster stopped, temp dirs removed" in out
     # nothing left behind: no temp dir, no raylet of the rehearsal
     assert set(Path("/tmp").glob("pfr*")) <= before
-    procs = subprocess.run(["pgrep", "-f", ".rehearsal/venvs/"], capture_output=True, text=True).stdout.split()
-    assert not procs, procs
+    for pattern in (".rehearsal/venvs/", "VLLM::"):
+        procs = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+        assert not procs, (pattern, procs)
