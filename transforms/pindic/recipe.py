@@ -25,9 +25,46 @@ def _embedder(config_json: str) -> Any:
 
 
 def _embed(embedder: dict[str, Any]) -> Any:
+    """The embedder's encode function. On a cluster (the driver joined one: RAY_ADDRESS) the model is not loaded
+    in the driver, which runs on a CPU-only head: an actor placed by the embedder's device holds it (a vLLM
+    worker's GPU for `device: cuda`, else a CPU worker) and the driver sends it texts."""
+    import json
+    import os
+
+    config = json.dumps(embedder, sort_keys=True)
+    if os.environ.get("RAY_ADDRESS"):
+        actor = _embed_actor(config)
+
+        def encode(texts: list[str]) -> Any:
+            import ray
+
+            return ray.get(actor.encode.remote(list(texts)))
+
+        return encode
+    return _embedder(config).encode
+
+
+class _EmbedWorker:
+    def __init__(self, config_json: str):
+        self.embedder = _embedder(config_json)
+
+    def encode(self, texts: list[str]) -> Any:
+        return self.embedder.encode(texts)
+
+
+@lru_cache(maxsize=4)
+def _embed_actor(config_json: str) -> Any:
     import json
 
-    return _embedder(json.dumps(embedder, sort_keys=True)).encode
+    import ray
+
+    from transforms.core.stage import Resources
+
+    device = str(json.loads(config_json).get("device") or "")
+    place = Resources(env="vllm", gpus=1, cpus=1) if device.startswith("cuda") else Resources(cpus=1)
+    args = place.ray_remote_args()
+    args.pop("memory", None)
+    return ray.remote(**args)(_EmbedWorker).remote(config_json)
 
 
 @lru_cache(maxsize=4)
