@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install piqaforge on a cluster node, inside its container. One argument: the node's environment.
 #   head   the driver: the recipe orchestrator, the Jobs API, review export/import and agreement
-#          statistics, the release gate (it builds every stage once to check the recipe, so it imports
-#          every stage module, but runs none of their models)
+#          statistics; it builds every stage once to check the recipe (so it imports every stage module)
+#          and runs recipes' driver-side hooks (PIndicQA writes its per-combination FAISS indices), but loads
+#          no model: embedders and LLMs run in actors on the worker types
 #   cpu    CPU workers: the front half (langid, dedup), embeddings on CPU, Japanese/Korean tokenisers,
 #          CTranslate2 translation on CPU, the gate's expectations
 #   vllm   GPU workers of docker/vllm.Dockerfile's image: LLM stages (in-process vLLM), torch embeddings
@@ -25,7 +26,7 @@ PY="${PYTHON:-python}"
 cd "$repo"
 
 case "$env_name" in
-  head) extras="cluster,review" ;;
+  head) extras="cluster,review,embed" ;;
   cpu) extras="langid,quality,embed,lang,mt,review" ;;
   vllm) extras="llm,embed,mt" ;;
   cuml) extras="embed" ;;

@@ -231,6 +231,39 @@ def module_extras(modules: Iterable[str]) -> dict[str, set[str]]:
     return found
 
 
+def hook_extras(modules: Iterable[str]) -> dict[str, set[str]]:
+    """Extras the driver-side hooks of a recipe import when they run (a run's `rounds.requests` and `reports`
+    functions): every import of the hook's module, function-level ones included, and of the transforms modules
+    it imports at module level (PIndicQA's combination index writes FAISS indices in the driver)."""
+    by_module = {m: extra for extra, mods in EXTRA_MODULES.items() for m in mods}
+    found: dict[str, set[str]] = {}
+    first = list(modules)
+    todo = [(m, True) for m in first]
+    seen: set[str] = set()
+    while todo:
+        mod, follow = todo.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        spec = importlib.util.find_spec(mod)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            for imported in names:
+                top = imported.split(".")[0]
+                if top == "transforms" and follow and node in tree.body:
+                    todo.append((imported, False))
+                elif top in by_module:
+                    found.setdefault(by_module[top], set()).add(f"{mod} imports {top} (a driver-side hook)")
+    return found
+
+
 def setup_env_of(want: Demand, node_types: list[Any]) -> list[str]:
     """The set-up environments (setup_node.sh <env>) of the node types that can hold a demand."""
     return sorted({n.setup_env for n in node_types if not n.head and not missing_on(want, _with_accel(n.resources))})
@@ -317,6 +350,11 @@ def needed_extras(recipes: Iterable[Any], node_types: list[Any]) -> tuple[dict[s
                 for extra in stage_extras(name, stage) - set(IMAGE_EXTRAS.get(env, ())):
                     need.setdefault(env, set()).add(extra)
                     why.setdefault(f"{env}:{extra}", []).append(f"{recipe.recipe} {where} ({name})")
+        hooks = [r.rounds.requests for r in recipe.runs if r.rounds is not None] + \
+            [rep.make for r in recipe.runs for rep in r.reports]
+        for extra, reasons in hook_extras(sorted({h.split(":")[0] for h in hooks})).items():
+            need.setdefault(head, set()).add(extra)
+            why.setdefault(f"{head}:{extra}", []).extend(sorted(reasons)[:3])
     stage_modules |= set(DRIVER_MODULES)
     for extra, reasons in module_extras(sorted(stage_modules)).items():
         need.setdefault(head, set()).add(extra)
