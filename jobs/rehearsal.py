@@ -257,7 +257,7 @@ def start_server(cluster: Cluster, venv: Path, model: str, served: dict[str, Any
     # looks up the version of a distribution named vllm
     cmd = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
            "--host", "127.0.0.1", "--port", str(port),
-           "--served-model-name", "rehearsal-served", "--max-model-len", "2048", "--dtype", "float32",
+           "--served-model-name", "rehearsal-served", "--max-model-len", "4096", "--dtype", "float32",
            # the stand-in is a base model without a chat template: render as the in-process engines do
            "--chat-template", str(REPO / "cluster" / "rehearsal" / "plain_chat_template.jinja")]
     say(f"vLLM OpenAI server (CPU build) on 127.0.0.1:{port}: {model}")
