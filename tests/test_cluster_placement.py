@@ -246,7 +246,7 @@ def test_the_cuml_stand_in_runs_the_stages_cuml_code_path(monkeypatch):
     assert out["k"] == ref["k"] and list(out["labels"]) == list(ref["labels"])
 
 
-def test_submit_passes_env_items_and_refuses_bad_ones(capsys):
+def test_submit_refuses_an_env_item_that_is_not_name_value(capsys):
     from jobs.cli import main
 
     assert main(["submit", "zh-piqa", "--address", "http://127.0.0.1:1", "--env", "not a pair"]) == 2

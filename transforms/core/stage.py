@@ -264,6 +264,13 @@ def _run_global(stage: GlobalStage, *tables: pa.Table) -> pa.Table:
     return stage(table)
 
 
+def placement_args(place: dict[str, Any] | None) -> dict[str, Any]:
+    """Ray remote args for work placed as a stage with these `resources` fields would be (an engine profile's
+    `resources`: automatic review's annotators, the audit's model, an embedder actor)."""
+    known = {k: v for k, v in (place or {}).items() if k in Resources.model_fields}
+    return Resources.model_validate(known).ray_remote_args()
+
+
 # -- where stages ran (the cluster rehearsal reads these) ---------------------------------------------------
 PLACEMENT_LOG_VAR = "PIQAFORGE_PLACEMENT_LOG"
 _NOTED: set[str] = set()

@@ -141,12 +141,10 @@ def _audit_placed(items: pa.Table, config: Config, model: str, cache_dir: str) -
     """The audit with the model's solution-only baseline, in a Ray task placed by the engine's `resources`."""
     import ray
 
-    from transforms.core.stage import Resources
+    from transforms.core.stage import placement_args
 
-    place = {k: v for k, v in (config.engines[model].resources or {}).items() if k in Resources.model_fields}
-    args = Resources.model_validate(place).ray_remote_args()
-    args.pop("memory", None)
-    out: dict[str, Any] = ray.get(ray.remote(**args)(_audit_task).remote(items, config, model, cache_dir))
+    task = ray.remote(**placement_args(config.engines[model].resources))(_audit_task)
+    out: dict[str, Any] = ray.get(task.remote(items, config, model, cache_dir))
     return out
 
 

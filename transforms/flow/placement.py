@@ -200,15 +200,17 @@ def stage_extras(name: str, stage: Any) -> set[str]:
     return out
 
 
-def module_extras(modules: Iterable[str]) -> dict[str, set[str]]:
-    """Third-party top-level imports of these modules (and the transforms modules they import at
-    module level, transitively) that come from an extra, by extra: what importing them needs."""
+def _imported_extras(modules: Iterable[str], *, deep: bool) -> dict[str, set[str]]:
+    """Third-party imports that come from an extra, by extra, with who imports them. Not deep: module-level
+    imports of these modules and of the transforms modules they import, transitively (what `import` runs).
+    Deep (driver-side hooks): every import, function-level ones included, of these modules and of the
+    transforms modules they import at module level (one level down)."""
     by_module = {m: extra for extra, mods in EXTRA_MODULES.items() for m in mods}
-    seen: set[str] = set()
     found: dict[str, set[str]] = {}
-    todo = list(modules)
+    todo = [(m, True) for m in modules]
+    seen: set[str] = set()
     while todo:
-        mod = todo.pop()
+        mod, first = todo.pop()
         if mod in seen:
             continue
         seen.add(mod)
@@ -216,7 +218,7 @@ def module_extras(modules: Iterable[str]) -> dict[str, set[str]]:
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             continue
         tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-        for node in tree.body:  # module level only: what `import <mod>` runs
+        for node in (ast.walk(tree) if deep else tree.body):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -225,52 +227,28 @@ def module_extras(modules: Iterable[str]) -> dict[str, set[str]]:
             for imported in names:
                 top = imported.split(".")[0]
                 if top in ("transforms", "expectations", "jobs"):
-                    todo.append(imported)
+                    if node in tree.body and (not deep or first):
+                        todo.append((imported, False if deep else first))
                 elif top in by_module:
-                    found.setdefault(by_module[top], set()).add(f"{mod} imports {top}")
+                    found.setdefault(by_module[top], set()).add(
+                        f"{mod} imports {top}" + (" (a driver-side hook)" if deep else ""))
     return found
+
+
+def module_extras(modules: Iterable[str]) -> dict[str, set[str]]:
+    """What importing these modules needs (module-level imports, transitively), by extra."""
+    return _imported_extras(modules, deep=False)
 
 
 def hook_extras(modules: Iterable[str]) -> dict[str, set[str]]:
     """Extras the driver-side hooks of a recipe import when they run (a run's `rounds.requests` and `reports`
-    functions): every import of the hook's module, function-level ones included, and of the transforms modules
-    it imports at module level (PIndicQA's combination index writes FAISS indices in the driver)."""
-    by_module = {m: extra for extra, mods in EXTRA_MODULES.items() for m in mods}
-    found: dict[str, set[str]] = {}
-    first = list(modules)
-    todo = [(m, True) for m in first]
-    seen: set[str] = set()
-    while todo:
-        mod, follow = todo.pop()
-        if mod in seen:
-            continue
-        seen.add(mod)
-        spec = importlib.util.find_spec(mod)
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            continue
-        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module]
-            for imported in names:
-                top = imported.split(".")[0]
-                if top == "transforms" and follow and node in tree.body:
-                    todo.append((imported, False))
-                elif top in by_module:
-                    found.setdefault(by_module[top], set()).add(f"{mod} imports {top} (a driver-side hook)")
-    return found
+    functions; PIndicQA's combination index writes FAISS indices in the driver)."""
+    return _imported_extras(modules, deep=True)
 
 
 def setup_env_of(want: Demand, node_types: list[Any]) -> list[str]:
     """The set-up environments (setup_node.sh <env>) of the node types that can hold a demand."""
-    return sorted({n.setup_env for n in node_types if not n.head and not missing_on(want, _with_accel(n.resources))})
-
-
-def _with_accel(resources: dict[str, float]) -> dict[str, float]:
-    return dict(resources)
+    return sorted({n.setup_env for n in node_types if not n.head and not missing_on(want, n.resources)})
 
 
 def recipe_stages(recipe: Any) -> list[tuple[str, str, Any]]:

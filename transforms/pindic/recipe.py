@@ -58,13 +58,11 @@ def _embed_actor(config_json: str) -> Any:
 
     import ray
 
-    from transforms.core.stage import Resources
+    from transforms.core.stage import placement_args
 
     device = str(json.loads(config_json).get("device") or "")
-    place = Resources(env="vllm", gpus=1, cpus=1) if device.startswith("cuda") else Resources(cpus=1)
-    args = place.ray_remote_args()
-    args.pop("memory", None)
-    return ray.remote(**args)(_EmbedWorker).remote(config_json)
+    place = {"env": "vllm", "gpus": 1, "cpus": 1} if device.startswith("cuda") else {"cpus": 1}
+    return ray.remote(**placement_args(place))(_EmbedWorker).remote(config_json)
 
 
 @lru_cache(maxsize=4)

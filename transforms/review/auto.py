@@ -196,12 +196,9 @@ def _placed(engine_cfg: EngineConfig, mine: list[tuple[str, str]], rows: list[di
     """`_judge_with` in a Ray task placed by the engine's `resources` (env, GPUs), as a stage would be."""
     import ray
 
-    from transforms.core.stage import Resources
+    from transforms.core.stage import placement_args
 
-    args = Resources.model_validate({k: v for k, v in (engine_cfg.resources or {}).items()
-                                     if k in Resources.model_fields}).ray_remote_args()
-    args.pop("memory", None)
-    task = ray.remote(**args)(_judge_remote)
+    task = ray.remote(**placement_args(engine_cfg.resources))(_judge_remote)
     out: list[dict[str, Any]] = ray.get(task.remote(engine_cfg, mine, rows, batch_size, both_orders, cache_dir))
     return out
 
