@@ -19,27 +19,23 @@ from __future__ import annotations
 from typing import ClassVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 from pydantic import Field
 
 from transforms.core import columns as C
 from transforms.core.stage import GlobalStage, put_column, set_drop_reason
+from transforms.piqa.positions import POSITION_PAIRS, swap_solutions
 
 ODD_REASON = "label_balance_odd"
 SWAPPED = "solutions_swapped"
-# Columns that hold the two solutions in some recipe; a swap moves every pair the table has, so a
-# gloss, a source-language text or an earlier version of a solution stays with its solution.
-SWAP_PAIRS = (("sol1", "sol2"),                            # every recipe
-              ("sol1_gloss", "sol2_gloss"),                # J-PIQA, Russian PIQA: English glosses
-              ("option1", "option2"),                      # J-PIQA: the appendix's option columns
-              ("en_sol1", "en_sol2"),                      # PIndicQA: the English source
-              ("translated_sol1", "translated_sol2"),      # PIndicQA: the machine translation
-              ("corrected_sol1", "corrected_sol2"))        # PIndicQA: the corrected translation
+# Every column that refers to a solution by position (the two solutions, glosses, reviewers' verdicts,
+# the label ...) is declared in transforms/piqa/positions.py and moved by its one helper.
+SWAP_PAIRS = POSITION_PAIRS
 
 
 class BalanceLabels(GlobalStage):
-    """Swap the solutions of the fewest items (label flipped, `correct` too where present) so that half
+    """Swap the solutions of the fewest items (with every position-dependent column: label, `correct`,
+    glosses, reviewers' verdicts; transforms/piqa/positions.py) so that half
     of the labels are 1, within one item; drop one item (`label_balance_odd`) from an odd count that no
     split can bring inside [`min_share`, `max_share`]. `solutions_swapped` records each swap."""
 
@@ -79,17 +75,7 @@ class BalanceLabels(GlobalStage):
         swap = set([i for i in order if labels[i] == flip_from][:need])  # the first in the hash order
         mask = pa.array([i in swap for i in range(n)], pa.bool_())
 
-        out = table
-        for a, b in SWAP_PAIRS:
-            if a in table.column_names and b in table.column_names:
-                out = put_column(out, a, pc.if_else(mask, table.column(b), table.column(a)))
-                out = put_column(out, b, pc.if_else(mask, table.column(a), table.column(b)))
-        flipped = [1 - v if i in swap else v for i, v in enumerate(labels)]
-        out = put_column(out, "label", pa.array(flipped, table.schema.field("label").type))
-        if "correct" in table.column_names:  # J-PIQA's 1-based number of the correct option
-            renamed = pa.array([None if v is None else str(v + 1) for v in flipped], pa.string())
-            out = put_column(out, "correct", pc.if_else(mask, renamed, table.column("correct").cast(pa.string())))
-        out = put_column(out, SWAPPED, mask)
+        out = put_column(swap_solutions(table, mask), SWAPPED, mask)
         if odd is None:
             return out
         return set_drop_reason(out, pa.array([ODD_REASON if i == odd else None for i in range(n)], pa.string()))
