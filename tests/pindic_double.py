@@ -16,7 +16,8 @@ from typing import Any
 
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 
-SCRIPT_BASE = {"Hindi": 0x0915, "Bengali": 0x0995, "Tamil": 0x0B95, "Kannada": 0x0C95, "Malayalam": 0x0D15}
+SCRIPT_BASE = {"Hindi": 0x0915, "Bangla": 0x0995,  # CLDR's English name of bn (langcodes)
+               "Tamil": 0x0B95, "Kannada": 0x0C95, "Malayalam": 0x0D15}
 
 
 def h(text: str) -> int:

@@ -21,10 +21,12 @@ import pytest
 from transforms.core import columns as C
 from transforms.translate.base import build_translator
 from transforms.translate.config import CT2Config
-from transforms.translate.languages import LANGUAGES, nllb_code
+from transforms.translate.languages import nllb_code
 from transforms.translate.quality import data_root
 from transforms.translate.stage import TranslateStage
 
+# the languages of the bundled parallel corpora and the recipes
+CODES = ["en", "hi", "bn", "ta", "kn", "ml", "te", "mr", "gu", "ur", "ja", "ko", "zh", "ru", "fr", "de", "es"]
 ctranslate2 = pytest.importorskip("ctranslate2")
 spm = pytest.importorskip("sentencepiece")
 pytest.importorskip("transformers")
@@ -57,7 +59,7 @@ def _build(folder: Path, name: str, lm_head: str) -> Path:
     sp_prefix = folder / "sp"
     if not (folder / "sp.model").exists():
         (folder / "corpus.txt").write_text("\n".join(_corpus_lines()), encoding="utf-8")
-        tags = [f"<2{code}>" for code in LANGUAGES] + [nllb for _, nllb in LANGUAGES.values()]
+        tags = [f"<2{code}>" for code in CODES] + [nllb_code(code) for code in CODES]
         spm.SentencePieceTrainer.train(input=str(folder / "corpus.txt"), model_prefix=str(sp_prefix),
                                        vocab_size=1500, model_type="unigram", pad_id=0, eos_id=1, unk_id=2,
                                        bos_id=-1, user_defined_symbols=tags, character_coverage=0.9995,
@@ -150,6 +152,23 @@ def test_nllb_family_source_code_first_and_target_prefix(models):
     assert hyp[0] == "tam_Taml" and len(hyp) > 1
     sent = SENTENCES[:3][[tuple(engine.tokenizer.encode(s, "eng_Latn")) for s in SENTENCES[:3]].index(tuple(first))]
     assert out[SENTENCES.index(sent)] == engine.tokenizer.decode(hyp[1:]).strip()
+
+
+def test_a_language_the_model_lacks_is_named_in_one_line(models):
+    """Thai and Swahili are valid ISO codes (langcodes) but not in this model's vocabulary: the backend
+    says which tokens it lacks, before any batch is translated, for both families."""
+    from transforms.translate.languages import LanguageError
+
+    engine, spy = _engine(models["words"])
+    with pytest.raises(LanguageError) as err:
+        engine.translate(SENTENCES[:2], "en", "th")
+    assert str(err.value).splitlines() == [str(err.value)]
+    assert "th (<2th>)" in str(err.value) and spy.calls == []
+    nllb, spy = _engine(models["words"], family="nllb", model_id="tiny-as-nllb")
+    assert nllb.missing_codes("en", "sw") == {"sw": "swh_Latn"}
+    with pytest.raises(LanguageError, match=r"lacks language code\(s\) sw \(swh_Latn\)"):
+        nllb.translate(SENTENCES[:2], "en", "sw")
+    assert spy.calls == [] and nllb.missing_codes("en", "ta") == {}
 
 
 def test_batches_in_length_order_and_output_order_preserved(models):
@@ -254,7 +273,7 @@ def test_bad_configs_fail_clearly(models, tmp_path):
     with pytest.raises(ValueError, match="exactly one"):
         TranslateStage(engine=CT2Config(model="m"), columns=["goal"])
     with pytest.raises(ValueError, match="unknown language"):
-        TranslateStage(engine=CT2Config(model="m"), columns=["goal"], target_lang="klingon")
+        TranslateStage(engine=CT2Config(model="m"), columns=["goal"], target_lang="klingonish")  # tlh is real
     engine, _ = _engine(models["words"])
     with pytest.raises(ValueError, match="unknown language"):
         engine.translate(["x"], "en", "zz")

@@ -180,8 +180,18 @@ def check_stages(ctx: Context) -> None:
             except ValidationError as err:
                 first = err.errors()[0]
                 key = ".".join(str(p) for p in first["loc"])
+                got = f"; got {_shown(first.get('input'))}" if key else ""  # the whole stage: the file has it
                 raise RecipeError(ctx.recipe.path, f"runs.{run.name}.{where}.{key}".rstrip("."),
-                                  f"{first['msg']} (stage {spec['stage']}; got {str(first.get('input'))[:120]})") from err
+                                  f"{first['msg']} (stage {spec['stage']}{got})") from err
+
+
+def _shown(value: Any, limit: int = 120) -> str:
+    """A value for an error message, shortened at a word boundary (never mid-word)."""
+    text = str(value)
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind(c, 0, limit) for c in " ,")
+    return text[:cut if cut > 0 else limit].rstrip(" ,") + " …"
 
 
 def run_stages(recipe: Recipe, run_name: str, *, lake: str | Path = "lake", run_id: str = "run",

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from transforms.translate.cache import SegmentCache, segment_key
 from transforms.translate.config import TranslatorConfig
-from transforms.translate.languages import check_language
+from transforms.translate.languages import LanguageError, check_language
 
 log = logging.getLogger("piqaforge.translate")
 
@@ -146,6 +146,8 @@ class TranslationEngine(ABC):
             self.stats.backend_calls += 1
             try:
                 outputs = self.translate_segments([todo[k] for k in batch], src, tgt)
+            except LanguageError:  # the model lacks the language: no row can be translated, say so once
+                raise
             except Exception as err:
                 if self.config.on_error == "raise":
                     raise

@@ -21,7 +21,7 @@ from typing import Any
 from transforms.core.deps import require
 from transforms.translate.base import TranslationEngine
 from transforms.translate.config import CT2Config
-from transforms.translate.languages import madlad_tag, nllb_code
+from transforms.translate.languages import LanguageError, madlad_tag, nllb_code
 
 SPM_FILES = ("spiece.model", "sentencepiece.model", "sentencepiece.bpe.model")
 EOS = "</s>"
@@ -52,6 +52,9 @@ class SentencePieceTokenizer:
     def ids(self, tokens: list[str]) -> list[int]:
         return [self.sp.piece_to_id(t) for t in tokens]
 
+    def knows(self, token: str) -> bool:
+        return bool(self.sp.piece_to_id(token) != self.sp.unk_id())
+
 
 class HFTokenizer:
     def __init__(self, path: str):
@@ -72,6 +75,9 @@ class HFTokenizer:
         ids: list[int] = self.tok.convert_tokens_to_ids(tokens)
         return ids
 
+    def knows(self, token: str) -> bool:
+        return bool(self.tok.convert_tokens_to_ids(token) != self.tok.unk_token_id)
+
 
 class CTranslate2Translator(TranslationEngine):
     config: CT2Config
@@ -80,6 +86,7 @@ class CTranslate2Translator(TranslationEngine):
         super().__init__(config)
         self.translator: Any = None
         self.tokenizer: SentencePieceTokenizer | HFTokenizer | None = None
+        self._checked: set[tuple[str, str]] = set()
 
     @property
     def model_identity(self) -> str:
@@ -132,9 +139,27 @@ class CTranslate2Translator(TranslationEngine):
                 sources[i] = toks[:limit - 1] + [toks[-1]]
         return sources, prefixes
 
+    def model_codes(self, src: str, tgt: str) -> dict[str, str]:
+        """ISO code -> the token this model needs for it (`<2th>` or `tha_Thai`)."""
+        if self.config.family == "madlad":
+            return {tgt: madlad_tag(tgt)}
+        return {src: nllb_code(src), tgt: nllb_code(tgt)}
+
+    def missing_codes(self, src: str, tgt: str) -> dict[str, str]:
+        """The language tokens the model's vocabulary lacks (a language it was not trained on)."""
+        assert self.tokenizer is not None
+        return {code: tok for code, tok in self.model_codes(src, tgt).items() if not self.tokenizer.knows(tok)}
+
     def translate_segments(self, segments: list[str], src: str, tgt: str) -> list[str]:
         assert self.tokenizer is not None
         cfg = self.config
+        if (src, tgt) not in self._checked:
+            missing = self.missing_codes(src, tgt)
+            if missing:
+                raise LanguageError(f"{cfg.family} model {self.model_identity.split('|')[0]} lacks language "
+                                    f"code(s) {', '.join(f'{c} ({t})' for c, t in missing.items())}; use an LLM "
+                                    f"translator (backend: llm or openai) for them")
+            self._checked.add((src, tgt))
         sources, prefixes = self.encode(segments, src, tgt)
         results = self.translator.translate_batch(
             sources, target_prefix=prefixes, beam_size=cfg.beam_size, max_batch_size=len(sources),

@@ -12,7 +12,7 @@ import re
 
 from pydantic import BaseModel, Field
 
-from transforms.translate.languages import NO_SPACE_LANGUAGES
+from transforms.translate.languages import writes_without_spaces
 
 # A sentence ends at . ! ? (Latin), । ॥ (Devanagari, Bengali), 。！？ (CJK) plus closing quotes or
 # brackets; Latin enders need whitespace after them, CJK ones do not. Newlines always end one.
@@ -58,7 +58,7 @@ class Segmenter(BaseModel):
                 if "\n" in sep:
                     out.append("\n" * sep.count("\n"))
                 else:
-                    out.append("" if target_lang in NO_SPACE_LANGUAGES else " ")
+                    out.append("" if writes_without_spaces(target_lang) else " ")
         return "".join(out).strip()
 
 

@@ -21,7 +21,7 @@ from transforms.core import columns as C
 from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
 from transforms.translate.base import SOURCE_EMPTY, TranslationEngine, build_translator
 from transforms.translate.config import TranslatorConfig
-from transforms.translate.languages import LANGUAGES, check_language
+from transforms.translate.languages import LanguageError, check_language
 
 TARGET_MISSING = "target_lang_missing"
 TARGET_UNSUPPORTED = "target_lang_unsupported"
@@ -34,8 +34,9 @@ class TranslateStage(Stage):
 
     engine: TranslatorConfig = Field(..., description="The translation backend (ctranslate2, llm, openai).")
     columns: list[str] = Field(..., min_length=1, description="Text columns to translate.")
-    source_lang: str = Field("en", description="ISO 639-1 code of the source texts.")
-    target_lang: str | None = Field(None, description="ISO code of the one target language.")
+    source_lang: str = Field("en", description="ISO 639-1/639-3 code (optional script) of the source texts.")
+    target_lang: str | None = Field(None, description="ISO 639-1/639-3 code (optional script: zh-Hant) of the one "
+                                    "target language; any language langcodes knows.")
     target_lang_column: str | None = Field(None, description="Column holding each row's target language "
                                            "(instead of `target_lang`).")
     outputs: dict[str, str] = Field(default_factory=dict, description="Source column -> output column; default "
@@ -132,7 +133,7 @@ class TranslateStage(Stage):
             if not code:
                 reasons.append(TARGET_MISSING)
                 issues.append(f"{self.target_lang_column}: empty")
-            elif code not in LANGUAGES:
+            elif not _known(code):
                 reasons.append(TARGET_UNSUPPORTED)
                 issues.append(f"{self.target_lang_column}: {code!r} is not a known language code")
             else:
@@ -151,3 +152,11 @@ class TranslateStage(Stage):
     def close(self) -> None:
         if self._engine is not None:
             self._engine.close()
+
+
+def _known(code: str) -> bool:
+    try:
+        check_language(code)
+    except LanguageError:
+        return False
+    return True
