@@ -81,6 +81,11 @@ def derive(df: pd.DataFrame, suite: SuiteConfig) -> list[Derived]:
                               f"no {'/'.join(suite.degenerate.columns)} is one word repeated or ≥ "
                               f"{suite.degenerate.max_share:.0%} one n-gram repeated ≥ "
                               f"{suite.degenerate.min_repeats} times", tuple(suite.degenerate.columns)))
+    if "review_labels" in df.columns or "review_consensus" in df.columns:
+        checks.append(Derived("review_agrees_with_label", "_review_ok",
+                              "every reviewed row's label is the solution its reviewers chose (review_labels, "
+                              "review_consensus) and review_agreement is the share review_labels give",
+                              ("label",)))
     if suite.require_provenance and "model" in df.columns:
         checks.append(Derived("generation_provenance", "_provenance_ok",
                               "generated rows (model set) record prompt_id and prompt_version", ("model",)))
@@ -209,6 +214,22 @@ def _degenerate(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
                                                            strict=True) if w}
 
 
+def _review(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
+    from transforms.piqa.positions import review_contradiction
+
+    def column(name: str) -> list[Any]:
+        if name not in df.columns:
+            return [None] * len(df)
+        return [None if v is None or (isinstance(v, float) and v != v) else v for v in df[name].tolist()]
+
+    verdicts = [None if v is None else list(v) for v in column("review_labels")]
+    why = [review_contradiction(lab, ver, con, agr) for lab, ver, con, agr in zip(
+        column("label"), verdicts, column("review_consensus"), column("review_agreement"), strict=True)]
+    df["_review_ok"] = [w is None for w in why]
+    check.details["examples"] = {str(i): w for i, w in zip(column("id") if "id" in df.columns else df.index, why,
+                                                           strict=True) if w}
+
+
 _COMPUTE = {"no_duplicate_items": _exact, "minimal_pair": _minimal_pair, "no_near_duplicate_goals": _near_dup,
             "language_purity": _language, "length_bounds": _length, "generation_provenance": _provenance,
-            "not_degenerate": _degenerate}
+            "not_degenerate": _degenerate, "review_agrees_with_label": _review}

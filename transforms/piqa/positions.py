@@ -156,3 +156,31 @@ def swap_solutions(table: pa.Table, mask: pa.Array | list[bool]) -> pa.Table:
             values = [_swap_records(v) if r else v for v, r in zip(col.to_pylist(), rows, strict=True)]
             out = put_column(out, name, pa.array(values, col.type))
     return out
+
+
+def verdict_consensus(verdicts: list[Any] | None) -> tuple[Any, float | None]:
+    """(the verdict most annotators gave or None on a tie, its share) of one item's `review_labels`."""
+    given = [v for v in verdicts or [] if v is not None]
+    if not given:
+        return None, None
+    counts: dict[Any, int] = {}
+    for v in given:
+        counts[v] = counts.get(v, 0) + 1
+    top = max(counts.values())
+    leaders = [v for v, c in counts.items() if c == top]
+    return (leaders[0] if len(leaders) == 1 else None), top / len(given)
+
+
+def review_contradiction(label: Any, verdicts: list[Any] | None, consensus: Any = None,
+                         agreement: Any = None) -> str | None:
+    """Why a reviewed item's columns disagree with each other, or None: the verdict most annotators gave
+    names the other solution than `label`; the recorded consensus does; `review_agreement` is not the
+    share `review_labels` give (to 1e-6)."""
+    top, share = verdict_consensus(verdicts)
+    if top in VERDICT_NAMES and label is not None and VERDICT_NAMES.index(top) != int(label):
+        return f"review_labels {list(verdicts or [])} say {top}, label is {int(label)}"
+    if consensus in VERDICT_NAMES and label is not None and VERDICT_NAMES.index(consensus) != int(label):
+        return f"review_consensus {consensus}, label is {int(label)}"
+    if agreement is not None and share is not None and abs(float(agreement) - share) > 1e-6:
+        return f"review_agreement {float(agreement):.4f}, review_labels give {share:.4f}"
+    return None

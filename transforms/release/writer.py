@@ -195,6 +195,18 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
     (out / "README.md").write_text(head + body, "utf-8")
     if run_id:
         (extras / RUN_FILE).write_text(json.dumps({"run_id": run_id}) + "\n", "utf-8")
+    if released and configs:  # what a user will load: the card's figures and the rows' agreement, recomputed
+        from transforms.release.recheck import recheck_release
+
+        recheck = recheck_release(out)
+        if recheck:
+            reasons += recheck
+            released = False
+            verdict = {**gate, "success": False, "reasons": reasons}
+            body = card_markdown(stats, title=dataset, recipe=recipe, version=version, gate=verdict,
+                                 audit_md=audit_md, files=files, plots=list(plots), sections=extra_sections,
+                                 plots_dir=f"{EXTRAS}/plots", lead=prose)
+            (out / "README.md").write_text(head + body, "utf-8")
     if released:
         stamp = dt.datetime.now(dt.UTC).isoformat()
         (out / RELEASED).write_text(json.dumps({"released_at": stamp, "items": table.num_rows,
