@@ -14,7 +14,9 @@ Written items are few (thousands) and precious, so nothing is dropped on a simil
   `EmbedderConfig` model (paraphrase-multilingual-mpnet-base-v2 through sentence-transformers).
 
 and suggests which item a later one duplicates (`dup_suggested_of`, the strongest level first,
-greedy in id order so that chains do not drop an item whose match was itself dropped).
+greedy in input order so that chains do not drop an item whose match was itself dropped). The first
+occurrence in input order stays, whatever the ids: an item added later to a writer's file is the
+duplicate, even when its id sorts first as text ("10" < "9").
 `ConfirmedDuplicates` then drops what the reviewers confirmed (or, by config, every exact copy)
 with reason `duplicate` and `duplicate_of`.
 """
@@ -192,7 +194,7 @@ class ReviewNeighbours(GlobalStage):
         level_pairs = {"exact": np.array(exact_pairs, dtype=np.int64).reshape(-1, 2),
                        "near": pairs[scores >= self.near_suggest],
                        "semantic": np.array(sorted(sem_pairs), dtype=np.int64).reshape(-1, 2)}
-        order = np.argsort(np.array(ids, dtype=object), kind="stable")
+        order = input_order(table)
         suggested: list[str | None] = [None] * n
         level: list[str | None] = [None] * n
         for name in LEVELS:
@@ -210,6 +212,20 @@ class ReviewNeighbours(GlobalStage):
             [[{"id": i, "score": c, "margin": m} for i, c, m in row] for row in semantic], SEMANTIC_TYPE))
         out = put_column(out, "dup_level", pa.array(level, pa.string()))
         return put_column(out, "dup_suggested_of", pa.array(suggested, pa.string()))
+
+
+def input_order(table: pa.Table) -> np.ndarray:
+    """Row positions in input order: by the runner's partition and row (`_part`, `_row`) or the writers'
+    file and line (`source_file`, `source_row`) when the table carries them (blocks may reach a global stage
+    in any order), else the table's own order. Never by id."""
+    n = table.num_rows
+    for part, row in (("_part", "_row"), ("source_file", "source_row")):
+        if part in table.column_names and row in table.column_names:
+            parts, rows = table.column(part).to_pylist(), table.column(row).to_pylist()
+            return np.array(sorted(range(n), key=lambda i: (parts[i] is None, parts[i] or 0 if part == "_part"
+                                                            else parts[i] or "", rows[i] is None, rows[i] or 0, i)),
+                            dtype=np.int64)
+    return np.arange(n, dtype=np.int64)
 
 
 _DUP_NOTE = re.compile(r"(?<![\w\u0B80-\u0BFF])(?:duplicate|dup|நகல்)(?![\w\u0B80-\u0BFF])"
