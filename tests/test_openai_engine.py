@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from transforms.llm.base import EngineConfig, GenerationParams, build_engine
+from transforms.llm.base import EndpointError, EngineConfig, GenerationParams, QuestionsFailed, build_engine
 from transforms.llm.openai_engine import EngineRequestError, OpenAIEngine
 
 SECRET = "sk-test-7f3a9c1e55d2b8aa-do-not-leak"
@@ -133,9 +133,13 @@ def test_gives_up_with_clear_error():
 
     sleeps: list[float] = []
     eng = make_engine(handler, sleeps=sleeps, max_retries=2)
-    with pytest.raises(EngineRequestError, match=r"completions failed after 3 attempts; last error: HTTP 503"):
+    # a question whose retries run out fails alone (QuestionsFailed carries the reason), not the call
+    with pytest.raises(QuestionsFailed, match=r"completions failed after 3 attempts; last error: HTTP 503") as err:
         eng.option_logprobs(["Q"], ["a"])
+    assert err.value.answers == [None] and list(err.value.reasons) == [0]
     assert len(sleeps) == 2
+    assert eng.ledger.requests == 3 and dict(eng.ledger.retries) == {"http_503": 2}
+    assert dict(eng.ledger.failed) == {"http_503": 1}
 
 
 def test_timeouts_and_connection_errors_are_retried():
@@ -154,8 +158,10 @@ def test_timeouts_and_connection_errors_are_retried():
         raise httpx.ReadTimeout("slow")
 
     eng = make_engine(always_slow, sleeps=[], max_retries=1, timeout=2.5)
-    with pytest.raises(EngineRequestError, match="timed out after 2.5 s"):
+    # never answered, by timeouts: the endpoint is down and the stage stops (EndpointError)
+    with pytest.raises(EndpointError, match="did not answer.*timed out after 2.5 s") as err:
         eng.chat([[{"role": "user", "content": "hi"}]], GenerationParams())
+    assert err.value.cause == "timeout"
 
 
 def test_client_errors_are_not_retried():
@@ -360,9 +366,9 @@ def test_live_stub_retries_429_503_end_to_end(monkeypatch):
 def test_live_stub_gives_up_after_retries():
     with StubServer(fail_statuses=[503] * 10) as stub:
         eng = live_engine(stub.base_url, max_retries=2)
-        with pytest.raises(EngineRequestError, match="after 3 attempts; last error: HTTP 503"):
+        with pytest.raises(QuestionsFailed, match="after 3 attempts; last error: HTTP 503"):
             eng.option_logprobs(["q?"], [" yes"])
-        assert stub.requests == 3
+        assert stub.requests == 3 == eng.ledger.requests
 
 
 def test_live_stub_timeout_is_retried():

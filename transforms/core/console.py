@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from transforms.core.accounting import retries_line
 from transforms.core.manifest import RunManifest, StageRecord
 
 
@@ -42,7 +43,8 @@ def stage_line(index: int, total: int, rec: StageRecord, top: int = 3) -> str:
         shown = " ".join(f"{r} {_n(n)}" for r, n in reasons[:top]) + (" …" if len(reasons) > top else "")
         flow += f", {_n(rec.dropped_total)} dropped ({shown})"
     extra = " (reused)" if rec.resumed else ""
-    return f"{head} {flow}  {rec.seconds:.1f} s{extra}"
+    asked = retries_line(rec.requests)  # only when an endpoint needed retries or failed questions
+    return f"{head} {flow}  {rec.seconds:.1f} s{extra}" + (f"; {asked}" if asked else "")
 
 
 class StageConsole:

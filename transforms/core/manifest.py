@@ -30,6 +30,10 @@ class StageRecord(BaseModel):
     resumed: bool = Field(False, description="True when a finished checkpoint was reused.")
     partitions: int = Field(0, description="Resumable partitions the stage's input was cut into.")
     partitions_reused: int = Field(0, description="Partitions finished by an earlier attempt and skipped.")
+    requests: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Per `model @ endpoint` the stage asked over HTTP: questions, requests, "
+        "retries by cause, questions failed by reason, tokens, latency percentiles (transforms/core/accounting.py); "
+        "every attempt of a resumed run included.")
 
     @model_serializer(mode="wrap")
     def _without_secrets(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

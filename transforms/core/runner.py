@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from transforms.core import columns as C
+from transforms.core.accounting import read_ledgers
 from transforms.core.creating import AggregateStage, ExpandStage, SourceStage, is_creating
 from transforms.core.execution import (  # noqa: F401 (re-exported: jobs and tests import them from here)
     _StageActor,
@@ -86,6 +87,8 @@ class StepDirs:
         self.rejected = lake.stage_dir("rejected", dataset, run_id, index, stage.name)
         creates = is_creating(stage) and not isinstance(stage, SourceStage)
         self.lineage = lake.stage_dir("lineage", dataset, run_id, index, stage.name) if creates else None
+        # what the stage asked of HTTP endpoints, one ledger file per actor (transforms/core/accounting.py)
+        self.requests = lake.run_dir(run_id) / "requests" / f"{index:02d}-{stage.name}"
 
 
 def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs, fingerprint: str,
@@ -110,6 +113,8 @@ def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs
 
     assert prev_kept is not None
     check_schedulable(stage, ray.cluster_resources().get("CPU", 0.0), fixed_cpus())
+    if hasattr(stage, "record_requests_to"):  # LLM and translation stages account their HTTP requests
+        stage.record_requests_to(str(dirs.requests))
     stage.set_finished_marker(dirs.kept / CHECKPOINT)  # written only once the whole step is over
     files = parquet_files(prev_kept)
     if isinstance(stage, GlobalStage):
@@ -158,7 +163,8 @@ def _record(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds: flo
         outputs["lineage"] = str(dirs.lineage)
     return StageRecord(index=index, name=stage.name, kind=kind, rows_in=rows_in, rows_kept=kept,
                        rows_dropped=dropped, rows_created=created, rows_consumed=consumed,
-                       seconds=round(seconds, 3), outputs=outputs, config=config, fingerprint=fingerprint)
+                       seconds=round(seconds, 3), outputs=outputs, config=config, fingerprint=fingerprint,
+                       requests=read_ledgers(dirs.requests))
 
 
 def _load_checkpoint(kept_dir: Path, fingerprint: str) -> StageRecord | None:
@@ -212,6 +218,7 @@ def run_pipeline(
 
     before_stage, after_stage = with_console(lake.run_dir(run_id), run_id, len(stages) + 1, before_stage,
                                              after_stage)
+    current: tuple[str, Path] | None = None
     try:
         manifest.inputs = source.fingerprints()
         fingerprint = fingerprint_config(source.describe(), manifest.inputs)
@@ -220,6 +227,7 @@ def run_pipeline(
             if index:
                 fingerprint = fingerprint_config(fingerprint, stage.describe())
             dirs = StepDirs(lake, dataset, run_id, index, stage)
+            current = (stage.name, dirs.requests)
             before_stage(index, stage)
             record = _load_checkpoint(dirs.kept, fingerprint) if resume else None
             if record is not None:
@@ -251,6 +259,11 @@ def run_pipeline(
         manifest.status = "failed"
         manifest.error = f"{type(err).__name__}: {err}"
         manifest.extras["traceback"] = traceback.format_exc(limit=20)
+        if current is not None and (asked := read_ledgers(current[1])):  # what the failed stage asked
+            manifest.extras["failed_stage"] = current[0]
+            manifest.extras["failed_stage_requests"] = asked
+        elif current is not None:
+            manifest.extras["failed_stage"] = current[0]
         raise
     finally:
         manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()

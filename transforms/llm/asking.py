@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pydantic import Field, PrivateAttr
 
-from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
+from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine, QuestionsFailed
 from transforms.llm.cache import answer_key, namespace, recorded_question
-from transforms.llm.stage import LLMStage
+from transforms.llm.stage import LLMStage, answers_to
 
 VALUE_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("value", pa.string()),
                           ("question", pa.string())])
@@ -36,7 +36,11 @@ VALUE_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("value", p
 def call_chat(stage: LLMStage, slot: str, config: EngineConfig, convs: list[list[ChatMessage]],
               params: GenerationParams, label: str) -> list[str]:
     engine = stage.engine_for(slot, config)
-    replies = stage.call_engine(label, config, lambda: engine.chat(convs, params))
+    try:
+        replies = stage.call_engine(label, config, lambda: engine.chat(convs, params))
+    except QuestionsFailed as err:  # the answered ones as text, the failed ones stay None
+        err.answers = [None if r is None else str(r[0] if isinstance(r, list) else r) for r in err.answers]
+        raise
     _check_len(label, replies, convs)
     return ["" if r is None else str(r) for r in replies]
 
@@ -67,11 +71,15 @@ def _check_len(label: str, got: Sequence[Any], asked: Sequence[Any]) -> None:
 # -- cached questions -----------------------------------------------------------------------------------
 def ask_cached(stage: LLMStage, slot: str, config: EngineConfig, ref: str, kind: str, questions: Sequence[Any],
                ids: Sequence[str] | None, params: dict[str, Any],
-               compute: Callable[[list[int]], list[Any]]) -> list[Any]:
+               compute: Callable[[list[int]], list[Any]],
+               streamed: Callable[[Any], Any] | None = None) -> list[Any]:
     """One answer (any JSON value) per question, from the answer cache or `compute(indices)` in chunks
     of `stage.chunk_rows(engine)`; equal questions are asked once. The cache folder is per (stage, slot,
-    model, ref); the key holds the question, the model, `kind` and `params`."""
-    cache = stage.answer_cache(namespace(f"{stage.name}-{slot}-{kind}", config, ref), VALUE_SCHEMA)
+    model, ref); the key holds the question, the model, `kind` and `params`. `streamed(value)`: the
+    answer to store for what an HTTP engine hands over as each question is answered. None where a
+    question failed at the endpoint (its reason in `stage.failure_reasons`)."""
+    name = namespace(f"{stage.name}-{slot}-{kind}", config, ref)
+    cache = stage.answer_cache(name, VALUE_SCHEMA)
     keyed = {"kind": kind, **params}
     keys = [answer_key(q, config, keyed, 0) for q in questions]
     stage.counters.cache_hits += sum(k in cache for k in keys)
@@ -80,24 +88,42 @@ def ask_cached(stage: LLMStage, slot: str, config: EngineConfig, ref: str, kind:
         if k not in cache:
             todo.setdefault(k, i)
     order = list(todo.values())
-    step = stage.chunk_rows(stage.engine_for(slot, config)) if order else 1
+    engine = stage.engine_for(slot, config) if order else None
+    step = stage.chunk_rows(engine) if order else 1
+    failed: set[str] = set()
     for start in range(0, len(order), step):
         chunk = order[start:start + step]
         stage.counters.requests += len(chunk)
-        values = compute(chunk)
-        cache.put([{"key": keys[i], "id": str(ids[i]) if ids is not None else str(i),
+
+        def row_of(r: int, i: int, v: Any) -> dict[str, Any]:
+            return {"key": keys[i], "id": str(ids[i]) if ids is not None else str(i),
                     "value": json.dumps(v, ensure_ascii=False),
                     "question": recorded_question(questions[i]) if r == 0 else None}
-                   for r, (i, v) in enumerate(zip(chunk, values, strict=True))])
-    return [json.loads(cache.get(k)["value"]) for k in keys]  # type: ignore[index]
+
+        def arrived(r: int, value: Any, chunk: list[int] = chunk) -> None:
+            if streamed is not None:  # persisted as it arrives (a kill loses only what is in flight)
+                stage.answer_cache(name, VALUE_SCHEMA).journal([row_of(r, chunk[r], streamed(value))])
+
+        try:
+            with answers_to(engine, arrived):
+                values: list[Any] = list(compute(chunk))
+        except QuestionsFailed as err:
+            values = list(err.answers)
+            failed.update(keys[chunk[r]] for r in err.reasons)
+            stage.failure_reasons.update({keys[chunk[r]]: why for r, why in err.reasons.items()})
+        finally:
+            stage.write_requests()
+        cache.put([row_of(r, i, v) for r, (i, v) in enumerate(zip(chunk, values, strict=True)) if v is not None])
+    return [None if k in failed else json.loads(cache.get(k)["value"]) for k in keys]  # type: ignore[index]
 
 
 def ask_chat(stage: LLMStage, slot: str, config: EngineConfig, ref: str, convs: list[list[ChatMessage]],
-             params: GenerationParams, ids: Sequence[str] | None = None, label: str | None = None) -> list[str]:
+             params: GenerationParams, ids: Sequence[str] | None = None, label: str | None = None) -> list[str | None]:
     label = label or f"stage {stage.name!r} ({slot})"
     key_params = params.model_dump(exclude={"n"})
     return ask_cached(stage, slot, config, ref, "chat", convs, ids, key_params,
-                      lambda idx: call_chat(stage, slot, config, [convs[i] for i in idx], params, label))
+                      lambda idx: call_chat(stage, slot, config, [convs[i] for i in idx], params, label),
+                      streamed=lambda replies: "" if not replies or replies[0] is None else str(replies[0]))
 
 
 def ask_option_logprobs(stage: LLMStage, slot: str, config: EngineConfig, ref: str,
@@ -172,7 +198,12 @@ class Asker(LLMStage):
     def ask_chat(self, convs: list[list[ChatMessage]], params: GenerationParams, *, ref: str = "",
                  ids: Sequence[str] | None = None, refs: Sequence[str] | None = None) -> list[str]:
         """`refs`: each conversation's prompt ref, when they differ (recorded; the cache key holds the
-        conversation itself)."""
+        conversation itself). A question the endpoint did not answer gets "" (ask_chat_or_none keeps None)."""
+        return ["" if r is None else r for r in self.ask_chat_or_none(convs, params, ref=ref, ids=ids, refs=refs)]
+
+    def ask_chat_or_none(self, convs: list[list[ChatMessage]], params: GenerationParams, *, ref: str = "",
+                         ids: Sequence[str] | None = None, refs: Sequence[str] | None = None) -> list[str | None]:
+        """As ask_chat, None for a question the endpoint did not answer (reason in `failure_reasons`)."""
         for i, conv in enumerate(convs):
             self._record(refs[i] if refs is not None else ref, conv)
         return ask_chat(self, self.label, self.engine, ref, convs, params, ids, self._label())

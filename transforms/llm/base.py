@@ -24,6 +24,33 @@ ENGINES: dict[str, str] = {
 }
 
 
+class EndpointError(RuntimeError):
+    """The endpoint refuses (401, 403, 404, a bad model) or looks down: the stage stops at once, the
+    answers so far kept. `endpoint` and `cause` name it in the run's one error line."""
+
+    def __init__(self, message: str, endpoint: str = "", cause: str = ""):
+        super().__init__(message)
+        self.endpoint, self.cause = endpoint, cause
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses Ray's process boundary with its fields
+        return (type(self), (str(self), self.endpoint, self.cause))
+
+
+class QuestionsFailed(RuntimeError):
+    """Some questions of a call failed for good (retries spent); the others were answered.
+
+    `answers[i]` is None for a failed question, whose reason is `reasons[i]`; callers keep the
+    answers and reject the failed questions' rows with their reason, instead of stopping the run."""
+
+    def __init__(self, answers: list[Any], reasons: dict[int, str], endpoint: str = ""):
+        super().__init__(f"{len(reasons)} of {len(answers)} questions failed at {endpoint}: "
+                         f"{next(iter(reasons.values()), '')}")
+        self.answers, self.reasons, self.endpoint = answers, reasons, endpoint
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.answers, self.reasons, self.endpoint))
+
+
 class EngineConfig(BaseModel):
     """Which model, served how. Backend-specific knobs live in `options`."""
 

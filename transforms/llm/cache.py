@@ -13,6 +13,11 @@ Answers live in `<cache_dir>/<namespace>/*.parquet`, one namespace per (stage pa
 so a stage loads only its own. Files are append-only and each is written under a hidden name and
 renamed (`transforms.core.rowcache`): a process killed with -9 leaves no half file, and concurrent
 actors never write the same file. When two actors answer the same question, the first file wins.
+
+An engine that answers question by question (the HTTP engines) hands each answer over as it arrives
+(`journal`): it is appended as one JSON line to this process's `journal-*.jsonl` at once, so a
+SIGKILL loses only the questions still in flight; the chunk's Parquet file replaces the journal when
+the chunk ends. Loading reads both (a torn last line is skipped).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,11 +93,17 @@ class AnswerCache:
         self.folder = Path(folder) if folder else None
         self.schema = schema
         self._rows: dict[str, dict[str, Any]] = {}
+        self._journaled: list[dict[str, Any]] = []
+        self._journal: Path | None = None
         if self.folder is not None:
             table = rowcache.load(self.folder)
             if table.num_rows:
                 for row in table.to_pylist():
                     self._rows.setdefault(row["key"], row)  # the first answer written wins
+            for path in sorted(self.folder.glob("journal-*.jsonl")):
+                for row in _journal_rows(path):
+                    self._rows.setdefault(row["key"], row)
+            if self._rows:
                 log.info("answer cache %s: %d answers", self.folder.name, len(self._rows))
 
     def __len__(self) -> int:
@@ -102,12 +115,48 @@ class AnswerCache:
     def get(self, key: str) -> dict[str, Any] | None:
         return self._rows.get(key)
 
+    def journal(self, rows: list[dict[str, Any]]) -> None:
+        """Remember `rows` now and append them to this process's journal (one JSON line each, written
+        before this returns): answers that arrive one by one survive a kill before the chunk ends."""
+        fresh = [r for r in rows if r["key"] not in self._rows]
+        for r in fresh:
+            self._rows[r["key"]] = r
+        if self.folder is None or not fresh:
+            return
+        self._journaled.extend(fresh)
+        if self._journal is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._journal = self.folder / f"journal-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+        with self._journal.open("a", encoding="utf-8") as f:
+            f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in fresh))
+            f.flush()
+
     def put(self, rows: list[dict[str, Any]]) -> None:
-        """Remember `rows` and write them as one file (one chunk: wholly in the cache or not at all)."""
-        fresh = []
+        """Remember `rows` and write them, with what was journaled, as one file; the journal goes."""
+        fresh = self._journaled
+        self._journaled = []
         for r in rows:
             if r["key"] not in self._rows:
                 self._rows[r["key"]] = r
                 fresh.append(r)
         if self.folder is not None and fresh:
             rowcache.append(self.folder, pa.Table.from_pylist(fresh, schema=self.schema))
+        if self._journal is not None:
+            self._journal.unlink(missing_ok=True)
+            self._journal = None
+
+
+def _journal_rows(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return rows
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # the line a kill cut short
+        if isinstance(row, dict) and "key" in row:
+            rows.append(row)
+    return rows

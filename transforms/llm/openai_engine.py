@@ -19,8 +19,14 @@
 
 Requests run concurrently on one httpx.AsyncClient per call, bounded by a semaphore, and are
 retried on 429, 5xx, timeouts and connection errors with exponential backoff and jitter (honouring
-Retry-After); other errors and exhausted retries raise `EngineRequestError`, naming the endpoint
-and status. The API key is read from the environment variable named by `api_key_env` when a call
+Retry-After). Every attempt is accounted in `self.ledger` (transforms/core/accounting.py). A question
+whose retries run out does not stop the call: the others are answered and `QuestionsFailed` carries
+them with each failed question's reason, so the stage rejects only those rows. The engine's first
+question is sent alone: a wrong key, model or URL (401, 403, 404, 400) or an endpoint that does not
+answer costs one question and stops the stage (`EndpointError`), as does a later non-retryable status
+or an endpoint that looks down (`max_consecutive_failures` questions failed in a row, or a failure
+rate over `max_failure_rate` after `failure_rate_min_questions`). `on_answer(i, value)`, when set,
+is called as each question is answered, so callers persist answers as they arrive. The API key is read from the environment variable named by `api_key_env` when a call
 starts and is only ever placed in the Authorization header: it is not stored on the engine, not
 logged and not put in error messages. The HTTP transport is injectable (`transport=`), so tests
 drive the client with httpx.MockTransport or a local stub server.
@@ -35,13 +41,22 @@ import math
 import os
 import random
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
+from transforms.core.accounting import RequestLedger
+from transforms.llm.base import (
+    ChatMessage,
+    EndpointError,
+    EngineConfig,
+    GenerationParams,
+    LLMEngine,
+    QuestionsFailed,
+)
 from transforms.llm.prompts import compile_template
 
 log = logging.getLogger(__name__)
@@ -49,8 +64,15 @@ T = TypeVar("T")
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
-class EngineRequestError(RuntimeError):
-    """A request to the endpoint failed for good (non-retryable status or retries exhausted)."""
+class EngineRequestError(EndpointError):
+    """The endpoint refused a request (non-retryable status, no key) or sent what cannot be read."""
+
+
+class _Failed:
+    """One question whose retries ran out: its reason (`http_500`, `timeout`...) and the last error."""
+
+    def __init__(self, reason: str, detail: str):
+        self.reason, self.detail = reason, detail
 
 
 class OpenAIOptions(BaseModel):
@@ -73,6 +95,12 @@ class OpenAIOptions(BaseModel):
     chat_template: str | None = Field(None, description="Jinja chat template used by render_chat "
                                       "(the server applies its own in chat()); unset: plain text.")
     extra_body: dict[str, Any] = Field(default_factory=dict, description="Merged into every request body.")
+    max_consecutive_failures: int = Field(5, ge=1, description="Questions failed in a row (after their "
+                                          "retries) at which the endpoint counts as down and the stage stops.")
+    max_failure_rate: float = Field(0.5, gt=0, le=1, description="Share of failed questions at which the "
+                                    "endpoint counts as down (once `failure_rate_min_questions` were asked).")
+    failure_rate_min_questions: int = Field(20, ge=1, description="Questions asked before the failure rate "
+                                            "is judged.")
     structured_outputs: Literal["response_format", "vllm", "off"] = Field(
         "response_format", description="How json_schema/choices constraints are sent: OpenAI's response_format, "
         "a vLLM server's structured_outputs extra body, or not at all.")
@@ -90,6 +118,10 @@ class OpenAIEngine(LLMEngine):
         self._transport = transport
         self._sleep = sleep
         self.stats = {"requests": 0, "retries": 0}
+        self.ledger = RequestLedger(self.options.base_url, config.model)
+        self.on_answer: Callable[[int, Any], None] | None = None
+        self._probed = False
+        self._in_a_row = 0
 
     def __repr__(self) -> str:
         return (f"OpenAIEngine(model={self.config.model!r}, base_url={self.options.base_url!r}, "
@@ -106,9 +138,11 @@ class OpenAIEngine(LLMEngine):
 
     def generate(self, conversations: Sequence[list[ChatMessage]], params: GenerationParams) -> list[list[str]]:
         mode = self.options.structured_outputs
-        out = self._post_all("chat/completions", [chat_body(c, params, mode) for c in conversations])
-        return [[_reply_text(c, params, mode) for c in sorted(r["choices"], key=lambda c: c.get("index", 0))]
-                for r in out]
+
+        def texts(r: dict[str, Any]) -> list[str]:
+            return [_reply_text(c, params, mode) for c in sorted(r["choices"], key=lambda c: c.get("index", 0))]
+
+        return self._post_all("chat/completions", [chat_body(c, params, mode) for c in conversations], texts)
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
         if self.options.option_scoring == "echo":
@@ -117,15 +151,14 @@ class OpenAIEngine(LLMEngine):
             return [[ll for ll, _ in flat[i * k:(i + 1) * k]] for i in range(len(prompts))]
         bodies = [{"prompt": p, "max_tokens": 1, "temperature": 0.0, "logprobs": self.options.top_logprobs}
                   for p in prompts]
-        out = self._post_all("completions", bodies)
-        return [self._match_options(r, options) for r in out]
+        return self._post_all("completions", bodies, lambda r: self._match_options(r, options))
 
     def loglikelihood(self, requests: Sequence[tuple[str, str]]) -> list[tuple[float, int]]:
         todo = [i for i, (_, cont) in enumerate(requests) if cont]
         bodies = [{"prompt": requests[i][0] + requests[i][1], "max_tokens": 1, "temperature": 0.0,
                    "echo": True, "logprobs": 1} for i in todo]
         results: list[tuple[float, int]] = [(0.0, 0)] * len(requests)
-        for i, r in zip(todo, self._post_all("completions", bodies), strict=True):
+        for i, r in zip(todo, self._post_all("completions", bodies, lambda r: r, stream=False), strict=True):
             ctx, cont = requests[i]
             results[i] = _continuation_logprob(r, len(ctx), len(ctx) + len(cont))
         return results
@@ -151,12 +184,31 @@ class OpenAIEngine(LLMEngine):
         return scores
 
     # -- HTTP ----------------------------------------------------------------------------------
-    def _post_all(self, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _post_all(self, path: str, bodies: list[dict[str, Any]], convert: Callable[[dict[str, Any]], T],
+                  stream: bool = True) -> list[T]:
+        """`convert(response)` per body, in order; QuestionsFailed when some questions failed for good
+        (the answered ones in it), EndpointError when the endpoint refuses or looks down."""
         if not bodies:
             return []
-        return _run_sync(self._post_all_async(path, bodies))
+        results: list[Any] = [None] * len(bodies)
+        start = 0
+        while not self._probed and start < len(bodies):  # questions alone until one is answered: a wrong
+            _run_sync(self._post_all_async(path, bodies[start:start + 1], convert, results, start, stream))
+            start += 1                                    # key or URL costs one question, not a batch
+        if start < len(bodies):
+            _run_sync(self._post_all_async(path, bodies[start:], convert, results, start, stream))
+        failed = {i: r for i, r in enumerate(results) if isinstance(r, _Failed)}
+        if failed:
+            raise QuestionsFailed([None if i in failed else r for i, r in enumerate(results)],
+                                  {i: f"{f.reason}: {f.detail}" for i, f in failed.items()}, self.endpoint)
+        return results
 
-    async def _post_all_async(self, path: str, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    @property
+    def endpoint(self) -> str:
+        return f"{self.options.base_url.rstrip('/')} ({self.config.model})"
+
+    async def _post_all_async(self, path: str, bodies: list[dict[str, Any]], convert: Callable[[dict[str, Any]], Any],
+                              results: list[Any], offset: int, stream: bool) -> None:
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.options.api_key_env)
         if key:
@@ -166,39 +218,81 @@ class OpenAIEngine(LLMEngine):
         base = self.options.base_url.rstrip("/") + "/"
         async with httpx.AsyncClient(base_url=base, headers=headers, transport=self._transport,
                                      timeout=self.options.timeout) as client:
-            async def one(body: dict[str, Any]) -> dict[str, Any]:
+            async def one(i: int, body: dict[str, Any]) -> None:
                 full = {"model": self.config.model, **self.options.extra_body, **body}
                 async with sem:
-                    return await self._post_with_retries(client, path, full)
+                    got = await self._post_with_retries(client, path, full)
+                if isinstance(got, _Failed):
+                    results[offset + i] = got
+                    self._judge(got)
+                    return
+                value = convert(got)
+                results[offset + i] = value
+                self._in_a_row = 0
+                if stream and self.on_answer is not None:
+                    self.on_answer(offset + i, value)
 
-            return list(await asyncio.gather(*(one(b) for b in bodies)))
+            try:
+                async with asyncio.TaskGroup() as group:  # the first error cancels the requests in flight
+                    for i, b in enumerate(bodies):
+                        group.create_task(one(i, b))
+            except BaseExceptionGroup as group_error:
+                errors = list(_leaves(group_error))
+                raise next((e for e in errors if isinstance(e, EndpointError)), errors[0]) from None
+
+    def _judge(self, failed: _Failed) -> None:
+        """After a question failed for good: is the endpoint down?"""
+        opts, ledger = self.options, self.ledger
+        self._in_a_row += 1
+        asked = ledger.questions
+        rate = sum(ledger.failed.values()) / asked if asked else 0.0
+        where = f"{opts.base_url.rstrip('/')}"
+        if not ledger.answered and failed.reason in ("timeout", "connection"):
+            raise EndpointError(f"the endpoint {where} did not answer: {failed.detail}", endpoint=where,
+                                cause=failed.reason)
+        if self._in_a_row >= opts.max_consecutive_failures:
+            raise EndpointError(f"the endpoint {where} looks down: {self._in_a_row} questions failed in a row "
+                                f"(max_consecutive_failures {opts.max_consecutive_failures}); last: {failed.detail}",
+                                endpoint=where, cause=failed.reason)
+        if asked >= opts.failure_rate_min_questions and rate > opts.max_failure_rate:
+            raise EndpointError(f"the endpoint {where} looks down: {rate:.0%} of {asked} questions failed "
+                                f"(max_failure_rate {opts.max_failure_rate:g}); last: {failed.detail}",
+                                endpoint=where, cause=failed.reason)
 
     async def _post_with_retries(self, client: httpx.AsyncClient, path: str,
-                                 body: dict[str, Any]) -> dict[str, Any]:
-        opts = self.options
+                                 body: dict[str, Any]) -> dict[str, Any] | _Failed:
+        opts, ledger = self.options, self.ledger
         attempts = opts.max_retries + 1
-        last = ""
+        where = f"{opts.base_url.rstrip('/')}/{path}"
+        last, cause = "", ""
+        with ledger._lock:
+            ledger.questions += 1
         for attempt in range(attempts):
             self.stats["requests"] += 1
+            ledger.attempt()
             retry_after: float | None = None
+            started = time.perf_counter()
             try:
                 resp = await client.post(path, json=body)
             except httpx.TimeoutException:
-                last = f"timed out after {opts.timeout:g} s"
+                last, cause = f"timed out after {opts.timeout:g} s", "timeout"
             except httpx.TransportError as err:
-                last = f"connection error ({type(err).__name__})"
+                last, cause = f"connection error ({type(err).__name__})", "connection"
             else:
                 if resp.status_code < 400:
                     data: dict[str, Any] = resp.json()
+                    ledger.answer(time.perf_counter() - started, data.get("usage"))
+                    self._probed = True
                     return data
-                detail = resp.text[:300]
+                detail = " ".join(resp.text[:200].split())
                 if resp.status_code not in RETRY_STATUS:
                     hint = (f"; check the key in ${opts.api_key_env}" if resp.status_code in (401, 403)
-                            else "")
-                    raise EngineRequestError(
-                        f"POST {opts.base_url.rstrip('/')}/{path} failed with HTTP {resp.status_code} "
-                        f"(not retryable){hint}: {detail}")
-                last = f"HTTP {resp.status_code}: {detail}"
+                            else "; check base_url and the model name" if resp.status_code in (400, 404) else "")
+                    ledger.fail(f"http_{resp.status_code}")
+                    raise EngineRequestError(f"POST {where} answered HTTP {resp.status_code} (not retryable){hint}: "
+                                        f"{detail}", endpoint=opts.base_url.rstrip("/"),
+                                        cause=f"HTTP {resp.status_code}")
+                last, cause = f"HTTP {resp.status_code}: {detail}", f"http_{resp.status_code}"
                 retry_after = _retry_after_seconds(resp.headers.get("retry-after"))
             if attempt + 1 == attempts:
                 break
@@ -206,11 +300,19 @@ class OpenAIEngine(LLMEngine):
             if retry_after is not None:
                 delay = max(delay, min(retry_after, opts.backoff_max))
             self.stats["retries"] += 1
+            ledger.retry(cause)
             log.warning("POST /%s: %s; retry %d/%d in %.2f s", path, last.split(":")[0], attempt + 1,
                         opts.max_retries, delay)
             await self._sleep(delay)
-        raise EngineRequestError(
-            f"POST {opts.base_url.rstrip('/')}/{path} failed after {attempts} attempts; last error: {last}")
+        ledger.fail(cause)
+        return _Failed(cause, f"POST {where} failed after {attempts} attempts; last error: {last}")
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in group.exceptions:
+        out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
 
 
 def _retry_after_seconds(value: str | None) -> float | None:

@@ -28,9 +28,18 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from transforms.core import columns as C
+from transforms.core.accounting import write_ledgers
 from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
 from transforms.llm.answers import AnswerError
-from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine, build_engine
+from transforms.llm.base import (
+    ChatMessage,
+    EndpointError,
+    EngineConfig,
+    GenerationParams,
+    LLMEngine,
+    QuestionsFailed,
+    build_engine,
+)
 from transforms.llm.cache import AnswerCache, Counters, answer_key, namespace, recorded_question
 from transforms.llm.output import ChoiceOutput, JsonOutput, OutputSpec, TextOutput
 from transforms.llm.prompts import PromptError, PromptTemplate, load_prompt
@@ -38,6 +47,7 @@ from transforms.llm.prompts import PromptError, PromptTemplate, load_prompt
 log = logging.getLogger("piqaforge.llm")
 T = TypeVar("T")
 INVALID = "invalid_output"
+REQUEST_FAILED = "request_failed"  # the endpoint did not answer the question (its retries spent)
 REPLY_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("sample", pa.int32()),
                           ("reply", pa.string()), ("question", pa.string())])
 RETRY_MESSAGE = ("Your reply could not be used: {error}. Answer again, following the instructions exactly, "
@@ -82,10 +92,15 @@ class Reply:
     error: str | None
     attempts: int
     sample: int
+    failed: bool = False  # no answer at all (request_failed), not an answer that was invalid
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def drop_reason(self) -> str | None:
+        return None if self.ok else REQUEST_FAILED if self.failed else INVALID
 
 
 class LLMCall(BaseModel):
@@ -163,6 +178,8 @@ class LLMStage(Stage):
     _caches: dict[str, AnswerCache] = PrivateAttr(default_factory=dict)
     _counters: Counters = PrivateAttr(default_factory=Counters)
     _prompt_override: PromptTemplate | None = PrivateAttr(None)
+    _requests_dir: str | None = PrivateAttr(None)
+    _failures: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
     def counters(self) -> Counters:
@@ -184,15 +201,31 @@ class LLMStage(Stage):
             self._engines[slot] = self._built[key]
         return self._engines[slot]
 
+    @property
+    def failure_reasons(self) -> dict[str, str]:
+        """Answer key -> why the endpoint did not answer it (questions that failed after their retries)."""
+        return self._failures
+
+    def record_requests_to(self, folder: str | None) -> None:
+        """Write the HTTP engines' request ledgers under `folder` after every chunk (the runner sets it:
+        runs/<run id>/requests/<stage>/; transforms/core/accounting.py)."""
+        self._requests_dir = folder
+
+    def write_requests(self) -> None:
+        ledgers = [e.ledger for e in {id(e): e for e in self._engines.values()}.values() if hasattr(e, "ledger")]
+        write_ledgers(self._requests_dir, self, ledgers)
+
     def call_engine(self, label: str, config: EngineConfig, fn: Callable[[], T]) -> T:
         for attempt in range(self.engine_retries + 1):
             self._counters.engine_calls += 1
             try:
                 return fn()
+            except (QuestionsFailed, EndpointError):  # retried per request by the engine: never ask again
+                raise
             except Exception as err:  # engines raise many kinds (HTTP, CUDA OOM, dead actor)
                 if attempt == self.engine_retries:
-                    where = f" Answers so far are cached in {self.cache_dir}; rerun with --resume <run_id> " \
-                            f"to continue without asking again." if self.cache_dir else ""
+                    where = f" Answers so far are cached in {self.cache_dir}; a resumed run asks only the rest." \
+                        if self.cache_dir else ""
                     endpoint = config.options.get("base_url")
                     at = f" at {endpoint}" if endpoint else ""
                     raise EngineUnavailableError(
@@ -234,7 +267,10 @@ class LLMStage(Stage):
             self._retry(call, slot, prompt, params, convs, ids, out)
         return out
 
-    def _parse(self, call: LLMCall, prompt: PromptTemplate, text: str, sample: int, attempts: int = 1) -> Reply:
+    def _parse(self, call: LLMCall, prompt: PromptTemplate, text: str | None, sample: int,
+               attempts: int = 1) -> Reply:
+        if text is None:  # the question failed at the endpoint
+            return Reply(None, None, "the endpoint did not answer", attempts, sample, failed=True)
         try:
             return Reply(text, call.parse(text, prompt), None, attempts, sample)
         except AnswerError as err:
@@ -242,7 +278,7 @@ class LLMStage(Stage):
 
     def _retry(self, call: LLMCall, slot: str, prompt: PromptTemplate, params: GenerationParams,
                convs: list[list[ChatMessage]], ids: Sequence[str], out: list[list[Reply]]) -> None:
-        bad = [(i, r.sample) for i, row in enumerate(out) for r in row if not r.ok]
+        bad = [(i, r.sample) for i, row in enumerate(out) for r in row if not r.ok and not r.failed]
         follow = [[*convs[i], {"role": "assistant", "content": out[i][k].text or ""},
                    {"role": "user", "content": call.retry_message.format(error=out[i][k].error)}] for i, k in bad]
         texts = self._ask(call, slot, prompt, params, follow, [ids[i] for i, _ in bad], [[k] for _, k in bad])
@@ -250,8 +286,9 @@ class LLMStage(Stage):
             out[i][k] = self._parse(call, prompt, text, k, attempts=2)
 
     def _ask(self, call: LLMCall, slot: str, prompt: PromptTemplate, params: GenerationParams,
-             convs: list[list[ChatMessage]], ids: Sequence[str], samples: list[list[int]]) -> list[list[str]]:
-        """The reply text of each (conversation, sample index), from the cache or the engine."""
+             convs: list[list[ChatMessage]], ids: Sequence[str], samples: list[list[int]]) -> list[list[str | None]]:
+        """The reply text of each (conversation, sample index), from the cache or the engine; None where
+        the endpoint did not answer (the row is rejected as request_failed)."""
         cache = self.answer_cache(namespace(self.name, call.engine, prompt.ref), REPLY_SCHEMA)
         key_params = params.model_dump(exclude={"n"})
         keys = [[answer_key(c, call.engine, key_params, k) for k in ks] for c, ks in zip(convs, samples, strict=True)]
@@ -265,15 +302,36 @@ class LLMStage(Stage):
         for i in todo.values():
             by_samples.setdefault(tuple(samples[i]), []).append(i)
         engine = self.engine_for(slot, call.engine) if todo else None
+        failed: set[str] = set()
         for ks, rows in by_samples.items():
             step = self.chunk_rows(engine)
             for start in range(0, len(rows), step):
                 chunk = rows[start:start + step]
-                got = self._generate(call, engine, params, [convs[i] for i in chunk], ks)
-                cache.put([{"key": keys[i][j], "id": str(ids[i]), "sample": k, "reply": got[r][j],
+
+                def row_of(r: int, i: int, j: int, k: int, reply: str) -> dict[str, Any]:
+                    return {"key": keys[i][j], "id": str(ids[i]), "sample": k, "reply": reply,
                             "question": recorded_question(convs[i]) if r == 0 and j == 0 else None}
-                           for r, i in enumerate(chunk) for j, k in enumerate(ks)])
-        return [[str(cache.get(key)["reply"] or "") for key in row] for row in keys]  # type: ignore[index]
+
+                def arrived(r: int, replies: list[str], chunk: list[int] = chunk, ks: tuple[int, ...] = ks) -> None:
+                    if len(replies) == len(ks):  # one conversation's samples, persisted as they arrive
+                        cache.journal([row_of(r, chunk[r], j, k, replies[j]) for j, k in enumerate(ks)])
+
+                try:
+                    with answers_to(engine, arrived):
+                        got: list[list[str] | None] = list(self._generate(call, engine, params,
+                                                                            [convs[i] for i in chunk], ks))
+                except QuestionsFailed as err:
+                    got = list(err.answers)
+                    for r, why in err.reasons.items():
+                        failed.update(keys[chunk[r]])
+                        log.warning("stage %s: question of row %s failed: %s", self.name, ids[chunk[r]], why)
+                finally:
+                    self.write_requests()
+                cache.put([row_of(r, i, j, k, answer[j])
+                           for r, (i, answer) in enumerate(zip(chunk, got, strict=True)) if answer is not None
+                           for j, k in enumerate(ks)])
+        return [[None if key in failed else str(cache.get(key)["reply"] or "")  # type: ignore[index]
+                 for key in row] for row in keys]
 
     def _generate(self, call: LLMCall, engine: Any, params: GenerationParams, convs: list[list[ChatMessage]],
                   samples: tuple[int, ...]) -> list[list[str]]:
@@ -294,6 +352,21 @@ class LLMStage(Stage):
                              f"{batch.schema.names}")
         cols = {var: batch.column(col).to_pylist() for var, col in call.variables.items()}
         return [{var: ("" if v[i] is None else v[i]) for var, v in cols.items()} for i in range(batch.num_rows)]
+
+
+class answers_to:  # noqa: N801 - used as a context manager, reads as one
+    """Point an engine's `on_answer` (HTTP engines: called as each question is answered) at `sink`."""
+
+    def __init__(self, engine: Any, sink: Callable[[int, Any], None]):
+        self.engine, self.sink = engine, sink
+
+    def __enter__(self) -> None:
+        if hasattr(self.engine, "on_answer"):
+            self.engine.on_answer = self.sink
+
+    def __exit__(self, *exc: object) -> None:
+        if hasattr(self.engine, "on_answer"):
+            self.engine.on_answer = None
 
 
 class LLMTransform(LLMStage, LLMCall):
@@ -338,8 +411,8 @@ class LLMTransform(LLMStage, LLMCall):
         out = put_column(out, self.raw_column, pa.array([None if r.ok else r.text for r in replies], pa.string()))
         for name, value in self.provenance(prompt).items():
             out = put_column(out, name, pa.array([value] * batch.num_rows, pa.string()))
-        return set_drop_reason(out, pa.array([None if r.ok else INVALID for r in replies], pa.string()))
+        return set_drop_reason(out, pa.array([r.drop_reason for r in replies], pa.string()))
 
 
-__all__ = ["INVALID", "ChoiceOutput", "EngineUnavailableError", "JsonOutput", "LLMCall", "LLMStage", "LLMTransform",
+__all__ = ["INVALID", "REQUEST_FAILED", "ChoiceOutput", "EngineUnavailableError", "JsonOutput", "LLMCall", "LLMStage", "LLMTransform",
            "PromptRef", "Reply", "TextOutput"]

@@ -124,6 +124,32 @@ def eval_html(table: list[dict[str, Any]]) -> str:
             f"<th>cultural</th><th>universal</th></tr>{rows}</table>")
 
 
+def requests_html(manifest: RunManifest) -> str:
+    """Per stage and endpoint: questions, requests, retries by cause, failed by reason, tokens, latency."""
+    rows = []
+    stages = [(s.name, s.requests) for s in manifest.stages if s.requests]
+    if manifest.extras.get("failed_stage_requests"):
+        stages.append((f"{manifest.extras.get('failed_stage')} (failed)", manifest.extras["failed_stage_requests"]))
+    for name, asked in stages:
+        for key, r in asked.items():
+            lat = r.get("latency_ms", {})
+            ms = " / ".join("-" if lat.get(q) is None else f"{lat[q]:,.0f}" for q in ("p50", "p90", "p99"))
+            causes = ", ".join(f"{c} {n}" for c, n in r.get("retries", {}).items()) or "-"
+            failed = ", ".join(f"{c} {n}" for c, n in r.get("failed", {}).items()) or "-"
+            rows.append(f"<tr><td class='l'>{escape(name)}</td><td class='l'>{escape(key)}</td>"
+                        f"<td>{_fmt(r['questions'])}</td><td>{_fmt(r['requests'])}</td>"
+                        f"<td>{_fmt(r.get('retries_total', 0))}</td><td class='l'>{escape(causes)}</td>"
+                        f"<td class='l'>{escape(failed)}</td><td>{_fmt(r['prompt_tokens'])}</td>"
+                        f"<td>{_fmt(r['completion_tokens'])}</td><td>{ms}</td></tr>")
+    if not rows:
+        return ""
+    return ("<h2>Requests to endpoints</h2><p class='meta'>A question retried twice is three requests; a question "
+            "failed when its retries ran out (its row rejected with the reason).</p><table><tr><th class='l'>stage"
+            "</th><th class='l'>model @ endpoint</th><th>questions</th><th>requests</th><th>retries</th>"
+            "<th class='l'>retries by cause</th><th class='l'>failed questions</th><th>prompt tokens</th>"
+            "<th>completion tokens</th><th>latency ms p50 / p90 / p99</th></tr>" + "".join(rows) + "</table>")
+
+
 def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
     from transforms.core.manifest import conservation_errors
 
@@ -187,6 +213,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
 <th>dropped</th><th>consumed</th><th>seconds</th>
 <th>conserved</th><th>resumed</th></tr>{''.join(rows)}</table>
 {conservation}
+{requests_html(m)}
 <h2>Drop reasons per stage</h2>
 {''.join(drops) or '<p>No rows were dropped.</p>'}
 {examples}

@@ -69,8 +69,12 @@ class TranslationEngine(ABC):
         """Load weights / open connections (heavy imports go here)."""
 
     @abstractmethod
-    def translate_segments(self, segments: list[str], src: str, tgt: str) -> list[str]:
-        """One backend call: translations of `segments` (sentences), aligned with them."""
+    def translate_segments(self, segments: list[str], src: str, tgt: str) -> Sequence[str | None]:
+        """One backend call: translations of `segments` (sentences), aligned with them; None for a
+        segment the backend could not translate (an endpoint's question whose retries ran out)."""
+
+    def record_requests_to(self, folder: str | None) -> None:
+        """HTTP backends write their request ledgers there (transforms/core/accounting.py)."""
 
     def length(self, segment: str) -> int:
         """The size batches are sorted by (backends that tokenise count tokens)."""
@@ -161,7 +165,11 @@ class TranslationEngine(ABC):
                                    f"{len(batch)} segments")
             self.stats.translated += len(batch)
             for k, text in zip(batch, outputs, strict=True):
-                text = (text or "").strip()
+                if text is None:  # the endpoint did not answer this one (its retries spent): only it fails
+                    failed.add(k)
+                    self.stats.failed_segments += 1
+                    continue
+                text = text.strip()
                 results[k] = text
                 if text:
                     self.cache.put(k, text)  # empty replies are not cached: a re-run asks again

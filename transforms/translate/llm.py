@@ -52,6 +52,7 @@ class LLMTranslator(TranslationEngine):
         self.prompt = load_prompt(config.prompt)
         self.engine = engine
         self.asker: Asker | None = None
+        self._requests_dir: str | None = None
 
     @property
     def model_identity(self) -> str:
@@ -71,15 +72,22 @@ class LLMTranslator(TranslationEngine):
         self.asker = Asker.for_engine(self.engine, label="translate", chunk_size=self.config.batch_size,
                                       engine_retries=self.config.engine_retries,
                                       retry_backoff_s=self.config.retry_backoff_s)
+        self.asker.record_requests_to(self._requests_dir)
 
-    def translate_segments(self, segments: list[str], src: str, tgt: str) -> list[str]:
+    def translate_segments(self, segments: list[str], src: str, tgt: str) -> list[str | None]:
         if self.asker is None:
             self.load()
         assert self.asker is not None
         source, target = language_name(src), language_name(tgt)
         conversations = [self.prompt.render(source=source, target=target, text=s).messages for s in segments]
-        replies = self.asker.ask_chat(conversations, self.config.generation, ref=self.prompt.ref)
-        return [clean_reply(r, self.prompt.fence, target) for r in replies]
+        replies = self.asker.ask_chat_or_none(conversations, self.config.generation, ref=self.prompt.ref)
+        # None: the endpoint did not answer that sentence (retries spent); its text fails, the rest goes on
+        return [None if r is None else clean_reply(r, self.prompt.fence, target) for r in replies]
+
+    def record_requests_to(self, folder: str | None) -> None:
+        self._requests_dir = folder
+        if self.asker is not None:
+            self.asker.record_requests_to(folder)
 
     def close(self) -> None:
         super().close()

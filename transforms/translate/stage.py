@@ -44,6 +44,11 @@ class TranslateStage(Stage):
     lang_column: str = Field("translated_lang", description="Column recording each row's target language.")
 
     _engine: TranslationEngine | None = PrivateAttr(default=None)
+    _requests_dir: str | None = PrivateAttr(default=None)
+
+    def record_requests_to(self, folder: str | None) -> None:
+        """Where an HTTP backend writes its request ledgers (the runner sets runs/<id>/requests/<stage>/)."""
+        self._requests_dir = folder
 
     @model_validator(mode="after")
     def _check(self) -> TranslateStage:
@@ -75,6 +80,7 @@ class TranslateStage(Stage):
         return self._engine
 
     def setup(self) -> None:
+        self.translator.record_requests_to(self._requests_dir)
         self.translator.setup()
 
     def check_columns(self, schema: pa.Schema) -> None:
