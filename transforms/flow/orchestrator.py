@@ -115,6 +115,11 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
     except BaseException as err:
         record.status, record.error = "failed", f"{type(err).__name__}: {err}"
         record.next = f"fix the cause, then `{ctx.resume_command()}`"
+        if isinstance(err, Exception):  # one line for the console; the traceback to the run's log
+            failing = record.runs.get(spec.name) if "spec" in locals() else None
+            line = failure_line(ctx, failing.run_id if failing else root, err)
+            record.error = line
+            raise RecipeRunError(line) from err
         raise
     finally:
         record.finished_at = dt.datetime.now(dt.UTC).isoformat()
@@ -130,6 +135,50 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
             out["released"] = m.status == "succeeded"
             out["exit_code"] = 0 if m.status == "succeeded" and out.get("exit_code", 0) == 0 else 1
     return out
+
+
+def failure_line(ctx: Context, run_id: str, err: BaseException) -> str:
+    """`run X failed in stage S at ENDPOINT: CAUSE; traceback: LOG; resume: COMMAND` (one line), and the
+    traceback written to runs/<run id>/logs/error.log. No Ray wrapper text and no Ray hint reach it."""
+    import traceback
+
+    from transforms.core.manifest import RunManifest
+
+    log_dir = ctx.lake.run_dir(run_id) / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_file = log_dir / "error.log"
+    with log_file.open("a", encoding="utf-8") as f:
+        f.write("".join(traceback.format_exception(err)) + "\n")
+    stage = None
+    if (path := ctx.lake.manifest_path(run_id)).exists():
+        try:
+            stage = RunManifest.load(path).extras.get("failed_stage")
+        except (OSError, ValueError):
+            stage = None
+    cause = root_cause(err)
+    endpoint = getattr(cause, "endpoint", "") or ""
+    what = " ".join(str(cause).split()) or type(cause).__name__
+    if isinstance(cause, RecipeRunError) and cause is err:  # already ours: keep its words
+        return f"{what}; log: {log_file}; resume: {ctx.resume_command()}"
+    where = (f" in stage {stage}" if stage else "") + (f" at {endpoint}" if endpoint else "")
+    return f"run {run_id} failed{where}: {what}; traceback: {log_file}; resume: {ctx.resume_command()}"
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The exception that started it, under Ray's task wrappers and our re-raises; the first endpoint error."""
+    seen: list[BaseException] = []
+    todo: BaseException | None = err
+    while todo is not None and todo not in seen:
+        seen.append(todo)
+        inner = getattr(todo, "cause", None)  # ray.exceptions.RayTaskError keeps the actor's exception here
+        todo = inner if isinstance(inner, BaseException) else (todo.__cause__ or todo.__context__)
+    from transforms.llm.base import EndpointError
+
+    endpoint = next((e for e in seen if isinstance(e, EndpointError)), None)
+    if endpoint is not None:
+        return endpoint
+    ours = [e for e in seen if not type(e).__module__.startswith("ray")]
+    return ours[-1] if ours else seen[-1]
 
 
 def print_status(record: RecipeRecord) -> str:
