@@ -30,7 +30,8 @@ class Config(JobConfig):
     version: str | None = Field(None, description="Release version (default: today's UTC date).")
     suite: dict[str, Any] = Field(default_factory=dict, description="Overrides of the suite, e.g. "
                                   "--set suite.label_balance.min=0.4")
-    audit: bool = Field(True, description="Run the artifact audit (transforms/eval/audit.py) when installed.")
+    audit: bool = Field(True, description="Run the artifact audit (transforms/eval/audit.py); one that is flagged "
+                        "or cannot run refuses the release. false publishes without it (the card says so).")
     audit_bound: float = Field(0.6, gt=0, lt=1, description="Baseline accuracy that flags the audit.")
     licence: str | None = Field(None, description="The release's licence (SPDX or Hub id); default: the licence of "
                                 "jobs/recipes/<recipe>.yaml's release. Required.")

@@ -102,7 +102,8 @@ class ReleaseSpec(_Strict):
     suite: str = Field("generic", description="Suite in expectations/suites/.")
     suite_overrides: dict[str, Any] = Field(default_factory=dict)
     version: str | None = Field(None, description="Release version (default: today's UTC date).")
-    audit: bool = True
+    audit: bool = Field(True, description="Run the artifact audit; a flagged audit, or one that cannot run, "
+                        "refuses the release. false publishes without it and the card says so.")
 
     @field_validator("version", mode="before")
     @classmethod

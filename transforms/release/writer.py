@@ -88,16 +88,20 @@ def find_manifest(input_path: str | Path) -> RunManifest | None:
     return RunManifest.load(manifest) if manifest.exists() else None
 
 
-def run_audit(table: pa.Table, bound: float) -> tuple[dict[str, Any] | None, str | None]:
-    """The artifact audit (transforms/eval/audit.py) when it is installed; (None, None) otherwise."""
+AUDIT_OFF = "release.audit: false"
+
+
+def run_audit(table: pa.Table, bound: float) -> tuple[dict[str, Any], str]:
+    """The artifact audit (transforms/eval/audit.py). An audit that cannot run (a missing extra, a bad bound,
+    an error) does not pass silently: its result records the error and `audit_refusals` refuses the release
+    with it. A recipe that means to publish without the audit says so (`audit: false`)."""
     try:
         from transforms.eval.audit import audit_markdown, audit_release
-    except ImportError:
-        return None, None
-    try:
+
         audit = audit_release(table, bound=bound)
-    except Exception as err:  # the audit informs the report; it must not take the release down
-        return {"error": f"{type(err).__name__}: {err}"}, f"### Artifact audit\n\ncould not run: {err}\n"
+    except Exception as err:  # any failure: the release is refused with this reason, never published unaudited
+        error = f"{type(err).__name__}: {err}"
+        return {"error": error}, f"### Artifact audit\n\ncould not run: {error}\n"
     return audit, audit_markdown(audit)
 
 
@@ -161,7 +165,12 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
     plots = render_plots(stats)
     for name, data in plots.items():
         (extras / "plots" / f"{name}.png").write_bytes(data)
-    audit_result, audit_md = run_audit(table, audit_bound) if audit and can_export else (None, None)
+    audit_result: dict[str, Any] | None = None
+    audit_md: str | None = None
+    if audit and can_export:
+        audit_result, audit_md = run_audit(table, audit_bound)
+    elif not audit:
+        audit_md = f"### Artifact audit\n\nnot run: switched off by the recipe (`{AUDIT_OFF}`).\n"
     (extras / "expectations.json").write_text(json.dumps(gate, indent=2, ensure_ascii=False, default=str), "utf-8")
     if audit_result is not None:
         (extras / "audit.json").write_text(json.dumps(audit_result, indent=2, default=str), "utf-8")
@@ -225,7 +234,11 @@ def checksums(folder: Path) -> dict[str, str]:
 
 def audit_refusals(audit: dict[str, Any] | None) -> list[str]:
     """A flagged artifact audit refuses the release: a solution-only or goal-only baseline above the bound
-    means the items can be answered without reading them as a whole."""
+    means the items can be answered without reading them as a whole. An audit that could not run refuses it
+    too, with its reason: a check that did not run is not a check that passed."""
+    if audit and audit.get("error"):
+        return [f"artifact audit could not run: {audit['error']} (fix it, or switch the audit off explicitly "
+                f"with `{AUDIT_OFF}` in the recipe)"]
     if not audit or not audit.get("flagged"):
         return []
     out = []
