@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             from transforms.flow.orchestrator import RecipeRecord, print_status
 
             if not path.exists() and (record := RecipeRecord.load(lake, args.run_id)) is not None:
-                print(print_status(record))
+                print(print_status(record, lake.run_dir(args.run_id)))
                 return 0
             if not path.exists():
                 raise UserError(f"no run {args.run_id!r} in {lake.root}")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from transforms.core.accounting import retries_line
+from transforms.core.liveness import effective_status
 from transforms.core.manifest import RunManifest, StageRecord
 
 
@@ -186,7 +187,9 @@ def run_summary(manifest: RunManifest, report: Path | None = None) -> str:
 
 
 def show_run(manifest: RunManifest, report: Path | None = None) -> str:
-    out = [f"run {manifest.run_id}  job {manifest.job}  status {manifest.status}",
+    status = effective_status(manifest.status, manifest.extras.get("driver"), report.parent) if report \
+        else manifest.status
+    out = [f"run {manifest.run_id}  job {manifest.job}  status {status}",
            f"started {manifest.started_at}  finished {manifest.finished_at or '-'}"]
     if manifest.parents:
         out.append("parents " + ", ".join(manifest.parents))
@@ -217,7 +220,8 @@ def list_runs(runs_dir: Path) -> str:
     for m in sorted(manifests, key=lambda m: m.started_at):
         funnel = m.funnel()
         flow = f"{_n(funnel[0][1])} → {_n(funnel[-1][1])}" if funnel else "-"
-        rows.append((m.run_id, m.job, m.status, m.started_at[:19], flow, ",".join(m.parents) or "-"))
+        status = effective_status(m.status, m.extras.get("driver"), runs_dir / m.run_id)  # a dead driver: interrupted
+        rows.append((m.run_id, m.job, status, m.started_at[:19], flow, ",".join(m.parents) or "-"))
     if len(rows) == 1:
         return f"no runs in {runs_dir}"
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

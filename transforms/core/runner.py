@@ -219,6 +219,10 @@ def run_pipeline(
     before_stage, after_stage = with_console(lake.run_dir(run_id), run_id, len(stages) + 1, before_stage,
                                              after_stage)
     current: tuple[str, Path] | None = None
+    from transforms.core.liveness import Heartbeat, driver_stamp
+
+    manifest.extras["driver"] = driver_stamp()  # `piqaforge runs` says interrupted once this driver is gone
+    heartbeat = Heartbeat(lake.run_dir(run_id)).__enter__()
     try:
         manifest.inputs = source.fingerprints()
         fingerprint = fingerprint_config(source.describe(), manifest.inputs)
@@ -266,6 +270,7 @@ def run_pipeline(
             manifest.extras["failed_stage"] = current[0]
         raise
     finally:
+        heartbeat.__exit__()
         manifest.finished_at = dt.datetime.now(dt.UTC).isoformat()
         manifest.write(manifest_path)
     return manifest

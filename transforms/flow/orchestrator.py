@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from transforms.core.lake import Lake
+from transforms.core.liveness import Heartbeat, driver_stamp, effective_status
 from transforms.core.stage import note_placement
 from transforms.flow import placement, steps
 from transforms.flow.context import Context, RecipeRunError, RunEntry, check_stages, entry_next
@@ -43,6 +44,8 @@ class RecipeRecord(BaseModel):
     runs: dict[str, RunEntry] = Field(default_factory=dict)
     next: str | None = None
     error: str | None = None
+    driver: dict[str, Any] | None = Field(None, description="pid and host of the driver running it now.")
+    resume: str | None = Field(None, description="The command that continues this recipe run.")
 
     def write(self, lake: Lake) -> None:
         from transforms.core.manifest import write_atomic
@@ -84,8 +87,10 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
         raise RecipeRunError(f"no recipe run {root!r} in {the_lake.root} to resume (`piqaforge runs` lists them)")
     record = record or RecipeRecord(root=root, recipe=recipe.recipe, path=recipe.path)
     record.status, record.error, record.next = "running", None, None
-    record.write(the_lake)
     ctx = Context(recipe, the_lake, root, resume, doubles, command)
+    record.driver, record.resume = driver_stamp(), ctx.resume_command()
+    record.write(the_lake)
+    heartbeat = Heartbeat(the_lake.run_dir(root)).__enter__()  # `show` says interrupted once this driver dies
     init_ray(recipe.ray_address, recipe.num_cpus)
     out: dict[str, Any] = {"recipe": recipe.recipe, "run_id": root}
     try:
@@ -122,6 +127,7 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
             raise RecipeRunError(line) from err
         raise
     finally:
+        heartbeat.__exit__()
         record.finished_at = dt.datetime.now(dt.UTC).isoformat()
         record.write(the_lake)
         out["runs"] = {name: e.run_id for name, e in record.runs.items() if e.status != "skipped"}
@@ -181,16 +187,22 @@ def root_cause(err: BaseException) -> BaseException:
     return ours[-1] if ours else seen[-1]
 
 
-def print_status(record: RecipeRecord) -> str:
+def print_status(record: RecipeRecord, run_dir: Path | None = None) -> str:
     """`piqaforge show <recipe run>`: each run's id and status, and what to do next."""
-    lines = [f"recipe run {record.root}  recipe {record.recipe}  status {record.status}",
+    status = record.status
+    if run_dir is not None:
+        status = effective_status(record.status, record.driver, run_dir)
+    lines = [f"recipe run {record.root}  recipe {record.recipe}  status {status}",
              f"started {record.started_at}  finished {record.finished_at or '-'}"]
     if record.error:
         lines.append(f"error {record.error}")
     width = max((len(n) for n in record.runs), default=4)
     for name, entry in record.runs.items():
         batch = f"  batch {entry.batch}" if entry.batch else ""
-        lines.append(f"  {name:<{width}}  {entry.status:<16} {entry.run_id}{batch}")
-    if record.next:
+        shown = "interrupted" if status == "interrupted" and entry.status == "running" else entry.status
+        lines.append(f"  {name:<{width}}  {shown:<16} {entry.run_id}{batch}")
+    if status == "interrupted" and record.resume:
+        lines.append(f"its driver is gone; continue with: {record.resume}")
+    elif record.next:
         lines.append(f"next: {record.next}")
     return "\n".join(lines)
