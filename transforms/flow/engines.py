@@ -23,7 +23,10 @@ def profiles(recipe: Recipe) -> dict[str, dict[str, Any]]:
     data = yaml.safe_load(PROFILES_FILE.read_text(encoding="utf-8")) if PROFILES_FILE.exists() else {}
     merged = {k: dict(v) for k, v in (data or {}).items()}
     for name, roles in recipe.engine_profiles.items():
-        merged[name] = {**merged.get(name, {}), **roles}
+        base = merged.get(name, {})
+        merged[name] = {**base, **roles}
+        if isinstance(base.get("endpoint"), dict) and isinstance(roles.get("endpoint"), dict):
+            merged[name]["endpoint"] = {**base["endpoint"], **roles["endpoint"]}  # --set one key of it
     return merged
 
 
@@ -34,9 +37,40 @@ def resolve_engines(recipe: Recipe) -> dict[str, Any]:
         raise RecipeError(recipe.path or recipe.recipe, "engines",
                           f"no engine profile {recipe.engines!r}; profiles: {', '.join(sorted(known))}")
     roles = copy.deepcopy(known[recipe.engines])
+    apply_endpoint(roles)
     for key, engine in _role_engines(roles):
         check_placement(engine, recipe.path or recipe.recipe, f"engine_profiles.{recipe.engines}.{key}")
     return roles
+
+
+# One place for a whole profile's endpoint: the environment wins over the profile's `endpoint:` block.
+ENDPOINT_ENV = {"base_url": "PIQAFORGE_ENDPOINT_URL", "model": "PIQAFORGE_ENDPOINT_MODEL",
+                "api_key_env": "PIQAFORGE_ENDPOINT_KEY_ENV"}
+
+
+def apply_endpoint(roles: dict[str, Any]) -> None:
+    """A profile's `endpoint: {base_url, model, api_key_env, options}` (or $PIQAFORGE_ENDPOINT_URL, _MODEL,
+    _KEY_ENV) applied to every `openai` engine of every role: generator, judge, translator, scorer,
+    annotators and evaluated models follow one setting (`--set engine_profiles.<p>.endpoint.base_url=...`)."""
+    import os
+
+    endpoint = dict(roles.pop("endpoint", None) or {})
+    for key, var in ENDPOINT_ENV.items():
+        if os.environ.get(var):
+            endpoint[key] = os.environ[var]
+    if not endpoint:
+        return
+    extra = dict(endpoint.get("options") or {})
+    for _, engine in _role_engines(roles):
+        if engine.get("backend") != "openai":
+            continue
+        options = {**extra, **dict(engine.get("options") or {})}
+        for key in ("base_url", "api_key_env"):
+            if endpoint.get(key):
+                options[key] = endpoint[key]
+        engine["options"] = options
+        if endpoint.get("model"):
+            engine["model"] = endpoint["model"]
 
 
 def _role_engines(node: Any, prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
