@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if isinstance(err, StageError | FileNotFoundError | ValueError | RecipeRunError):
             print(f"piqaforge: error: {scrub_text(str(err))}", file=sys.stderr)
-            return 1
+            return int(getattr(err, "exit_code", 1))  # 2: a refused input (RefusedInputError)
         raise
     return 0
 

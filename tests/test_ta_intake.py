@@ -43,7 +43,7 @@ EXPECTED_REJECTS = {
 @pytest.fixture(scope="module")
 def intake(tmp_path_factory):
     feedback = tmp_path_factory.mktemp("feedback")
-    table = WritersIntake(path=str(ITEMS), columns=MAPPING, feedback_dir=str(feedback)).rows()
+    table = WritersIntake(path=str(ITEMS), allow_malformed=True, columns=MAPPING, feedback_dir=str(feedback)).rows()
     return table, feedback
 
 
@@ -114,7 +114,7 @@ def test_encoding_checks_unit():
 def test_wrong_mapping_fails_fast_and_a_bad_file_alone_is_rejected(tmp_path):
     bad = WriterColumns(goal="prompt")
     with pytest.raises(ColumnMappingError, match="prompt"):
-        WritersIntake(path=str(ITEMS), columns=bad).rows()
+        WritersIntake(path=str(ITEMS), allow_malformed=True, columns=bad).rows()
     (tmp_path / "w1.csv").write_text("goal,sol1,sol2,label\nஅவன் கதவைத் திறந்தான்,கதவு திறந்தது,கதவு மூடியது,0\n",
                                      encoding="utf-8")
     (tmp_path / "w2.csv").write_text("question,a,b,answer\nx,y,z,0\n", encoding="utf-8")
@@ -137,7 +137,7 @@ def test_utf16_file_is_read_and_noted(tmp_path):
 
 
 def test_source_stage_contract():
-    stage = WritersIntake(path=str(ITEMS), columns=MAPPING)
+    stage = WritersIntake(path=str(ITEMS), allow_malformed=True, columns=MAPPING)
     assert stage.creates and len(stage.fingerprints()) == 4
     assert isinstance(stage.rows(), pa.Table)
 

@@ -24,7 +24,7 @@ LONG_GOAL = ("மழைக்காலத்தில் வீட்டின�
 
 @pytest.fixture(scope="module")
 def items() -> pa.Table:
-    t = WritersIntake(path=str(ITEMS), columns=WriterColumns(id="item_no", source="source")).rows()
+    t = WritersIntake(path=str(ITEMS), allow_malformed=True, columns=WriterColumns(id="item_no", source="source")).rows()
     return t.filter(pc.is_null(t.column("drop_reason")))
 
 

@@ -27,7 +27,7 @@ ITEMS = Path(__file__).resolve().parents[1] / "lake" / "samples" / "ta_items"
 
 @pytest.fixture(scope="module")
 def items() -> pa.Table:
-    t = WritersIntake(path=str(ITEMS), columns=WriterColumns(id="item_no", source="source", keep=["xcopa_id"])).rows()
+    t = WritersIntake(path=str(ITEMS), allow_malformed=True, columns=WriterColumns(id="item_no", source="source", keep=["xcopa_id"])).rows()
     return t.filter(pc.is_null(t.column("drop_reason")))
 
 

@@ -20,7 +20,10 @@ from transforms.flow.registry import stage_class
 
 
 class RecipeRunError(RuntimeError):
-    """A run of the recipe failed; the message names the run and what went wrong."""
+    """A run of the recipe failed; the message names the run and what went wrong. `exit_code` is the
+    command's: 1, or 2 when an input was refused (transforms.io.common.RefusedInputError)."""
+
+    exit_code: int = 1
 
 
 class RunEntry(BaseModel):

@@ -124,7 +124,9 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
             failing = record.runs.get(spec.name) if "spec" in locals() else None
             line = failure_line(ctx, failing.run_id if failing else root, err)
             record.error = line
-            raise RecipeRunError(line) from err
+            failure = RecipeRunError(line)
+            failure.exit_code = getattr(root_cause(err), "exit_code", 1)  # a refused input file: 2
+            raise failure from err
         raise
     finally:
         heartbeat.__exit__()

@@ -32,6 +32,13 @@ class InputFormatError(ValueError):
     """A file is not in the format it claims (by extension or input.format)."""
 
 
+class RefusedInputError(ValueError):
+    """A human-authored file is refused whole (a line cut in the middle ...): nothing is read from it, and the
+    command exits 2 like any other refused input."""
+
+    exit_code = 2
+
+
 class EmptyInputError(ValueError):
     """There is nothing to read."""
 

@@ -14,6 +14,10 @@ which row was rejected and why. Checks, in order, all reported (the first one is
   language's script, e.g. Tamil block U+0B80–U+0BFF) and `identical_solutions`.
 
 The writer is the mapped `writer` column when a row has it, else the file's name without extension.
+
+A `malformed_row` (a line cut in the middle, a broken JSON line) means the file itself is damaged, so by
+default the files are refused whole (`RefusedInputError`, exit 2) naming every such file:line, before
+anything is written; `allow_malformed: true` keeps the rest and says how many lines were set aside.
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core import columns as C
 from transforms.core.creating import SourceStage
-from transforms.io.common import DROP_DETAIL, ColumnMappingError, EmptyInputError, InputFormatError
+from transforms.io.common import (
+    DROP_DETAIL,
+    ColumnMappingError,
+    EmptyInputError,
+    InputFormatError,
+    RefusedInputError,
+)
 from transforms.text import textcheck as tc
 
 log = logging.getLogger("piqaforge")
@@ -77,6 +87,9 @@ class WritersIntake(SourceStage):
     sheet: str | None = Field(None, description="XLSX sheet to read; unset reads the first sheet.")
     feedback_dir: str | None = Field(None, description="Where to write one feedback file per writer "
                                      "(the job points it next to the run's outputs); unset writes none.")
+    allow_malformed: bool = Field(False, description="A malformed line (cut in the middle, broken JSON) refuses "
+                                  "the files whole (exit 2, file:line, nothing written); true keeps the rest, the "
+                                  "line rejected as `malformed_row`, and says how many were set aside.")
     records: dict[str, str] = Field(default_factory=dict, description="Read only these records of a file: "
                                     "1-based positions in file order, e.g. '1-30,151-159', keyed by file name, "
                                     "'*' for files not named; unset reads every record (a slice for quick runs).")
@@ -97,9 +110,28 @@ class WritersIntake(SourceStage):
     def fingerprints(self) -> list[dict[str, Any]]:
         from transforms.core.manifest import fingerprint_file
 
+        self.malformed_lines()  # the runner asks for these first, in the driver: a damaged file stops the run here
         return [fingerprint_file(f) for f in self.files()]
 
+    def malformed_lines(self) -> list[str]:
+        """'file:line: why' of every malformed line; raises `RefusedInputError` unless `allow_malformed`."""
+        found = []
+        for path in self.files():
+            records, _, _ = read_writer_file(path, self.file_columns.get(path.name, self.columns), self.sheet)
+            found += [f"{path.name}:{r['row']}: {d}" for r in records for reason, d in r["problems"]
+                      if reason == "malformed_row"]
+        if found and not self.allow_malformed:
+            raise RefusedInputError(
+                f"{len(found)} malformed line(s) in the writers' files under {self.path}; nothing was read "
+                f"(fix the files, or keep the rest with allow_malformed: true / --set allow_malformed=true): "
+                + "; ".join(found[:10]) + (f" (+{len(found) - 10} more)" if len(found) > 10 else ""))
+        return found
+
     def rows(self) -> pa.Table:
+        malformed = self.malformed_lines()
+        if malformed:
+            log.warning("writers' files: %d malformed line(s) set aside as malformed_row (allow_malformed): %s",
+                        len(malformed), "; ".join(malformed[:5]))
         records: list[dict[str, Any]] = []
         notes: list[dict[str, Any]] = []
         usable_files = 0
