@@ -25,7 +25,8 @@ def gate_and_write(lake: Lake, *, dataset: str, input_run: str | None = None, in
                    suite: str = "generic", suite_overrides: dict[str, Any] | None = None, version: str | None = None,
                    run_id: str | None = None, audit: bool = True, audit_bound: float = 0.6,
                    sections: list[str] | None = None, files: dict[str, str] | None = None, resume: bool = False,
-                   config: dict[str, Any] | None = None, hub: dict[str, Any] | None = None) -> RunManifest:
+                   config: dict[str, Any] | None = None, hub: dict[str, Any] | None = None,
+                   recipe: str | None = None) -> RunManifest:
     """One run of the runner (read the items → gate_and_release); its status is the gate's verdict.
 
     `hub` holds the card's settings (`licence`, `sources`, `notes`, `columns`, `repo_id`, `pretty_name`,
@@ -59,7 +60,7 @@ def gate_and_write(lake: Lake, *, dataset: str, input_run: str | None = None, in
     hub_settings = hub_settings_for(lake, src, parents, hub or {})
     upstream_path = lake.manifest_path(upstream.run_id) if upstream else None
     verdict_path = lake.run_dir(run_id) / "gate.json"
-    gate = GateAndRelease(recipe=suite, suite_overrides=suite_overrides or {}, dataset=dataset, version=version,
+    gate = GateAndRelease(recipe=suite, recipe_name=recipe, suite_overrides=suite_overrides or {}, dataset=dataset, version=version,
                           out_dir=str(out), audit=audit, audit_bound=audit_bound,
                           upstream_manifest=str(upstream_path) if upstream_path and upstream_path.exists() else None,
                           result_path=str(verdict_path), run_id=run_id, card_sections=sections or [],

@@ -349,7 +349,7 @@ def release_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
                                   audit_bound=release.audit_bound, sections=sections,
                                   files=release_files(ctx, release), hub=release_hub(ctx, spec),
                                   resume=ctx.lake.manifest_path(entry.run_id).exists(),
-                                  config=_config(ctx, spec))
+                                  config=_config(ctx, spec), recipe=ctx.recipe.recipe)
     except BaseException:
         entry.status = "failed"
         _after_failure(ctx, entry.run_id)

@@ -72,8 +72,20 @@ def citation_section(name: str, version: str, repo_id: str | None, sources: list
     lines = ["## Citation", "", "```bibtex", f"@misc{{{key},", f"  title = {{{name} ({version})}},",
              f"  note = {{Built with piqaforge; {where}}},", f"  year = {{{version[:4] if version[:4].isdigit() else ''}}}",
              "}"]
-    lines += [s.citation for s in sources if s.citation]
-    return "\n".join(lines + ["```"]) + "\n"
+    cited = [s.citation.strip() for s in sources if s.citation and s.citation.strip()]
+    lines += [c for c in cited if is_bibtex(c)]
+    lines.append("```")
+    prose = [c for c in cited if not is_bibtex(c)]  # a reference written as prose is not BibTeX: cited as text
+    if prose:
+        lines += ["", "Please also cite the sources:", "", *[f"- {c}" for c in prose]]
+    return "\n".join(lines) + "\n"
+
+
+def is_bibtex(text: str) -> bool:
+    """A BibTeX entry (`@article{key, ...}`), as opposed to a reference written as prose."""
+    import re
+
+    return re.match(r"^@[A-Za-z]+\s*[{(]", text.strip()) is not None
 
 
 def usage_section(name: str, configs: dict[str, int], repo_id: str | None, groups: list[str]) -> str:

@@ -59,6 +59,8 @@ class GateAndRelease(GlobalStage):
 
     name: ClassVar[str] = "gate_and_release"
     recipe: str = Field("generic", description="Suite in expectations/suites/.")
+    recipe_name: str | None = Field(None, description="The recipe the release belongs to, which the card names "
+                                    "(default: the suite's name, for a release outside a recipe).")
     suite_overrides: dict[str, Any] = Field(default_factory=dict, description="Overrides of the suite.")
     dataset: str = Field(..., description="Release name.")
     version: str = Field(..., description="Release version.")
@@ -85,7 +87,8 @@ class GateAndRelease(GlobalStage):
         gate = run_gate(items, suite)
         gate_dict = {**gate.model_dump(), "reasons": gate.reasons()}
         manifest = RunManifest.load(Path(self.upstream_manifest)) if self.upstream_manifest else None
-        result = build_release(items, gate_dict, out_dir=self.out_dir, dataset=self.dataset, recipe=self.recipe,
+        result = build_release(items, gate_dict, out_dir=self.out_dir, dataset=self.dataset,
+                               recipe=self.recipe_name or self.recipe,
                                version=self.version, manifest=manifest, audit=self.audit,
                                audit_bound=self.audit_bound, run_id=self.run_id, sections=self.card_sections,
                                extra_files=self.extra_files, hub=HubSettings.model_validate(self.hub))
