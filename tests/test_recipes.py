@@ -46,13 +46,13 @@ def _base() -> dict:
 
 
 @pytest.mark.parametrize("mutate, key, words", [
-    (lambda d: d["runs"][0]["stages"].append({"stage": "no_such_stage"}), "runs.items.stages.1", "unknown stage"),
+    (lambda d: d["runs"][0]["stages"].append({"stage": "no_such_stage"}), "runs.items.stages.no_such_stage", "unknown stage"),
     (lambda d: d.pop("dataset"), "dataset", "Field required"),
     (lambda d: d["runs"][1]["release"].update(of="nowhere"), "runs.release", "does not declare"),
     (lambda d: d["runs"].append({"name": "items", "parents": ["release"]}), "runs.items", "two runs"),
     (lambda d: d["runs"].extend([{"name": "a", "parents": ["b"]}, {"name": "b", "parents": ["a"]}]), "runs.a",
      "cycle"),
-    (lambda d: d["runs"][0]["stages"].append({"stage": "degenerate", "lang": "${nope}"}), "runs.items.stages.1.lang",
+    (lambda d: d["runs"][0]["stages"].append({"stage": "degenerate", "lang": "${nope}"}), "runs.items.stages.degenerate#2.lang",
      "not defined"),
     (lambda d: d["runs"][1]["release"].pop("of"), "runs.release.release.of", "Field required"),
     (lambda d: d["runs"][0].update(when="missing_param"), "runs.items.when", "not a param"),
@@ -84,7 +84,7 @@ def test_cli_exits_2_naming_file_and_key_before_anything_runs(tmp_path, capsys):
     path = _write(tmp_path, data)
     assert main(["run", str(path), "--lake", str(tmp_path / "lake")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and str(path) in err[0] and "runs.items.stages.1" in err[0]
+    assert len(err) == 1 and str(path) in err[0] and "runs.items.stages.no_such_stage" in err[0]
     assert not (tmp_path / "lake").exists()
 
 

@@ -171,21 +171,26 @@ def check_stages(ctx: Context) -> None:
     from pydantic import ValidationError
 
     from transforms.flow.recipe import RecipeError, holds
+    from transforms.flow.recipe_check import stage_places, suggest
 
+    problems: list[tuple[str, str]] = []
     for run in ctx.recipe.runs:
-        specs = ([("source", run.source)] if run.source else []) + [(f"stages.{i}", s)
-                                                                   for i, s in enumerate(run.stages)]
-        for where, spec in specs:
+        for where, spec in stage_places(run):
             if not holds(spec.get("when", True), ctx.recipe.params):
                 continue
             try:
                 build_stage(ctx, spec, ctx.lake.run_dir(ctx.run_id(run)))
             except ValidationError as err:
-                first = err.errors()[0]
-                key = ".".join(str(p) for p in first["loc"])
-                got = f"; got {_shown(first.get('input'))}" if key else ""  # the whole stage: the file has it
-                raise RecipeError(ctx.recipe.path, f"runs.{run.name}.{where}.{key}".rstrip("."),
-                                  f"{first['msg']} (stage {spec['stage']}{got})") from err
+                for e in err.errors():
+                    key = ".".join(str(p) for p in e["loc"])
+                    if e["type"] == "extra_forbidden" and e["loc"]:
+                        msg = suggest(str(e["loc"][-1]), list(getattr(stage_class(spec["stage"]), "model_fields", {})))
+                    else:
+                        msg = str(e["msg"])
+                    got = f"; got {_shown(e.get('input'))}" if key and e["type"] != "extra_forbidden" else ""
+                    problems.append((f"runs.{run.name}.{where}.{key}".rstrip("."), f"{msg} (stage {spec['stage']}{got})"))
+    if problems:
+        raise RecipeError.many(ctx.recipe.path, problems)
 
 
 def _shown(value: Any, limit: int = 120) -> str:

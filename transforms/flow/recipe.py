@@ -30,6 +30,7 @@ and says what is wrong in one line naming the file and the key.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -37,7 +38,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from transforms.flow.registry import known
+from transforms.flow.recipe_check import check_whole, model_at, place_of, stage_places, suggest
+from transforms.flow.registry import STAGES, known
 from transforms.release.licences import SourceSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,11 +52,22 @@ LATE = ("run_dir", "lake_root", "accepted")
 
 
 class RecipeError(ValueError):
-    """A recipe file that cannot run: one line naming the file, the key and what is wrong."""
+    """A recipe file that cannot run: naming the file, the key and what is wrong; with several problems,
+    one line each (`problems`), the first also as `key` / `problem`."""
 
-    def __init__(self, path: str | Path, key: str, problem: str):
+    def __init__(self, path: str | Path, key: str, problem: str,
+                 more: list[tuple[str, str]] | None = None):
         self.path, self.key, self.problem = str(path), key, problem
-        super().__init__(f"{path}: {key}: {problem}")
+        self.problems = [(key, problem), *(more or [])]
+        if len(self.problems) == 1:
+            super().__init__(f"{path}: {key}: {problem}")
+        else:
+            lines = "\n".join(f"  {k}: {p}" for k, p in self.problems)
+            super().__init__(f"{path}: {len(self.problems)} problems (all of them; nothing has run):\n{lines}")
+
+    @classmethod
+    def many(cls, path: str | Path, problems: list[tuple[str, str]]) -> RecipeError:
+        return cls(path, problems[0][0], problems[0][1], problems[1:])
 
 
 class _Strict(BaseModel):
@@ -372,10 +385,25 @@ def load_recipe(name_or_path: str, overrides: dict[str, Any] | None = None,
     try:
         recipe = Recipe.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        raise RecipeError(path, _key_name(data, first["loc"]), first["msg"]) from err
-    check_graph(recipe, path)
+        raise RecipeError.many(path, [(_key_name(data, e["loc"]), _message(e)) for e in err.errors()]) from err
+    problems: list[tuple[str, str]] = []
+    try:
+        check_graph(recipe, path)
+    except RecipeError as err:
+        problems += err.problems
+    problems += check_whole(recipe)
+    if problems:
+        raise RecipeError.many(path, problems)
     return recipe
+
+
+def _message(error: Any) -> str:
+    """pydantic's message, with the valid keys and the nearest one for an unknown key."""
+    if error["type"] == "extra_forbidden" and error["loc"]:
+        holder = model_at(Recipe, error["loc"])
+        if holder is not None:
+            return suggest(str(error["loc"][-1]), list(holder.model_fields))
+    return str(error["msg"])
 
 
 def _key_name(data: dict[str, Any], loc: tuple[Any, ...]) -> str:
@@ -384,6 +412,10 @@ def _key_name(data: dict[str, Any], loc: tuple[Any, ...]) -> str:
     node: Any = data
     for part in loc:
         if isinstance(part, int) and isinstance(node, list) and part < len(node):
+            if parts and parts[-1] == "stages":  # a stage entry by its stage's name
+                parts[-1] = place_of(node, part)
+                node = node[part]
+                continue
             node = node[part]
             parts.append(str(node.get("name", part)) if isinstance(node, dict) else str(part))
         else:
@@ -418,6 +450,9 @@ def interpolate(node: Any, root: dict[str, Any], path: Path, key: str = "") -> A
         return {k: v if k == "params" and not key else interpolate(v, root, path, f"{key}.{k}".strip("."))
                 for k, v in node.items()}
     if isinstance(node, list):
+        if key.endswith(".stages") or key == "stages":  # stage entries by their stage's name
+            return [interpolate(v, root, path, f"{key[:-len('stages')]}{place_of(node, i)}")
+                    for i, v in enumerate(node)]
         return [interpolate(v, root, path, f"{key}.{v.get('name', i) if isinstance(v, dict) else i}")
                 for i, v in enumerate(node)]
     if not isinstance(node, str) or "${" not in node:
@@ -450,25 +485,31 @@ def check_graph(recipe: Recipe, path: Path) -> None:
         if run.name in names:
             raise RecipeError(path, f"runs.{run.name}", "two runs have this name (each writes its own run)")
         names[run.name] = i
+    problems: list[tuple[str, str]] = []
     for run in recipe.runs:
         for parent in run.upstream():
             if parent not in names:
-                raise RecipeError(path, f"runs.{run.name}", f"reads run {parent!r}, which the recipe does not declare")
+                problems.append((f"runs.{run.name}", f"reads run {parent!r}, which the recipe does not declare"))
             if parent == run.name:
-                raise RecipeError(path, f"runs.{run.name}", "a run cannot read itself (cycle)")
+                problems.append((f"runs.{run.name}", "a run cannot read itself (cycle)"))
         for cond in conditions(run.when):
             if cond_param(cond) not in recipe.params and cond_param(cond) != "__always__":
-                raise RecipeError(path, f"runs.{run.name}.when", f"{cond_param(cond)!r} is not a param")
+                problems.append((f"runs.{run.name}.when", f"{cond_param(cond)!r} is not a param"))
         for where, spec in _stage_specs(run):
             stage = spec.get("stage")
             if not isinstance(stage, str):
-                raise RecipeError(path, f"runs.{run.name}.{where}", "needs `stage: <registered name or module:Class>`")
+                problems.append((f"runs.{run.name}.{where}", "needs `stage: <registered name or module:Class>`"))
+                continue
             for cond in conditions(spec.get("when", True)):
                 if cond_param(cond) not in recipe.params and cond_param(cond) != "__always__":
-                    raise RecipeError(path, f"runs.{run.name}.{where}.when", f"{cond_param(cond)!r} is not a param")
+                    problems.append((f"runs.{run.name}.{where}.when", f"{cond_param(cond)!r} is not a param"))
             if not known(stage):
-                raise RecipeError(path, f"runs.{run.name}.{where}", f"unknown stage {stage!r} (`piqaforge stages` "
-                                  "lists the registered names; or give 'module:Class')")
+                near = difflib.get_close_matches(stage, list(STAGES), n=1, cutoff=0.6)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                problems.append((f"runs.{run.name}.{where}", f"unknown stage {stage!r}; {hint}(`piqaforge stages` "
+                                 "lists the registered names; or give 'module:Class')"))
+    if problems:
+        raise RecipeError.many(path, problems)
     _check_acyclic(recipe, path)
     kinds = {r.name: r.kind for r in recipe.runs}
     for run in recipe.runs:
@@ -502,9 +543,7 @@ def holds(when: Any, params: dict[str, Any]) -> bool:
 
 
 def _stage_specs(run: RunSpec) -> list[tuple[str, dict[str, Any]]]:
-    specs = [("source", run.source)] if run.source is not None else []
-    specs += [(f"stages.{i}", s) for i, s in enumerate(run.stages)]
-    return [(w, s) if isinstance(s, dict) else (w, {"stage": None}) for w, s in specs]
+    return stage_places(run)
 
 
 def _check_acyclic(recipe: Recipe, path: Path) -> None:
