@@ -172,9 +172,15 @@ def test_client_errors_are_not_retried():
         return httpx.Response(400, json={"error": "bad model"})
 
     eng = make_engine(handler, sleeps=[])
-    with pytest.raises(EngineRequestError, match="HTTP 400 .not retryable.*bad model"):
+    # a refused question (400) fails alone, unretried; a wrong model or URL (404) stops the engine
+    with pytest.raises(QuestionsFailed, match="HTTP 400 .not retryable.*bad model"):
         eng.chat([[{"role": "user", "content": "hi"}]], GenerationParams())
     assert len(calls) == 1
+    eng = make_engine(lambda req: (calls.append(1), httpx.Response(404, json={"error": "no such model"}))[1],
+                      sleeps=[])
+    with pytest.raises(EngineRequestError, match="HTTP 404 .not retryable.*base_url and the model name"):
+        eng.chat([[{"role": "user", "content": "hi"}]] * 5, GenerationParams())
+    assert len(calls) == 2
 
 
 # -- the API key ----------------------------------------------------------------------------------

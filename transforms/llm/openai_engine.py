@@ -62,6 +62,7 @@ from transforms.llm.prompts import compile_template
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+ENDPOINT_REFUSES = {401, 403, 404}  # a wrong key, no access, a wrong URL or model name: stop at the first one
 
 
 class EngineRequestError(EndpointError):
@@ -285,6 +286,10 @@ class OpenAIEngine(LLMEngine):
                     self._probed = True
                     return data
                 detail = " ".join(resp.text[:200].split())
+                if resp.status_code not in RETRY_STATUS and resp.status_code not in ENDPOINT_REFUSES:
+                    ledger.fail(f"http_{resp.status_code}")  # this question is refused (too long, bad input): it
+                    return _Failed(f"http_{resp.status_code}",  # fails alone, asking again would not help
+                                   f"POST {where} answered HTTP {resp.status_code} (not retryable): {detail}")
                 if resp.status_code not in RETRY_STATUS:
                     hint = (f"; check the key in ${opts.api_key_env}" if resp.status_code in (401, 403)
                             else "; check base_url and the model name" if resp.status_code in (400, 404) else "")

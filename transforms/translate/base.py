@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from transforms.llm.base import EndpointError
 from transforms.translate.cache import SegmentCache, segment_key
 from transforms.translate.config import TranslatorConfig
 from transforms.translate.languages import LanguageError, check_language
@@ -150,8 +151,8 @@ class TranslationEngine(ABC):
             self.stats.backend_calls += 1
             try:
                 outputs = self.translate_segments([todo[k] for k in batch], src, tgt)
-            except LanguageError:  # the model lacks the language: no row can be translated, say so once
-                raise
+            except (LanguageError, EndpointError):  # the model lacks the language, or the endpoint refuses or
+                raise                               # is down: no row can be translated, stop with one line
             except Exception as err:
                 if self.config.on_error == "raise":
                     raise

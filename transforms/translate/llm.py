@@ -71,7 +71,11 @@ class LLMTranslator(TranslationEngine):
         self.engine.setup()
         self.asker = Asker.for_engine(self.engine, label="translate", chunk_size=self.config.batch_size,
                                       engine_retries=self.config.engine_retries,
-                                      retry_backoff_s=self.config.retry_backoff_s)
+                                      retry_backoff_s=self.config.retry_backoff_s,
+                                      # each answer persisted as it arrives (the segment cache is written per
+                                      # call): a kill loses only the questions in flight
+                                      cache_dir=f"{self.config.cache_dir.rstrip('/')}/answers"
+                                      if self.config.cache_dir else None)
         self.asker.record_requests_to(self._requests_dir)
 
     def translate_segments(self, segments: list[str], src: str, tgt: str) -> list[str | None]:
