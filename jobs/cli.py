@@ -97,6 +97,26 @@ def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, An
     return overrides
 
 
+def _stages(args: argparse.Namespace) -> int:
+    import difflib
+
+    from transforms.flow import catalogue
+    from transforms.flow.registry import STAGES
+
+    if args.markdown:
+        print(catalogue.reference_markdown(), end="")
+    elif args.name is None:
+        print("\n".join(catalogue.stages_lines()))
+    elif args.name in STAGES:
+        print(catalogue.stage_text(args.name))
+    else:
+        near = difflib.get_close_matches(args.name, list(STAGES), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        print(f"piqaforge: error: no stage {args.name!r}{hint} (`piqaforge stages` lists them)", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _run_recipe(args: argparse.Namespace, extra: list[str]) -> int:
     from jobs.config import apply_secrets_env
     from jobs.forwarding import receive_forwarded_secrets
@@ -225,7 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--dry-run", action="store_true", help="check offline and print what would be uploaded")
     sub.add_parser("jobs", help="list the jobs")
     sub.add_parser("recipes", help="list the recipes (jobs/recipes/*.yaml), one line each")
-    sub.add_parser("stages", help="list the registered stage names a recipe file can use")
+    stages = sub.add_parser("stages", help="the stages a recipe file can use, one line each; with NAME, its fields")
+    stages.add_argument("name", nargs="?", help="a stage: print its fields (type, default, description), "
+                        "what it reads and writes and the extras it needs")
+    stages.add_argument("--markdown", action="store_true", help="the whole reference as Markdown "
+                        "(docs/stages_reference.md is this output)")
     from jobs.judge_eval import add_parser as add_judge_eval_parser  # argparse only
 
     add_judge_eval_parser(sub)
@@ -270,11 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:<12} {description}")
             return 0
         if args.command == "stages":
-            from transforms.flow.registry import STAGES
-
-            for name, ref in STAGES.items():
-                print(f"{name:<22} {ref}")
-            return 0
+            return _stages(args)
         if args.command == "run":
             return _run(args, extra)
         if args.command in ("runs", "show"):

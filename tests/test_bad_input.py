@@ -208,7 +208,7 @@ def test_cli_too_few_cpus_for_an_actor_stage_fails_instead_of_hanging(tmp_path):
     assert_clear_failure(proc, "stage 'langid' cannot run", "--set num_cpus=N")
     manifest = json.loads((tmp_path / "lake" / "runs" / "one-cpu-crawl" / "manifest.json").read_text())
     assert manifest["status"] == "failed"
-    assert [s["name"] for s in manifest["stages"]] == ["read", "normalize", "length_filter"]
+    assert [s["name"] for s in manifest["stages"]] == ["read_crawl", "normalize", "length_filter"]
 
 
 def test_cli_invalid_format_is_a_config_error(tmp_path):

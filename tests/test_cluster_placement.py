@@ -31,9 +31,9 @@ from transforms.flow.placement import (
     BACKEND_EXTRAS,
     EXTRA_MODULES,
     IMAGE_EXTRAS,
-    STAGE_EXTRAS,
     Demand,
     ambiguous_gpu_stages,
+    declared_extras,
     demand,
     needed_extras,
     recipe_stages,
@@ -119,8 +119,8 @@ def test_every_literal_require_in_a_stage_module_is_accounted_for():
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "require" and len(node.args) >= 2 \
                     and isinstance(node.args[1], ast.Constant):
                 extra = node.args[1].value
-                assert extra in STAGE_EXTRAS.get(name, ()) or extra in conditional, \
-                    f"{path.name} requires the {extra} extra: declare it for {name!r} in STAGE_EXTRAS"
+                assert extra in declared_extras(name) or extra in conditional, \
+                    f"{path.name} requires the {extra} extra: declare it on {ref}'s class (`extras`)"
 
 
 def test_a_stage_no_node_can_hold_is_refused_naming_the_stage_and_the_resource():
@@ -161,7 +161,7 @@ def test_an_in_process_vllm_role_without_placement_is_refused_at_load():
 
 def test_engine_placement_reaches_the_stage_and_a_nested_teacher_and_the_stages_own_wins(cpu_pin):
     stages = {w: s for w, _, s in recipe_stages(cluster_recipe("ko-piqa", prefilter="distilled"))}
-    prefilter = next(s for w, s in stages.items() if s.name == "prefilter")
+    prefilter = next(s for w, s in stages.items() if s.name == "distilled_prefilter")
     assert prefilter.resources.env == "vllm" and prefilter.teacher.resources.env == "vllm"
     refine = next(s for s in stages.values() if s.name == "llm_transform")
     assert (refine.resources.env, refine.resources.gpus, refine.resources.batch_size) == ("vllm", 8, 64)

@@ -264,7 +264,7 @@ def test_lineage_walks_a_row_back_through_creating_stages_and_runs(ray_local, tm
     out = read_table(Path(first.outputs["curated"]))
     leaf = out.filter(pc.equal(out.column(C.TEXT), "끓이다#0")).column(C.ID)[0].as_py()
     hops = trace(lake, "crawl-1", leaf)
-    assert [h.stage for h in hops] == ["twins", "split_words", "rows"]
+    assert [h.stage for h in hops] == ["twins", "split_words", "read_rows"]
     assert hops[0].parents == [hops[1].row_id] and hops[1].parents == ["q1"] and hops[2].row_id == "q1"
     assert hops[1].status == "consumed by twins" and hops[2].status == "consumed by split_words"
     # across runs: a group of the second run → its member rows → the first run's chain
@@ -275,7 +275,7 @@ def test_lineage_walks_a_row_back_through_creating_stages_and_runs(ray_local, tm
     # at the first run's source rows
     members = [h for h in hops if h.depth == 1]
     assert [h.row_id for h in members] == hops[0].parents
-    assert {h.row_id for h in hops if h.run_id == "crawl-1" and h.stage == "rows"} == {"q1", "q3"}
+    assert {h.row_id for h in hops if h.run_id == "crawl-1" and h.stage == "read_rows"} == {"q1", "q3"}
     assert "split_words" in print_trace(hops)
     with pytest.raises(KeyError, match="no stage output"):
         trace(lake, "crawl-1", "nope")

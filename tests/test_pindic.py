@@ -293,7 +293,7 @@ def test_shipped_profiles_validate_against_the_recipe(name):
         assert final["translate"].engine.backend == "ctranslate2" and final["translate"].resources.gpus == 1
         taxonomy = {s.name: s for s in built["taxonomy"]}
         assert taxonomy["cluster_labels"].kmeans.backend == "cuml" and recipe.params["quota"] == 100
-        assert next(s for s in built["generation"] if s.name == "generate").resources.gpus == 1
+        assert next(s for s in built["generation"] if s.name == "generate_items").resources.gpus == 1
     else:
         assert [loc["lang"] for loc in recipe.params["locales"]] == ["hi"] and recipe.params["review"] == "auto"
         assert recipe.run("review").review.consensus == {"rule": "unanimous", "relabel": False}

@@ -75,7 +75,7 @@ def test_pindic_job_end_to_end(tmp_path):
     assert review.extras["review"]["automatic"] is True and review.stages[0].rows_kept >= 1
     final = RunManifest.load(lake.manifest_path("pindic-test-final"))
     stages = {s.name: s for s in final.stages}
-    corrected = read_table(Path(stages["correct"].outputs["kept"])).to_pylist()
+    corrected = read_table(Path(stages["correct_translation"].outputs["kept"])).to_pylist()
     assert corrected, f"no row came out of the correction: {stages['correct'].rows_dropped}"
     for row in corrected:
         assert row["lang"] in ("hi", "kn")
@@ -83,6 +83,6 @@ def test_pindic_job_end_to_end(tmp_path):
             assert str(row[f"translated_{f}"]).strip() and str(row[f"corrected_{f}"]).strip(), (f, row["id"])
         assert row["review_automatic"] is True
         hops = trace(lake, "pindic-test-final", str(row["id"]))
-        made = [h for h in hops if h.stage == "generate"]
+        made = [h for h in hops if h.stage == "generate_items"]
         assert len(made) == 1 and made[0].provenance.get("_prompt", "").startswith("pindic/generate@")
     assert out.get("exit_code", 0) == (0 if out.get("released") else 1)

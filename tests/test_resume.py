@@ -270,7 +270,7 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when)
         assert sorted(ids) == sorted(_cached_answers(lake, "clean")[key])  # ... nor about a different row
     cut = next(s for s in manifest.stages if not s.resumed)
     if kill_when is _llm_answers_cached:
-        assert cut.name in ("prefilter", "ensemble", "cultural_tag", "sample")
+        assert cut.name in ("supervised_prefilter", "ensemble", "cultural_tag", "sample")
         # two chunks of answers were on disk before the kill (a chunk holds the rows of 16 that the cheaper
         # e5 member passed on to Gemma under the unanimous rule), and every one of them was reused
         assert sum(map(len, answers_before.values())) >= 2

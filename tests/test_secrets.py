@@ -149,7 +149,7 @@ def check_run(lake: Path, run_id: str, handler: type[_Endpoint]) -> RunManifest:
     manifest = RunManifest.load(lake / "runs" / f"{run_id}-crawl" / "manifest.json")
     assert manifest.status == "succeeded", manifest.error
     names = [s.name for s in manifest.stages]
-    assert names[:2] == ["read", "normalize"] and "ensemble" in names
+    assert names[:2] == ["read_crawl", "normalize"] and "ensemble" in names
     ensemble = next(s for s in manifest.stages if s.name == "ensemble")
     assert ensemble.rows_in > 0 and 0 < ensemble.rows_kept < ensemble.rows_in  # real answers were combined
     # both engines authenticated: the forwarded key as a bearer token, the URL's userinfo as basic auth

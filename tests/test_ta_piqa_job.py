@@ -147,7 +147,7 @@ def test_job_wiring_on_a_tiny_slice_stops_awaiting_review(tmp_path, ray_local):
     out = run_recipe(_recipe(records={"*": "1-2", "writer_d.xlsx": "1-2,151-153"}), lake=lake, run_id="ta-w")
     manifest = RunManifest.load(lake / "runs" / "ta-w-items" / "manifest.json")
     assert manifest.status == "awaiting_review" and out["status"] == "awaiting_review"
-    assert [s.name for s in manifest.stages] == ["intake", "prompt_length", "opening_variety", "contrast",
+    assert [s.name for s in manifest.stages] == ["writers_intake", "prompt_length", "opening_variety", "contrast",
                                                  "degenerate", "safety_screen", "review_neighbours"]
     figures = _figures(lake, "ta-w-items")
     assert figures["items"] == 11 and "ta_piqa" not in manifest.extras   # figures in their own record

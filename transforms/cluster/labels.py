@@ -32,6 +32,7 @@ def _e5() -> EmbedderConfig:
 
 class ClusterLabels(GlobalStage):
     name: ClassVar[str] = "cluster_labels"
+    extras: ClassVar[tuple[str, ...]] = ("embed",)
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
     writes: ClassVar[tuple[str, ...]] = ("cluster",)
 
@@ -68,6 +69,8 @@ class ClusterLabels(GlobalStage):
 
 
 class GroupClusters(AggregateStage):
+    """Gathers each cluster's labels into one row (with its size), for naming it."""
+
     name: ClassVar[str] = "group_clusters"
     reads: ClassVar[tuple[str, ...]] = (C.ID, "cluster")
     writes: ClassVar[tuple[str, ...]] = ("category", "cluster", "members", "n_members", "members_text")

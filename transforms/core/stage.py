@@ -136,6 +136,9 @@ class Stage(BaseModel):
     name: ClassVar[str] = "stage"
     reads: ClassVar[tuple[str, ...]] = ()
     writes: ClassVar[tuple[str, ...]] = ()
+    # The pyproject extras this stage needs whatever its configuration (its engines' backends add theirs):
+    # placement, the cluster's node set-up and `piqaforge stages` read them from here.
+    extras: ClassVar[tuple[str, ...]] = ()
     # True when setup() loads something expensive: the runner then uses an actor pool so the
     # model loads once per worker instead of once per batch.
     stateful: ClassVar[bool] = False

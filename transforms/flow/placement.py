@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from transforms.flow.recipe import RecipeError
+from transforms.flow.registry import known, stage_class
 
 log = logging.getLogger("piqaforge")
 
@@ -52,31 +53,23 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "cuml": ("cuml",),
 }
 
-# What a stage needs because of what it is (registered name -> extras), whatever its configuration.
+# What a stage needs because of what it is is declared on its class (`extras`, transforms/core/stage.py).
+# Until the dedup stages carry theirs (issue 33, next step), they and the release's gate are named here.
 STAGE_EXTRAS: dict[str, tuple[str, ...]] = {
-    "langid": ("langid",),
-    "item_language": ("langid",),
-    "ja_constraints": ("lang",),
-    "duplicate_triplet": ("lang",),
-    "paraphrase_duplicate": ("lang",),
-    "translation_set": ("lang",),
-    "lexicon_candidates": ("lang",),
-    "unchanged_variant": ("lang",),
-    "pair_from_edit": ("lang",),
-    "minimal_pair": ("lang",),
     "semantic_dedup": ("embed",),
     "review_neighbours": ("embed",),
     "reviewer_duplicates": ("embed",),
     "confirmed_duplicates": ("embed",),
-    "novelty": ("embed",),
-    "supervised_prefilter": ("embed",),
-    "distilled_prefilter": ("embed",),
-    "cluster_labels": ("embed",),
-    "writers_intake": ("review",),
-    "correct_translation": ("mt",),
-    "release_checks": ("mt",),
     "gate_and_release": ("quality",),
 }
+
+
+def declared_extras(name: str) -> set[str]:
+    """The extras a registered stage (or `gate_and_release`) declares, whatever its configuration."""
+    out = set(STAGE_EXTRAS.get(name, ()))
+    if known(name) and name != "gate_and_release":
+        out |= set(getattr(stage_class(name), "extras", ()))
+    return out
 
 # A `backend` value anywhere in a stage's configuration -> the extras it imports.
 BACKEND_EXTRAS: dict[str, tuple[str, ...]] = {
@@ -193,7 +186,7 @@ def _walk_backends(node: Any) -> Iterable[str]:
 
 def stage_extras(name: str, stage: Any) -> set[str]:
     """The extras `stage` (registered as `name`) imports where it runs."""
-    out = set(STAGE_EXTRAS.get(name, ()))
+    out = set(STAGE_EXTRAS.get(name, ())) | set(getattr(type(stage), "extras", ()))
     dump = stage.model_dump(mode="json") if hasattr(stage, "model_dump") else {}
     for backend in _walk_backends(dump):
         out |= set(BACKEND_EXTRAS.get(backend, ()))

@@ -84,16 +84,34 @@ STAGES: dict[str, str] = {
     "attach_chunks": "transforms.io.documents:AttachChunks",
 }
 
+# A stage's registered name is its class's `name` (tests/test_stage_catalogue.py holds every entry to it).
+# Until 2026-11-28 eleven classes called themselves otherwise in run manifests; readers of older manifests
+# accept these names for one more release (`current_name`).
+OLD_MANIFEST_NAMES: dict[str, tuple[str, ...]] = {
+    "read": ("read_crawl",), "rows": ("read_rows",), "documents": ("read_documents",), "intake": ("writers_intake",),
+    "prefilter": ("supervised_prefilter", "distilled_prefilter"), "pair_from_edit": ("ko_pair_from_edit",),
+    "structural_checks": ("ko_structural_checks",), "classify": ("classify_items",),
+    "generate": ("generate_items",), "correct": ("correct_translation",),
+}
+# Registry names replaced by another, accepted in recipe files for one release with a deprecation line.
+DEPRECATED: dict[str, str] = {}
+
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def known(name: str) -> bool:
     """A registered name, or a "module:Class" string (checked for shape only: nothing is imported)."""
-    return name in STAGES or bool(_REF.match(name))
+    return name in STAGES or name in DEPRECATED or bool(_REF.match(name))
 
 
 def stage_class(name: str) -> Any:
     """The class behind a registered name or a "module:Class" string, imported now."""
+    if name in DEPRECATED:
+        import warnings
+
+        warnings.warn(f"stage {name!r} is now {DEPRECATED[name]!r}; the old name goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        name = DEPRECATED[name]
     ref = STAGES.get(name, name)
     if not _REF.match(ref):
         raise KeyError(f"unknown stage {name!r}: not a registered name (piqaforge stages) nor 'module:Class'")

@@ -124,7 +124,7 @@ def read_local(spec: CrawlInput) -> pa.Table:
 class CrawlSource(SourceStage):
     """The read stage of a crawl job: every record is born here, kept or dropped with a reason."""
 
-    name: ClassVar[str] = "read"
+    name: ClassVar[str] = "read_crawl"
     spec: CrawlInput = Field(..., description="The crawl to read.")
 
     _files: list[Path] = PrivateAttr(default_factory=list)

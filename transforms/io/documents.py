@@ -131,7 +131,7 @@ def front_matter(text: str) -> tuple[dict[str, str], str]:
 class DocumentSource(SourceStage):
     """Documents (txt/md folders or JSONL) → one row per chunk, with the document's metadata."""
 
-    name: ClassVar[str] = "documents"
+    name: ClassVar[str] = "read_documents"
     writes: ClassVar[tuple[str, ...]] = tuple(CHUNK_SCHEMA.names)
 
     paths: list[str] = Field(..., min_length=1, description="Files or folders of .txt/.md/.jsonl documents.")

@@ -28,7 +28,7 @@ from transforms.core.manifest import RunManifest, fingerprint_file
 class RowsSource(SourceStage):
     """Rows given in the config; each needs an `id` unless `id_prefix` numbers them."""
 
-    name: ClassVar[str] = "rows"
+    name: ClassVar[str] = "read_rows"
     records: list[dict[str, Any]] = Field(default_factory=list, description="The rows.")
     id_prefix: str | None = Field(None, description="Number rows `<prefix>-<n>` when they carry no id.")
 

@@ -74,7 +74,8 @@ class WriterColumns(BaseModel):
 class WritersIntake(SourceStage):
     """Source stage: read every writer file under `path` into item rows (see the module docstring)."""
 
-    name: ClassVar[str] = "intake"
+    name: ClassVar[str] = "writers_intake"
+    extras: ClassVar[tuple[str, ...]] = ("review",)
 
     path: str = Field(..., description="Folder of writer files (or one file).")
     columns: WriterColumns = Field(default_factory=WriterColumns, description="Column mapping of every file.")

@@ -52,7 +52,8 @@ DROP = "prefilter_rejected"
 
 # -- the stage ---------------------------------------------------------------------------------------
 class DistilledPrefilter(GlobalStage):
-    name: ClassVar[str] = "prefilter"
+    name: ClassVar[str] = "distilled_prefilter"
+    extras: ClassVar[tuple[str, ...]] = ("embed",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("prefilter_score", "prefilter_sampled", "prefilter_known_positive")
 
@@ -66,7 +67,7 @@ class DistilledPrefilter(GlobalStage):
     min_per_class: int = Field(4, ge=2, description="Fewest positives and negatives the sample must hold.")
     on_degenerate: Literal["error", "pass_all"] = Field(
         "error", description="When the sample is (nearly) one class: stop, or keep every row.")
-    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig, description="The student's embedder (backend, model, batch size).")
     embed_chars: int = Field(256, ge=16, description="Text is cut to this many characters before embedding.")
     max_pass_rate: float | None = Field(
         None, gt=0, le=1, description="Budget cap: pass at most this share of rows to the ensemble. When the "

@@ -88,7 +88,7 @@ class EnsembleClassify(LLMStage):
 
     classifiers: list[Member] = Field(..., min_length=1, description="LLM members and supervised ones "
                                       "(`kind: linear`); asked cheapest first.")
-    vote: Vote = Field(default_factory=Vote)
+    vote: Vote = Field(default_factory=Vote, description="How the classifiers' verdicts combine (rule: unanimous, majority or k_of_n with k).")
     order: Literal["cost", "config"] = Field("cost", description="cost: cheapest `params_b` first.")
     text_column: str = Field(C.TEXT, description="Column holding the text to classify.")
     retry_temperature: float = Field(0.7, ge=0, description="generate mode: sampling temperature of the retry.")

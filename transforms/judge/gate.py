@@ -39,7 +39,8 @@ class OverBudgetError(ValueError):
 
 
 class SupervisedPrefilter(GlobalStage):
-    name: ClassVar[str] = "prefilter"
+    name: ClassVar[str] = "supervised_prefilter"
+    extras: ClassVar[tuple[str, ...]] = ("embed",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("prefilter_score",)
 

@@ -46,10 +46,15 @@ def _column(table: pa.Table, name: str) -> list[Any]:
     return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
 
 
+# The prefilter stages' names in a run manifest ("prefilter": manifests written before 2026-11-28).
+PREFILTERS = ("supervised_prefilter", "distilled_prefilter", "prefilter")
+
+
 def evaluate_run(manifest: Any, label_paths: list[str], examples: int = 20) -> dict[str, Any]:
-    last = "ensemble" if any(s.name == "ensemble" for s in manifest.stages) else "prefilter"
+    prefilter = next((s.name for s in manifest.stages if s.name in PREFILTERS), "supervised_prefilter")
+    last = "ensemble" if any(s.name == "ensemble" for s in manifest.stages) else prefilter
     kept_table, _ = _stage_rows(manifest, last)
-    pre_kept, pre_rejected = _stage_rows(manifest, "prefilter")
+    pre_kept, pre_rejected = _stage_rows(manifest, prefilter)
     ens_kept, ens_rejected = _stage_rows(manifest, "ensemble")
     kept = {str(i) for i in _column(kept_table, C.ID)}
     score: dict[str, float] = {}

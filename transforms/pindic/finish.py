@@ -35,6 +35,8 @@ FIXES_DIR = Path(__file__).resolve().parents[2] / "prompts" / "pindic" / "fixes"
 
 
 class CopyColumns(Stage):
+    """Copies columns under new names (source column → new column), e.g. the English text before translation."""
+
     name: ClassVar[str] = "copy_columns"
     mapping: dict[str, str] = Field(..., description="Source column → new column.")
 
@@ -67,6 +69,8 @@ def render_fixes(data: dict[str, Any]) -> tuple[str, str]:
 
 
 class AttachFixes(Stage):
+    """Attaches the reviewers' human fixes of earlier items as few-shot examples for the correction prompt."""
+
     name: ClassVar[str] = "attach_fixes"
     reads: ClassVar[tuple[str, ...]] = ("lang",)
     writes: ClassVar[tuple[str, ...]] = ("fix_examples", "error_types", "fixes_version", "language_name")
@@ -87,7 +91,10 @@ class AttachFixes(Stage):
 
 
 class CorrectTranslation(LLMTransform):
-    name: ClassVar[str] = "correct"
+    """Asks an LLM to correct each machine-translated item, with the reviewers' fixes as few-shots."""
+
+    name: ClassVar[str] = "correct_translation"
+    extras: ClassVar[tuple[str, ...]] = ("mt",)
 
     prompt: PromptRef = Field(default_factory=lambda: PromptRef(id="pindic/correct"))
     variables: dict[str, str] = Field(default_factory=lambda: {
@@ -101,7 +108,10 @@ class CorrectTranslation(LLMTransform):
 
 
 class ReleaseChecks(Stage):
+    """The checks a corrected item must pass before release: two different solutions, the language, the label."""
+
     name: ClassVar[str] = "release_checks"
+    extras: ClassVar[tuple[str, ...]] = ("mt",)
     reads: ClassVar[tuple[str, ...]] = ("lang", "corrected_goal", "corrected_sol1", "corrected_sol2")
     writes: ClassVar[tuple[str, ...]] = ("script_share",)
 

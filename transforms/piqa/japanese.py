@@ -51,6 +51,7 @@ class JapaneseConstraintFilter(Stage):
     """
 
     name: ClassVar[str] = "ja_constraints"
+    extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("option_word_distance",)
     stateful: ClassVar[bool] = True  # the tagger loads a 50 MB dictionary once per worker
@@ -91,6 +92,7 @@ class DuplicateTripletFilter(GlobalStage):
     """
 
     name: ClassVar[str] = "duplicate_triplet"
+    extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
 
@@ -117,6 +119,7 @@ class ParaphraseDuplicateFilter(GlobalStage):
     """
 
     name: ClassVar[str] = "paraphrase_duplicate"
+    extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
     stateful: ClassVar[bool] = True
@@ -148,6 +151,7 @@ class TranslationSetSelector(GlobalStage):
     """
 
     name: ClassVar[str] = "translation_set"
+    extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("sol_edit_distance",)
 
@@ -203,6 +207,7 @@ class LexiconCandidates(Stage):
     id (the prompt lets the model change nothing when none fits). Writes `lexicon_candidates`."""
 
     name: ClassVar[str] = "lexicon_candidates"
+    extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "goal_gloss", "sol1_gloss", "sol2_gloss")
     writes: ClassVar[tuple[str, ...]] = ("lexicon_candidates",)
 
@@ -240,6 +245,7 @@ class UnchangedVariantFilter(Stage):
     (`changed` false) or its goal and solutions equal the translation's (`base_*` columns)."""
 
     name: ClassVar[str] = "unchanged_variant"
+    extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "base_goal", "base_sol1", "base_sol2")
 
     def process(self, batch: pa.Table) -> pa.Table:

@@ -39,6 +39,7 @@ SINGLE_LANGUAGE_SCRIPTS = frozenset({"ko", "ta", "ml", "kn", "te", "gu", "pa", "
 
 class LanguageFilter(Stage):
     name: ClassVar[str] = "langid"
+    extras: ClassVar[tuple[str, ...]] = ("langid",)
     reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
     writes: ClassVar[tuple[str, ...]] = (LANG, LANG_SCORE, LANG_METHOD)
     stateful: ClassVar[bool] = True

@@ -21,7 +21,9 @@ def measure_judges(manifest: RunManifest, lake: Lake, labels: list[str], judge_e
     from transforms.judge.run_eval import evaluate_run
 
     paths = [p for p in labels if Path(p).exists()]
-    if not paths or not any(s.name == "prefilter" for s in manifest.stages):
+    from transforms.judge.run_eval import PREFILTERS
+
+    if not paths or not any(s.name in PREFILTERS for s in manifest.stages):
         return None
     figures: dict[str, Any] = {"run": evaluate_run(manifest, paths)}
     if judge_eval and Path(judge_eval).exists():

@@ -1,0 +1,170 @@
+"""What every registered stage says about itself, for `piqaforge stages [NAME]` and docs/stages_reference.md.
+
+Everything here is read from the stage classes (their docstring, typed fields with descriptions and
+defaults, `reads` / `writes`, `extras`, `stateful`): nothing is written beside them. The reference document
+is generated (`piqaforge stages --markdown > docs/stages_reference.md`) and a test keeps it current.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from transforms.flow.recipe_check import ENTRY_KEYS
+from transforms.flow.registry import DEPRECATED, STAGES, stage_class
+
+
+@dataclass(frozen=True)
+class FieldDoc:
+    name: str
+    type: str
+    default: str
+    description: str
+
+
+@dataclass(frozen=True)
+class StageDoc:
+    name: str
+    ref: str
+    summary: str
+    kind: str
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    extras: tuple[str, ...]
+    fields: tuple[FieldDoc, ...]
+
+
+def _type(annotation: Any) -> str:
+    """A readable type: `list[Classifier | LinearClassifier]`, not pydantic's Annotated/Discriminator repr."""
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _type(typing.get_args(annotation)[0])
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return " | ".join(_type(a) for a in typing.get_args(annotation))
+    if origin is typing.Literal:
+        return "Literal[" + ", ".join(repr(a) for a in typing.get_args(annotation)) + "]"
+    if origin is not None:
+        args = typing.get_args(annotation)
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join(_type(a) for a in args)}]" if args else name
+    if isinstance(annotation, type):
+        return "None" if annotation is type(None) else annotation.__name__
+    return re.sub(r"\b[\w.]+\.(\w+)", r"\1", str(annotation)).replace("NoneType", "None")
+
+
+def _default(field: Any) -> str:
+    if field.is_required():
+        return "required"
+    if field.default_factory is not None:
+        try:
+            value = field.default_factory()
+        except TypeError:
+            return "(computed)"
+    else:
+        value = field.default
+    text = repr(value)
+    # a nested config's defaults are its own fields' (docs/cluster.md for `resources`)
+    return f"{type(value).__name__}() defaults" if len(text) > 80 and hasattr(type(value), "model_fields") else text
+
+
+def _description(cls: Any, name: str, field: Any) -> str:
+    """The field's description, or its base class's when a subclass only changed the default."""
+    if field.description:
+        return str(field.description)
+    for base in cls.__mro__[1:]:
+        inherited = getattr(base, "model_fields", {}).get(name)
+        if inherited is not None and inherited.description:
+            return str(inherited.description)
+    return ""
+
+
+def _kind(cls: Any) -> str:
+    names = [c.__name__ for c in cls.__mro__]
+    if "SourceStage" in names or cls.__name__.endswith("Source"):
+        return "source"
+    if "GlobalStage" in names:
+        return "global"
+    return "stateful" if getattr(cls, "stateful", False) else "row-wise"
+
+
+def describe(name: str) -> StageDoc:
+    """A registered stage's self-description (the class is imported)."""
+    from transforms.flow.placement import declared_extras
+
+    cls = stage_class(name)
+    own = cls.__dict__.get("__doc__")  # not a base class's ("Base class of every row-wise stage")
+    doc = inspect.cleandoc(own) if own else (inspect.getdoc(inspect.getmodule(cls)) or "")
+    summary = " ".join(doc.split("\n\n")[0].split())
+    fields = tuple(FieldDoc(n, _type(f.annotation), _default(f), " ".join(_description(cls, n, f).split()))
+                   for n, f in getattr(cls, "model_fields", {}).items())
+    return StageDoc(name=name, ref=STAGES.get(name, name), summary=summary, kind=_kind(cls),
+                    reads=tuple(getattr(cls, "reads", ())), writes=tuple(getattr(cls, "writes", ())),
+                    extras=tuple(sorted(declared_extras(name))), fields=fields)
+
+
+def first_sentence(text: str, limit: int = 110) -> str:
+    cut = re.split(r"(?<!e\.g)(?<!i\.e)(?<!etc)\.\s+(?=[A-Z`(*])", text)[0].rstrip(".")
+    return cut if len(cut) <= limit else cut[:limit].rsplit(" ", 1)[0] + " …"
+
+
+def stages_lines() -> list[str]:
+    """`piqaforge stages`: one line each."""
+    out = []
+    for name in STAGES:
+        d = describe(name)
+        out.append(f"{name:<22} {d.kind:<9} {first_sentence(d.summary) or d.ref}")
+    out.append("")
+    if DEPRECATED:
+        out.append("Old names still accepted for one release: " +
+                   ", ".join(f"{old} -> {new}" for old, new in DEPRECATED.items()))
+    out.append("`piqaforge stages NAME` prints a stage's fields; a recipe entry also takes "
+               f"{', '.join(ENTRY_KEYS)} (docs/recipes.md).")
+    return out
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def stage_markdown(name: str, level: str = "##") -> str:
+    d = describe(name)
+    lines = [f"{level} `{name}`", "", d.summary or "(no description)", "",
+             f"- kind: {d.kind}; class `{d.ref}`",
+             f"- reads: {', '.join(f'`{c}`' for c in d.reads) or '—'}; writes: "
+             f"{', '.join(f'`{c}`' for c in d.writes) or '—'}",
+             f"- extras: {', '.join(d.extras) or 'none (core install)'}", "",
+             "| field | type | default | description |", "|---|---|---|---|"]
+    lines += [f"| `{f.name}` | {_cell(f.type)} | {_cell(f.default)} | {_cell(f.description) or '—'} |"
+              for f in d.fields]
+    return "\n".join(lines) + "\n"
+
+
+def stage_text(name: str) -> str:
+    """`piqaforge stages NAME`: the stage and its fields as a plain table."""
+    d = describe(name)
+    width = max([len(f.name) for f in d.fields] + [5])
+    lines = [f"{name}  ({d.kind}; {d.ref})", "", d.summary, "",
+             f"reads:  {', '.join(d.reads) or '-'}", f"writes: {', '.join(d.writes) or '-'}",
+             f"extras: {', '.join(d.extras) or 'none'}", "", f"{'field':<{width}}  default / description"]
+    for f in d.fields:
+        lines.append(f"{f.name:<{width}}  {f.type} = {f.default}")
+        if f.description:
+            lines.append(f"{'':<{width}}    {f.description}")
+    lines.append(f"\nA recipe entry: {{stage: {name}, when: PARAM, <field>: <value>, ...}}")
+    return "\n".join(lines)
+
+
+def reference_markdown() -> str:
+    head = ("# Stage reference\n\n"
+            "Generated from the stage classes by `piqaforge stages --markdown` (tests/test_stage_catalogue.py "
+            "keeps it current): every stage a recipe can name, what it reads and writes, the extras it needs "
+            "and every field with its type, default and description. A recipe entry is `{stage: NAME, when: "
+            "PARAM, FIELD: VALUE, ...}` (docs/recipes.md).\n\n")
+    if DEPRECATED:
+        head += ("Old names accepted for one more release (a deprecation line is printed): " +
+                 ", ".join(f"`{old}` → `{new}`" for old, new in DEPRECATED.items()) + ".\n\n")
+    return head + "\n".join(stage_markdown(name) for name in STAGES)
