@@ -157,8 +157,8 @@ def engine_placement(fields: dict[str, Any]) -> dict[str, Any]:
 
 def entry_next(ctx: Context, entry: RunEntry) -> str:
     folder = ctx.lake.root / "review" / str(entry.batch)
-    return (f"fill {folder} (see its README.md), then `piqaforge review import {entry.batch} --from FILLED "
-            f"--lake {ctx.lake.root}` and `{ctx.resume_command()}`")
+    return (f"fill the batch in {folder} (its README.md lists the verdict values), then "
+            f"`piqaforge review import {entry.batch} --from FILLED --lake {ctx.lake.root}` and `{ctx.resume_command()}`")
 
 
 def say(message: str) -> None:

@@ -310,10 +310,13 @@ def _batch_side_files(ctx: Context, spec: RunSpec, batch: str, folder: Path) -> 
     if review.context:
         module, func = review.context.split(":")
         getattr(importlib.import_module(module), func)(ctx.lake, batch)
-    note = entry_next(ctx, RunEntry(run_id="", batch=batch))
-    (folder / "README.md").write_text(
-        f"# Review batch {batch}\n\nRecipe {ctx.recipe.recipe}, run {ctx.root}: {review.annotators} annotator(s) per "
-        f"item, consensus {review.consensus}.\n\nNext: {note}\n", encoding="utf-8")
+    from transforms.review.batch import load_batch, source_columns, write_readme
+
+    record, items = load_batch(ctx.lake, batch)
+    write_readme(folder, record, ctx.lake.root, translated=bool(source_columns(items)),
+                 about=f"Recipe {ctx.recipe.recipe}, run {ctx.root}"
+                 + (" (the guidelines: guidelines.md)." if review.guidelines else "."),
+                 then=f"`{ctx.resume_command()}` goes on from the imported review.")
 
 
 def _recipe_file(ctx: Context, name: str) -> Path:

@@ -77,6 +77,8 @@ NOT_POSITIONAL: dict[str, str] = {
     "review_duplicate_votes": "a count of annotators",
     "review_note": "why the review dropped an item",
     "review_batch": "the batch's name",
+    "source_sol1": "a column of review.csv only (a translated item's source text shown to reviewers), never stored",
+    "source_sol2": "a column of review.csv only (a translated item's source text shown to reviewers), never stored",
     "review_automatic": "whether LLMs reviewed",
 }
 
