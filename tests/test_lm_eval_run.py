@@ -143,16 +143,20 @@ def test_generation_sees_our_prompt_and_gives_our_reply(items, exported, engine,
 
 
 def test_the_release_folder_tasks_run_in_lm_eval_and_match_our_loglikelihoods(items, engine, model_dir, tmp_path):
-    """The task files every release ships (lm_eval/, `dataset_path: .`, one config per language), run by a real
-    lm_eval from inside the release folder: it loads the configs through `datasets` and scores what we score."""
+    """The task files every release ships (lm_eval/, relative Parquet paths, one config per language), run by a
+    real lm_eval from inside the release folder before it is published: it loads the configs through `datasets`
+    and scores what we score. The release has a Hub id, so lm_eval/hub/ is there too (issue 32 §4): lm_eval
+    indexes it beside the local tasks and the local ones still run offline."""
     from transforms.eval.evaluator import LOGLIK_ACC, loglik_predictions
     from transforms.release.writer import HubSettings, build_release
 
     gate = {"success": True, "suite": "test", "checks": [], "reasons": []}
     release = tmp_path / "release"
     result = build_release(items, gate, out_dir=release, dataset="lmeval release", recipe="generic",
-                           version="2026.11.27", audit=False, hub=HubSettings(licence="cc-by-4.0"))
+                           version="2026.11.27", audit=False,
+                           hub=HubSettings(licence="cc-by-4.0", repo_id="piqaforge/lmeval-release"))
     assert result.released
+    assert (release / "lm_eval" / "hub" / "cloze" / "_piqaforge_lmeval_release_hub_cloze.yaml").is_file()
     out = tmp_path / "out"
     samples = _lm_eval(model_dir, "lm_eval", "piqaforge_lmeval_release_cloze", out, chat=False, cwd=release)
     assert len(samples) == items.num_rows

@@ -188,14 +188,18 @@ def test_lm_eval_tasks_ship_inside_with_relative_paths_and_the_release_version(r
     assert template["dataset_path"] == "parquet" and template["doc_to_choice"] == "{{[sol1, sol2]}}"
     task = yaml.safe_load((out / "lm_eval" / "cloze" / "ta.yaml").read_text(encoding="utf-8"))
     assert task["dataset_kwargs"] == {"data_files": {"test": "data/ta/test-00000-of-00001.parquet"}}
-    # with a Hub id, the tasks read the published dataset
+    # with a Hub id, the local tasks stay and lm_eval/hub/ holds the same tasks over the published dataset
     items = read_items(SAMPLE)
     build_release(items, GATE, out_dir=tmp_path / "rel", dataset="xcopa-ta", recipe="ta-piqa", version="3",
                   audit=False, hub=HubSettings(licence="cc-by-4.0", repo_id="piqaforge/xcopa-ta"))
-    template = yaml.safe_load((tmp_path / "rel" / "lm_eval" / "generation" / "_template").read_text(encoding="utf-8"))
+    local = yaml.safe_load((tmp_path / "rel" / "lm_eval" / "generation" / "ta.yaml").read_text(encoding="utf-8"))
+    assert local["dataset_kwargs"] == {"data_files": {"test": "data/ta/test-00000-of-00001.parquet"}}
+    hub = tmp_path / "rel" / "lm_eval" / "hub" / "generation"
+    template = yaml.safe_load((hub / "_template").read_text(encoding="utf-8"))
     assert template["dataset_path"] == "piqaforge/xcopa-ta" and "{{ goal }}" in template["doc_to_text"]
-    task = yaml.safe_load((tmp_path / "rel" / "lm_eval" / "generation" / "ta.yaml").read_text(encoding="utf-8"))
+    task = yaml.safe_load((hub / "ta.yaml").read_text(encoding="utf-8"))
     assert task["dataset_name"] == "ta" and "dataset_kwargs" not in task
+    assert task["task"] == "piqaforge_xcopa_ta_hub_generation_tam_taml"
 
 
 def test_two_languages_are_two_configs(shared_data, tmp_path):

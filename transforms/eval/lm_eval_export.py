@@ -129,26 +129,46 @@ def export_lm_eval_task(table: pa.Table, out_dir: str | Path, name: str, *, reci
             "include_path": str(out)}
 
 
+HUB_FOLDER = "hub"  # lm_eval/hub/: the same tasks over the published dataset, beside the local ones
+
+
 def export_release_tasks(out_dir: str | Path, name: str, version: str, configs: dict[str, int], *,
-                         data_files: dict[str, str], dataset_path: str = ".",
+                         data_files: dict[str, str], repo_id: str | None = None,
                          generation: dict[str, Any] | None = None) -> dict[str, Any]:
     """lm-eval tasks over a release's own configs, written into `<release>/lm_eval/` without running a model.
 
-    `configs` maps each config (a language) to its item count, `data_files` to its file in the release. With `dataset_path` the published dataset
-    id, a task reads its config from the Hub (`dataset_name`); with "." it reads the config's Parquet file
-    by a path relative to the release folder (run `lm_eval --include_path lm_eval ...` from inside it;
-    `datasets` cannot name a dataset loaded from "."), so nothing holds an absolute path. The item columns
-    are read as they are: goal, sol1, sol2, label.
+    `configs` maps each config (a language) to its item count, `data_files` to its file in the release.
+    The tasks `piqaforge_<N>_cloze` / `_generation` read each config's Parquet file by a path relative to the
+    release folder (run `lm_eval --include_path lm_eval ...` from inside it; `datasets` cannot name a dataset
+    loaded from "."), so a team can run them before publishing and nothing holds an absolute path. With
+    `repo_id`, `lm_eval/hub/` also holds `piqaforge_<N>_hub_cloze` / `_hub_generation`, the same tasks over
+    the published dataset by id and config (`dataset_name`). The item columns are read as they are: goal,
+    sol1, sol2, label.
     """
-
     out = Path(out_dir)
     base = task_name(name)
-    where = dataset_path if dataset_path != "." else "this release folder"
+    local = _release_task_family(out, base, name, version, configs, data_files=data_files, repo_id=None,
+                                 generation=generation)
+    families = [local]
+    if repo_id:
+        families.append(_release_task_family(out / HUB_FOLDER, f"{base}_hub", name, version, configs,
+                                             data_files=data_files, repo_id=repo_id, generation=generation))
+        families[-1]["files"] = [f"{HUB_FOLDER}/{f}" for f in families[-1]["files"]]
+    return {"files": [f for fam in families for f in fam["files"]], "groups": local["groups"],
+            "tasks": [t for fam in families for t in fam["tasks"]],
+            "hub_groups": families[1]["groups"] if repo_id else [], "repo_id": repo_id}
+
+
+def _release_task_family(out: Path, base: str, name: str, version: str, configs: dict[str, int], *,
+                         data_files: dict[str, str], repo_id: str | None,
+                         generation: dict[str, Any] | None) -> dict[str, Any]:
+    """One cloze and one generation family over the release's configs: local files (`repo_id` None) or the Hub."""
+    where = repo_id or "this release folder"
     header = (f"# Written by piqaforge for {name} {version} (transforms/eval/lm_eval_export.py); data: {where}. Run\n"
               f"#   lm_eval --model hf --model_args pretrained=<model> --include_path lm_eval "
               f"--tasks {base}_cloze,{base}_generation\n"
-              + ("#   from inside the release folder\n" if dataset_path == "." else ""))
-    common = {"dataset_path": dataset_path if dataset_path != "." else "parquet", "test_split": "test"}
+              + ("#   from inside the release folder\n" if repo_id is None else ""))
+    common = {"dataset_path": repo_id or "parquet", "test_split": "test"}
     cloze = {**cloze_template(), **common, "doc_to_text": "goal", "doc_to_choice": "{{[sol1, sol2]}}"}
     prompt = load_prompt(GLOBAL_PIQA_PROMPT)
     gen = {**generation_template(generation), **common,
@@ -164,7 +184,7 @@ def export_release_tasks(out_dir: str | Path, name: str, version: str, configs: 
         files.append(f"{kind}/_template")
         for config, n in configs.items():
             task = f"{base}_{kind}_{lm_eval_lang(config)}"
-            where_data = {"dataset_name": config} if dataset_path != "." else {
+            where_data = {"dataset_name": config} if repo_id else {
                 "dataset_kwargs": {"data_files": {"test": data_files[config]}}}
             _dump(out / kind / f"{config}.yaml", {"include": "_template", "task": task, "task_alias": config,
                                                   **where_data, "metadata": {"version": 1.0, "n_items": n}}, header)
@@ -177,4 +197,4 @@ def export_release_tasks(out_dir: str | Path, name: str, version: str, configs: 
             "metadata": {"version": meta_version, "n_items": sum(configs.values())}}, header)
         files.append(f"{kind}/_{group}.yaml")
     return {"files": files, "groups": [f"{base}_cloze", f"{base}_generation"],
-            "tasks": tasks["cloze"] + tasks["generation"], "dataset_path": dataset_path}
+            "tasks": tasks["cloze"] + tasks["generation"]}

@@ -88,17 +88,20 @@ def is_bibtex(text: str) -> bool:
     return re.match(r"^@[A-Za-z]+\s*[{(]", text.strip()) is not None
 
 
-def usage_section(name: str, configs: dict[str, int], repo_id: str | None, groups: list[str]) -> str:
+def usage_section(name: str, configs: dict[str, int], repo_id: str | None, groups: list[str],
+                  hub_groups: list[str] | None = None) -> str:
     path = repo_id or "path/to/this/folder"
     first = next(iter(configs))
     lines = ["## Use", "", "```python", "from datasets import load_dataset", "",
              f"ds = load_dataset(\"{path}\", \"{first}\", split=\"{SPLIT}\")", "```", "",
              "| config | split | items |", "|---|---|---|"]
     lines += [f"| `{c}` | `{SPLIT}` | {n:,} |" for c, n in configs.items()]
-    where = "" if repo_id else " from inside this folder"
-    lines += ["", f"lm-evaluation-harness{where}: `lm_eval --model hf --model_args pretrained=<model> "
-              f"--include_path lm_eval --tasks {','.join(groups)}` (cloze: acc, acc_norm, acc_bytes; "
-              "generation: the A/B prompt, exact_match)."]
+    run = "`lm_eval --model hf --model_args pretrained=<model> --include_path lm_eval --tasks "
+    lines += ["", f"lm-evaluation-harness from inside this folder: {run}{','.join(groups)}` (cloze: acc, acc_norm, "
+              "acc_bytes; generation: the A/B prompt, exact_match)."]
+    if hub_groups:
+        lines += ["", f"The same tasks over the published dataset `{repo_id}` (lm_eval/hub/, from anywhere the "
+                  f"lm_eval folder is): {run}{','.join(hub_groups)}`."]
     return "\n".join(lines) + "\n"
 
 

@@ -156,7 +156,7 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
         from transforms.eval.lm_eval_export import export_release_tasks
 
         lm_eval = export_release_tasks(out / "lm_eval", dataset, version, {c: t.num_rows for c, t in configs.items()},
-                                       data_files={c: H.data_path(c) for c in configs}, dataset_path=hub.repo_id or ".")
+                                       data_files={c: H.data_path(c) for c in configs}, repo_id=hub.repo_id)
         files += [f"lm_eval/{f}" for f in lm_eval["files"]]
     for name, text in (extra_files or {}).items():  # the recipe's own files, before the card lists them
         (extras / name).write_text(text, "utf-8")
@@ -187,7 +187,7 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
              hub_card.sources_section(hub.licence, hub.sources, hub.notes, conflicts)]
     if configs:
         prose.insert(0, hub_card.usage_section(dataset, {c: t.num_rows for c, t in configs.items()}, hub.repo_id,
-                                               lm_eval["groups"]))
+                                               lm_eval["groups"], lm_eval["hub_groups"]))
         prose.append(hub_card.columns_section(list(published.column_names)))
     prose.append(hub_card.citation_section(hub.pretty_name or dataset, version, hub.repo_id, hub.sources))
     reasons = list(gate.get("reasons", [])) + audit_refusals(audit_result) + reasons
