@@ -216,7 +216,7 @@ def test_a_truncated_json_export_fails_with_its_line(lake, tmp_path):
     fails(lake, [path], str(path), "not valid JSON", "cut short")
 
 
-def test_reimport_needs_replace_and_supersedes_the_first(lake, tmp_path):
+def test_reimport_needs_replace_and_supersedes_the_first(lake, tmp_path, capsys):
     path = write_csv(tmp_path / "f.csv", filled(lake))
     _, first = import_files(lake, "b", [path], n_boot=0)
     fails(lake, [path], "imported already", first.run_id, "--replace")
@@ -226,6 +226,13 @@ def test_reimport_needs_replace_and_supersedes_the_first(lake, tmp_path):
     assert record.imports[1]["supersedes"] == [first.run_id]
     old = json.loads(lake.manifest_path(first.run_id).read_text(encoding="utf-8"))
     assert old["extras"]["superseded_by"] == second.run_id
+    # `piqaforge runs` and `show` list the replaced import as superseded, the one that replaced it as succeeded
+    assert main(["runs", "--lake", str(lake.root)]) == 0
+    listed = {line.split()[0]: line.split()[2] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert listed[first.run_id] == "superseded" and listed[second.run_id] == "succeeded"
+    assert main(["show", first.run_id, "--lake", str(lake.root)]) == 0
+    shown = capsys.readouterr().out
+    assert "status superseded" in shown and f"superseded by {second.run_id}" in shown
 
 
 def test_dry_run_writes_nothing(lake, tmp_path, capsys):

@@ -186,11 +186,20 @@ def run_summary(manifest: RunManifest, report: Path | None = None) -> str:
     return "\n".join(out)
 
 
-def show_run(manifest: RunManifest, report: Path | None = None) -> str:
-    status = effective_status(manifest.status, manifest.extras.get("driver"), report.parent) if report \
+def listed_status(manifest: RunManifest, run_dir: Path | None) -> str:
+    """The status `runs` and `show` print: `interrupted` for a running run whose driver is gone, `superseded`
+    for a finished review import that a later import of the same batch replaced (`review import --replace`)."""
+    status = effective_status(manifest.status, manifest.extras.get("driver"), run_dir) if run_dir \
         else manifest.status
+    return "superseded" if status == "succeeded" and manifest.extras.get("superseded_by") else status
+
+
+def show_run(manifest: RunManifest, report: Path | None = None) -> str:
+    status = listed_status(manifest, report.parent if report else None)
     out = [f"run {manifest.run_id}  job {manifest.job}  status {status}",
            f"started {manifest.started_at}  finished {manifest.finished_at or '-'}"]
+    if manifest.extras.get("superseded_by"):
+        out.append(f"superseded by {manifest.extras['superseded_by']}")
     if manifest.parents:
         out.append("parents " + ", ".join(manifest.parents))
     if manifest.error:
@@ -220,7 +229,7 @@ def list_runs(runs_dir: Path) -> str:
     for m in sorted(manifests, key=lambda m: m.started_at):
         funnel = m.funnel()
         flow = f"{_n(funnel[0][1])} → {_n(funnel[-1][1])}" if funnel else "-"
-        status = effective_status(m.status, m.extras.get("driver"), runs_dir / m.run_id)  # a dead driver: interrupted
+        status = listed_status(m, runs_dir / m.run_id)  # a dead driver: interrupted; a replaced import: superseded
         rows.append((m.run_id, m.job, status, m.started_at[:19], flow, ",".join(m.parents) or "-"))
     if len(rows) == 1:
         return f"no runs in {runs_dir}"
