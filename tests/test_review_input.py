@@ -293,3 +293,23 @@ def test_requeue_shows_the_first_round_and_its_import_is_a_child_of_the_first_re
 
     result, second = import_files(lake, "b-adjudicate", [path], n_boot=0)
     assert result.stats["kept"] == 1 and second.parents == [first.run_id]
+
+
+def test_the_cli_import_starts_no_ray_and_prints_no_ray_line(lake, tmp_path):
+    """docs/review.md: `review import` writes its run without starting Ray, so Ray says nothing, on the console
+    or in the run's ray.log (issue 32 §4: its start-up WARNING/INFO lines reached the console)."""
+    import re
+    import subprocess
+    import sys
+
+    path = write_csv(tmp_path / "f.csv", filled(lake))
+    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "review", "import", "b", "--from", str(path),
+                           "--lake", str(lake.root)], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert "imported 10 judgment(s) into batch b" in proc.stdout
+    ray_lines = [line for line in proc.stderr.splitlines() if re.search(r"\bray\b|\.py:\d+ -- ", line, re.I)]
+    assert ray_lines == [], ray_lines
+    (run_dir,) = [p for p in (lake.root / "runs").iterdir() if p.name.startswith("review-")]
+    ray_log = run_dir / "logs" / "ray.log"
+    assert not ray_log.exists() or ray_log.read_text(encoding="utf-8") == ""

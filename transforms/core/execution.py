@@ -143,6 +143,13 @@ def run_global(stage: GlobalStage, ds: Any) -> Any:
 
 
 def read_source(stage: SourceStage) -> Any:
+    """The source's rows as a Ray Dataset; a table in memory (`rows()` only) as that table while this process
+    has not started Ray: a run of a source alone (a review import) then needs no Ray at all (docs/review.md)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if type(stage).read is SourceStage.read and (ray is None or not ray.is_initialized()):
+        return mark_dropped(stage.rows(), stage.name)
     return ensure_status(stage.read(), stage.name)
 
 

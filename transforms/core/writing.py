@@ -158,13 +158,16 @@ def write_dataset(ds: Any, ledger: PartitionLedger, expected: dict[int, int] | N
     or a global stage), marked done when the dataset is exhausted.
     """
     writer = BlockWriter(ledger.kept_dir, ledger.rejected_dir, row_group_rows, ledger.lineage_dir, stage_name)
-    counts = ds.map_batches(writer, batch_format="pyarrow", batch_size=None)
+    # a table in memory (a source read without Ray) is written here, as one block
+    counts = [writer(ds)] if isinstance(ds, pa.Table) else \
+        ds.map_batches(writer, batch_format="pyarrow", batch_size=None).iter_batches(batch_format="pyarrow",
+                                                                                    batch_size=None)
     from transforms.core.console import progress  # the running stage's live bar (in a terminal)
 
     progress(0, sum(expected.values()) if expected is not None else None)
     seen: dict[int, int] = {}
     files: dict[int, tuple[list[str], list[str], list[str]]] = {}
-    for batch in counts.iter_batches(batch_format="pyarrow", batch_size=None):
+    for batch in counts:
         for row in batch.to_pylist():
             part = int(row["part"])
             seen[part] = seen.get(part, 0) + int(row["rows"])

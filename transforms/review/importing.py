@@ -354,7 +354,7 @@ def _write_run(lake: Lake, result: ImportResult, files: list[str | Path] | None,
                seconds: float, staging: Path) -> RunManifest:
     """The batch's side files into `staging`, then the review run through the runner: its source yields every
     exported item, kept or with its drop reason, so the law is counted from disk like every run's."""
-    from transforms.core.runner import init_ray, run_pipeline
+    from transforms.core.runner import run_pipeline
 
     pq.write_table(result.judgments, staging / "judgments.parquet")
     pq.write_table(result.rejected, staging / "rejected_judgments.parquet")
@@ -363,7 +363,7 @@ def _write_run(lake: Lake, result: ImportResult, files: list[str | Path] | None,
     (staging / "import.json").write_text(json.dumps(result.stats, ensure_ascii=False, indent=1, allow_nan=False),
                                          encoding="utf-8")
     folder = batch_dir(lake, result.record.batch)
-    init_ray()
+    # a source alone, held in memory: the runner writes it without starting Ray (read_source)
     source = ReviewedItems(result.reviewed, label=f"review batch {result.record.batch}")
     manifest = run_pipeline(job="review-import", dataset=dataset, source=source, stages=[], lake=lake,
                             config={"batch": result.record.batch, "rule": result.stats["rule"]}, run_id=run_id,
