@@ -6,6 +6,12 @@ gets which fault is decided by the question's text (a hash), so a retried or res
 the same plan. Every request is logged (question, attempt, status) before the reply is sent: the
 test compares the run's accounting with this log. Translations are made-up Thai: each English word
 becomes one Thai syllable, so fastText's lid.176 reads Thai and a minimal pair stays minimal.
+
+Beyond translation it answers what a recipe's other roles ask, from `correct` (the texts of the correct
+solutions, as the test translated them): a review annotator's option scores on /completions (top
+logprobs: A when solution 1 is correct, B when solution 2 is), an evaluated model's "1"/"2" on
+/chat/completions, and echoed prompt logprobs for log-likelihood scoring. Content faults (empty,
+English) are chat replies; HTTP faults hit every path.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class Faults:
     always_fail: set[str] = field(default_factory=set)  # substrings: such questions always get HTTP 500
     status_for_all: int | None = None  # e.g. 401: every request answered with it
     key: str | None = None             # the Bearer key the server wants (401 otherwise)
+    correct: set[str] = field(default_factory=set)  # correct solutions' texts: what annotators and models pick
 
 
 class FaultyEndpoint:
@@ -111,13 +118,16 @@ class FaultyEndpoint:
         elif f.http429_every and h % f.http429_every == 1 and attempt == 1:
             status, headers = 429, {"Retry-After": "0.05"}
         slow = bool(status == 200 and f.slow_every and h % f.slow_every == 4 and attempt == 1)
-        if status == 200:
+        chat = path.endswith("chat/completions")
+        if status == 200 and chat:
             source = re.search(r"<text>\s*(.*?)\s*</text>", question, re.S)
             english = source.group(1) if source else question
             if f.empty_every and h % f.empty_every == 2:
                 text = ""
             elif f.english_every and h % f.english_every == 3:
                 text = english
+            elif source is None and self.pick(question, r"^1: (.*)$", r"^2: (.*)$") is not None:
+                text = str(self.pick(question, r"^1: (.*)$", r"^2: (.*)$"))  # an evaluated model's answer
             else:
                 text = fake_thai(english)
         with self._lock:  # logged as it arrives, before a slow reply's wait
@@ -127,9 +137,32 @@ class FaultyEndpoint:
             time.sleep(f.slow_s)
         if status != 200:
             return status, {"error": {"message": f"injected {status}"}}, headers
+        if not chat:
+            return 200, self.completion(question, body), headers
         usage = {"prompt_tokens": len(question.split()), "completion_tokens": len(text.split()) if text else 0}
         return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
                      "usage": usage}, headers
+
+    def pick(self, question: str, first: str, second: str) -> int | None:
+        """1 or 2: which of the question's two solutions is in `correct` (1 when neither is known)."""
+        a, b = (re.search(p, question, re.M) for p in (first, second))
+        if a is None or b is None:
+            return None
+        return 2 if b.group(1).strip() in self.faults.correct and a.group(1).strip() not in self.faults.correct else 1
+
+    def completion(self, prompt: str, body: dict[str, Any]) -> dict[str, Any]:
+        """/completions: echoed prompt logprobs (log-likelihood), or the top logprobs of the next token
+        (a review annotator's option scores: A for solution 1, B for solution 2)."""
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": 1}
+        if body.get("echo"):
+            spans = [m.span() for m in re.finditer(r"\S+", prompt)]
+            logprobs = {"tokens": [prompt[a:b] for a, b in spans], "text_offset": [a for a, _ in spans],
+                        "token_logprobs": [None] + [-1.0 - (i % 3) / 10 for i in range(1, len(spans))]}
+            return {"choices": [{"index": 0, "text": "", "logprobs": logprobs}], "usage": usage}
+        best = "B" if self.pick(prompt, r"^Solution 1: (.*)$", r"^Solution 2: (.*)$") == 2 else "A"
+        top = {o: (-0.05 if o == best else -4.0 - i) for i, o in enumerate("ABCDEF")}
+        return {"choices": [{"index": 0, "text": best, "logprobs": {"tokens": [best], "token_logprobs": [top[best]],
+                                                                     "top_logprobs": [top]}}], "usage": usage}
 
     # -- what the log says ----------------------------------------------------------------------
     def statuses(self) -> Counter[int]:

@@ -25,6 +25,7 @@ from transforms.eval import items as I
 from transforms.eval.metrics import loglik_picks
 from transforms.eval.parse import UNPARSABLE, parse_answer
 from transforms.eval.templates import LoglikContexts, answer_index, prompt_for
+from transforms.llm.answers import REQUEST_FAILED
 from transforms.llm.asking import Asker
 from transforms.llm.base import GenerationParams, LLMEngine
 
@@ -76,17 +77,28 @@ def generate_predictions(engine: LLMEngine | Asker, items: pa.Table, *, model: s
         refs.append(ref)
         parsers.append(answer_index(prompt))
     replies: list[str] = []
+    failures: list[str | None] = []
     started = time.perf_counter()
     asker = Asker.wrap(engine, model, chunk_size=batch_size)
     ids = [f"{i}|{variant}" for i in items.column(I.ID).to_pylist()] if I.ID in items.schema.names else None
     for lo, hi in _batches(n, batch_size):
-        replies += asker.ask_chat(conversations[lo:hi], params, refs=refs[lo:hi],
-                                  ids=ids[lo:hi] if ids is not None else None)
+        got = asker.ask_chat_or_none(conversations[lo:hi], params, refs=refs[lo:hi],
+                                     ids=ids[lo:hi] if ids is not None else None)
+        failures += asker.last_failures or [None] * len(got)
+        # a question the endpoint never answered: its reason is the reply, never an empty answer
+        replies += [r if r is not None else str(failures[lo + j] or REQUEST_FAILED) for j, r in enumerate(got)]
         if progress:
             progress(hi, n)
     log.info("%s generate/%s: %d items in %.1fs", model, variant, n, time.perf_counter() - started)
-    preds, statuses, correct = [], [], []
+    preds: list[int | None] = []
+    statuses: list[str] = []
+    correct: list[bool | None] = []
     for i, reply in enumerate(replies):
+        if failures[i] is not None:
+            preds.append(None)
+            statuses.append(REQUEST_FAILED)
+            correct.append(None)
+            continue
         answers, aliases = parsers[i]
         parsed = parse_answer(reply, answers, aliases)
         preds.append(parsed.choice)
@@ -99,22 +111,36 @@ def generate_predictions(engine: LLMEngine | Asker, items: pa.Table, *, model: s
 
 def loglik_scores(engine: LLMEngine | Asker, contexts: Sequence[str], sol1: Sequence[str], sol2: Sequence[str],
                   batch_size: int = 16, progress: Progress | None = None, ref: str = "") -> np.ndarray:
-    """(n, 4) array: sum log P(' ' + sol | context) for sol1, sol2, then their token counts."""
+    """(n, 4) array: sum log P(' ' + sol | context) for sol1, sol2, then their token counts (NaN where the
+    endpoint did not answer: `loglik_scores_and_failures` says why)."""
+    return loglik_scores_and_failures(engine, contexts, sol1, sol2, batch_size, progress, ref)[0]
+
+
+def loglik_scores_and_failures(engine: LLMEngine | Asker, contexts: Sequence[str], sol1: Sequence[str],
+                               sol2: Sequence[str], batch_size: int = 16, progress: Progress | None = None,
+                               ref: str = "") -> tuple[np.ndarray, list[str | None]]:
+    """The scores of `loglik_scores` and, per item, why the endpoint did not answer one of its two
+    requests (None where both were answered); such an item's scores are NaN."""
     n = len(contexts)
     out = np.zeros((n, 4), dtype=np.float64)
+    failures: list[str | None] = [None] * n
     asker = Asker.wrap(engine, "loglik", chunk_size=2 * batch_size)
     for lo, hi in _batches(n, batch_size):
         requests = [(contexts[i], " " + sol1[i]) for i in range(lo, hi)]
         requests += [(contexts[i], " " + sol2[i]) for i in range(lo, hi)]
         res = asker.ask_loglikelihood(requests, ref=ref)
+        why = asker.last_failures or [None] * len(res)
         m = hi - lo
-        out[lo:hi, 0] = [r[0] for r in res[:m]]
-        out[lo:hi, 1] = [r[0] for r in res[m:]]
-        out[lo:hi, 2] = [r[1] for r in res[:m]]
-        out[lo:hi, 3] = [r[1] for r in res[m:]]
+        for j in range(m):
+            a, b = res[j], res[m + j]
+            if a is None or b is None:
+                failures[lo + j] = why[j] or why[m + j] or REQUEST_FAILED
+                out[lo + j] = [np.nan, np.nan, 0, 0]
+            else:
+                out[lo + j] = [a[0], b[0], a[1], b[1]]
         if progress:
             progress(hi, n)
-    return out
+    return out, failures
 
 
 def choose(scores: np.ndarray, sol1: Sequence[str], sol2: Sequence[str], norm: str = "chars") -> dict[str, np.ndarray]:
@@ -149,20 +175,24 @@ def loglik_predictions(engine: LLMEngine | Asker, items: pa.Table, *, model: str
     cols = items.select([I.LANG, I.GOAL, I.SOL1, I.SOL2, I.LABEL]).to_pydict()
     ctx = [contexts.render(cols[I.LANG][i], "" if hide_goal else cols[I.GOAL][i]) for i in range(n)]
     started = time.perf_counter()
-    scores = loglik_scores(engine, ctx, cols[I.SOL1], cols[I.SOL2], batch_size, progress, ref=contexts.ref)
+    scores, failures = loglik_scores_and_failures(engine, ctx, cols[I.SOL1], cols[I.SOL2], batch_size, progress,
+                                                  ref=contexts.ref)
     log.info("%s loglik: %d items in %.1fs", model, n, time.perf_counter() - started)
     picks = choose(scores, cols[I.SOL1], cols[I.SOL2], norm)
     labels = np.asarray(cols[I.LABEL])
-    # A score that is not a number is an unusable reply: no prediction, counted as unparsable.
+    # A score that is not a number is an unusable reply: no prediction, counted as unparsable; an item
+    # the endpoint did not answer is counted as request_failed, its reason in `reply`.
     usable = np.isfinite(scores[:, :2]).any(axis=1) & ~np.isnan(scores[:, :2]).any(axis=1)
-    status = ["scored" if ok else UNPARSABLE for ok in usable]
+    status = [REQUEST_FAILED if why else "scored" if ok else UNPARSABLE
+              for ok, why in zip(usable, failures, strict=True)]
     parts = []
     for method, pred in picks.items():
         preds = [int(p) if ok else None for p, ok in zip(pred.tolist(), usable, strict=True)]
         correct = [bool(c) if ok else None for c, ok in zip((pred == labels).tolist(), usable, strict=True)]
         table = {**_carry(items), "model": [model] * n, "method": [method] * n, "variant": [ORIGINAL] * n,
                  "prompt": [contexts.ref] * n, "pred": preds, "correct": correct,
-                 "status": status, "ll_sol1": scores[:, 0].tolist(), "ll_sol2": scores[:, 1].tolist(),
+                 "status": status, "reply": failures if any(failures) else [None] * n,
+                 "ll_sol1": scores[:, 0].tolist(), "ll_sol2": scores[:, 1].tolist(),
                  "ntok_sol1": scores[:, 2].astype(int).tolist(), "ntok_sol2": scores[:, 3].astype(int).tolist()}
         parts.append(_to_table(table, n))
     return pa.concat_tables(parts, promote_options="default")

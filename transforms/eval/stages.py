@@ -75,6 +75,13 @@ class PredictItems(ExpandStage):
 
     _engines: dict[str, LLMEngine] = PrivateAttr(default_factory=dict)
     _askers: dict[str, Asker] = PrivateAttr(default_factory=dict)
+    _requests_dir: str | None = PrivateAttr(None)
+
+    def record_requests_to(self, folder: str | None) -> None:
+        """The evaluated models' HTTP requests are accounted like any LLM stage's (transforms/core/accounting.py)."""
+        self._requests_dir = folder
+        for asker in self._askers.values():
+            asker.record_requests_to(folder)
 
     def attach_engines(self, engines: dict[str, LLMEngine]) -> PredictItems:
         """Engines built by the caller (not yet set up); they load their weights in `setup()`."""
@@ -89,6 +96,7 @@ class PredictItems(ExpandStage):
             self._engines[name] = engine
             self._askers[name] = Asker.for_engine(engine, label=name, chunk_size=self.batch_size,
                                                   cache_dir=self.cache_dir)
+            self._askers[name].record_requests_to(self._requests_dir)
 
     @property
     def questions(self) -> dict[str, Any]:

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 EXACT, LENIENT, REFUSAL, EMPTY, UNPARSABLE = "exact", "lenient", "refusal", "empty", "unparsable"
+REQUEST_FAILED = "request_failed"  # no reply at all: the endpoint did not answer (retries spent), never ""
 SCORED = (EXACT, LENIENT)
-STATUSES = (EXACT, LENIENT, REFUSAL, EMPTY, UNPARSABLE)
+STATUSES = (EXACT, LENIENT, REFUSAL, EMPTY, UNPARSABLE, REQUEST_FAILED)
 
 # Refusal phrases in the languages we work in; checked before the lenient search, so
 # "Sorry, I can't choose between A and B" is a refusal and not an answer.

@@ -114,6 +114,7 @@ def ask_cached(stage: LLMStage, slot: str, config: EngineConfig, ref: str, kind:
         finally:
             stage.write_requests()
         cache.put([row_of(r, i, v) for r, (i, v) in enumerate(zip(chunk, values, strict=True)) if v is not None])
+    stage._last_failures = [stage.failure_reasons.get(k) if k in failed else None for k in keys]
     return [None if k in failed else json.loads(cache.get(k)["value"]) for k in keys]  # type: ignore[index]
 
 
@@ -128,7 +129,7 @@ def ask_chat(stage: LLMStage, slot: str, config: EngineConfig, ref: str, convs: 
 
 def ask_option_logprobs(stage: LLMStage, slot: str, config: EngineConfig, ref: str,
                         convs: list[list[ChatMessage]], options: Sequence[str],
-                        ids: Sequence[str] | None = None, label: str | None = None) -> list[list[float]]:
+                        ids: Sequence[str] | None = None, label: str | None = None) -> list[list[float] | None]:
     label = label or f"stage {stage.name!r} ({slot})"
     return ask_cached(stage, slot, config, ref, "option_logprobs", convs, ids, {"options": list(options)},
                       lambda idx: call_option_logprobs(stage, slot, config, [convs[i] for i in idx], options,
@@ -137,12 +138,19 @@ def ask_option_logprobs(stage: LLMStage, slot: str, config: EngineConfig, ref: s
 
 def ask_loglikelihood(stage: LLMStage, slot: str, config: EngineConfig, ref: str,
                       requests: list[tuple[str, str]], ids: Sequence[str] | None = None,
-                      label: str | None = None) -> list[tuple[float, int]]:
+                      label: str | None = None) -> list[tuple[float, int] | None]:
+    """None for a request the endpoint did not answer (its reason in `stage.last_failures`)."""
     label = label or f"stage {stage.name!r} ({slot})"
-    values = ask_cached(stage, slot, config, ref, "loglikelihood", [list(r) for r in requests], ids, {},
-                        lambda idx: [list(v) for v in call_loglikelihood(
-                            stage, slot, config, [requests[i] for i in idx], label)])
-    return [(float(s), int(n)) for s, n in values]
+
+    def scored(idx: list[int]) -> list[Any]:
+        try:
+            return [list(v) for v in call_loglikelihood(stage, slot, config, [requests[i] for i in idx], label)]
+        except QuestionsFailed as err:
+            err.answers = [None if v is None else list(v) for v in err.answers]
+            raise
+
+    values = ask_cached(stage, slot, config, ref, "loglikelihood", [list(r) for r in requests], ids, {}, scored)
+    return [None if v is None else (float(v[0]), int(v[1])) for v in values]
 
 
 class Asker(LLMStage):
@@ -209,13 +217,15 @@ class Asker(LLMStage):
         return ask_chat(self, self.label, self.engine, ref, convs, params, ids, self._label())
 
     def ask_option_logprobs(self, convs: list[list[ChatMessage]], options: Sequence[str], *, ref: str = "",
-                            ids: Sequence[str] | None = None) -> list[list[float]]:
+                            ids: Sequence[str] | None = None) -> list[list[float] | None]:
+        """None for a question the endpoint did not answer (its reason in `last_failures`)."""
         for conv in convs[:1]:
             self._record(ref, conv)
         return ask_option_logprobs(self, self.label, self.engine, ref, convs, options, ids, self._label())
 
     def ask_loglikelihood(self, requests: list[tuple[str, str]], *, ref: str = "",
-                          ids: Sequence[str] | None = None) -> list[tuple[float, int]]:
+                          ids: Sequence[str] | None = None) -> list[tuple[float, int] | None]:
+        """None for a request the endpoint did not answer (its reason in `last_failures`)."""
         for context, _ in requests[:1]:
             self._record(ref, context)
         return ask_loglikelihood(self, self.label, self.engine, ref, requests, ids, self._label())

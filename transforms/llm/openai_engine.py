@@ -147,9 +147,16 @@ class OpenAIEngine(LLMEngine):
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[str]) -> list[list[float]]:
         if self.options.option_scoring == "echo":
-            flat = self.loglikelihood([(p, o) for p in prompts for o in options])
             k = len(options)
-            return [[ll for ll, _ in flat[i * k:(i + 1) * k]] for i in range(len(prompts))]
+            try:
+                flat: list[Any] = list(self.loglikelihood([(p, o) for p in prompts for o in options]))
+                reasons: dict[int, str] = {}
+            except QuestionsFailed as err:  # a prompt fails when one of its options failed
+                flat, reasons = err.answers, {j // k: why for j, why in err.reasons.items()}
+            scores = [None if i in reasons else [ll for ll, _ in flat[i * k:(i + 1) * k]] for i in range(len(prompts))]
+            if reasons:
+                raise QuestionsFailed(scores, reasons, self.endpoint)
+            return scores  # type: ignore[return-value]
         bodies = [{"prompt": p, "max_tokens": 1, "temperature": 0.0, "logprobs": self.options.top_logprobs}
                   for p in prompts]
         return self._post_all("completions", bodies, lambda r: self._match_options(r, options))
@@ -158,10 +165,17 @@ class OpenAIEngine(LLMEngine):
         todo = [i for i, (_, cont) in enumerate(requests) if cont]
         bodies = [{"prompt": requests[i][0] + requests[i][1], "max_tokens": 1, "temperature": 0.0,
                    "echo": True, "logprobs": 1} for i in todo]
-        results: list[tuple[float, int]] = [(0.0, 0)] * len(requests)
-        for i, r in zip(todo, self._post_all("completions", bodies, lambda r: r, stream=False), strict=True):
+        results: list[Any] = [(0.0, 0)] * len(requests)
+        try:
+            responses: list[Any] = self._post_all("completions", bodies, lambda r: r, stream=False)
+            reasons: dict[int, str] = {}
+        except QuestionsFailed as err:  # the answered ones scored, the failed ones None with their reason
+            responses, reasons = err.answers, {todo[j]: why for j, why in err.reasons.items()}
+        for i, r in zip(todo, responses, strict=True):
             ctx, cont = requests[i]
-            results[i] = _continuation_logprob(r, len(ctx), len(ctx) + len(cont))
+            results[i] = None if r is None else _continuation_logprob(r, len(ctx), len(ctx) + len(cont))
+        if reasons:
+            raise QuestionsFailed(results, reasons, self.endpoint)
         return results
 
     def render_chat(self, conversation: list[ChatMessage]) -> str:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from transforms.core import columns as C
 from transforms.core.accounting import write_ledgers
 from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
-from transforms.llm.answers import AnswerError
+from transforms.llm.answers import REQUEST_FAILED, AnswerError
 from transforms.llm.base import (
     ChatMessage,
     EndpointError,
@@ -47,7 +47,6 @@ from transforms.llm.prompts import PromptError, PromptTemplate, load_prompt
 log = logging.getLogger("piqaforge.llm")
 T = TypeVar("T")
 INVALID = "invalid_output"
-REQUEST_FAILED = "request_failed"  # the endpoint did not answer the question (its retries spent)
 REPLY_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("sample", pa.int32()),
                           ("reply", pa.string()), ("question", pa.string())])
 RETRY_MESSAGE = ("Your reply could not be used: {error}. Answer again, following the instructions exactly, "
@@ -180,6 +179,7 @@ class LLMStage(Stage):
     _prompt_override: PromptTemplate | None = PrivateAttr(None)
     _requests_dir: str | None = PrivateAttr(None)
     _failures: dict[str, str] = PrivateAttr(default_factory=dict)
+    _last_failures: list[str | None] = PrivateAttr(default_factory=list)
 
     @property
     def counters(self) -> Counters:
@@ -206,14 +206,22 @@ class LLMStage(Stage):
         """Answer key -> why the endpoint did not answer it (questions that failed after their retries)."""
         return self._failures
 
+    @property
+    def last_failures(self) -> list[str | None]:
+        """Per question of the last cached ask (transforms/llm/asking.py), why the endpoint did not answer
+        it, or None: callers that are not row stages record the reason beside their result."""
+        return self._last_failures
+
     def record_requests_to(self, folder: str | None) -> None:
         """Write the HTTP engines' request ledgers under `folder` after every chunk (the runner sets it:
         runs/<run id>/requests/<stage>/; transforms/core/accounting.py)."""
         self._requests_dir = folder
 
     def write_requests(self) -> None:
-        ledgers = [e.ledger for e in {id(e): e for e in self._engines.values()}.values() if hasattr(e, "ledger")]
-        write_ledgers(self._requests_dir, self, ledgers)
+        # one file per engine: two askers sharing an engine (review annotators) write its ledger once
+        for engine in {id(e): e for e in self._engines.values()}.values():
+            if hasattr(engine, "ledger"):
+                write_ledgers(self._requests_dir, engine, [engine.ledger])
 
     def call_engine(self, label: str, config: EngineConfig, fn: Callable[[], T]) -> T:
         for attempt in range(self.engine_retries + 1):

@@ -20,8 +20,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from transforms.core.accounting import read_ledgers
 from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest
+from transforms.llm.answers import REQUEST_FAILED
 from transforms.llm.base import EngineConfig
 from transforms.review.batch import VERDICTS, ReviewError, batch_dir, load_batch
 from transforms.review.importing import ImportResult, import_judgments, read_judgment_files, write_import
@@ -109,13 +111,13 @@ def judge_detailed(engine: Any, prompt_id: str, items: list[dict[str, Any]], bat
         raise ReviewError(f"prompt {prompt.ref} must have {len(VERDICTS)} options mapping to {list(VERDICTS)}")
     verdicts = list(VERDICTS)
 
-    def logprobs(swap: bool) -> list[list[float]]:
+    def logprobs(swap: bool) -> tuple[list[list[float] | None], list[str | None]]:
         convs = [prompt.render(goal=r["goal"], sol1=r["sol2" if swap else "sol1"],
                                sol2=r["sol1" if swap else "sol2"]).messages for r in items]
         order = "swapped" if swap else "shown"
         ids = [f"{r.get('id', i)}|{order}" for i, r in enumerate(items)]
-        scores: list[list[float]] = asker.ask_option_logprobs(convs, prompt.options, ref=prompt.ref, ids=ids)
-        return scores
+        scores = asker.ask_option_logprobs(convs, prompt.options, ref=prompt.ref, ids=ids)
+        return scores, list(getattr(asker, "last_failures", None) or [None] * len(scores))
 
     def top(p: list[float]) -> str:
         return verdicts[p.index(max(p))]
@@ -124,10 +126,13 @@ def judge_detailed(engine: Any, prompt_id: str, items: list[dict[str, Any]], bat
         return {"verdict": top(p), "p": round(max(p), 4),
                 "probs": {v: round(x, 4) for v, x in zip(verdicts, p, strict=True)}}
 
-    shown = logprobs(swap=False)
-    swapped = logprobs(swap=True) if both_orders else shown
+    shown, why_shown = logprobs(swap=False)
+    swapped, why_swapped = logprobs(swap=True) if both_orders else (shown, why_shown)
     result: list[dict[str, Any]] = []
-    for lp, lq in zip(shown, swapped, strict=True):
+    for lp, lq, w1, w2 in zip(shown, swapped, why_shown, why_swapped, strict=True):
+        if lp is None or lq is None:  # the endpoint never answered: withheld with its reason, never a guess
+            result.append({"verdict": None, "invalid": f"{REQUEST_FAILED}: {w1 or w2}", "raw": None})
+            continue
         bad = invalid_scores(lp, len(verdicts)) or (invalid_scores(lq, len(verdicts)) if both_orders else None)
         if bad:  # withheld (auto-abstained.jsonl) with the raw scores and the reason, never a guess
             result.append({"verdict": None, "invalid": bad, "raw": json.dumps([lp, lq] if both_orders else lp)})
@@ -157,8 +162,9 @@ def position_summary(judgments: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _judge_with(engine: Any, engine_cfg: EngineConfig, mine: list[tuple[str, str]], rows: list[dict[str, Any]],
-                batch_size: int, both_orders: bool, cache_dir: str) -> list[dict[str, Any]]:
-    """One engine's judgments of every row, for each (prompt, annotator name) it plays."""
+                batch_size: int, both_orders: bool, cache_dir: str, requests_dir: str | None = None) -> list[dict[str, Any]]:
+    """One engine's judgments of every row, for each (prompt, annotator name) it plays; an HTTP engine's
+    requests are accounted under `requests_dir` (the review run's, as a stage's are)."""
     from transforms.llm.asking import Asker
     from transforms.llm.prompts import load_prompt
 
@@ -167,6 +173,7 @@ def _judge_with(engine: Any, engine_cfg: EngineConfig, mine: list[tuple[str, str
         for prompt_id, name in mine:
             # The engine loads at the first question the cache cannot answer.
             asker = Asker.for_engine(engine, label=name, chunk_size=batch_size, cache_dir=cache_dir)
+            asker.record_requests_to(requests_dir)
             detailed = judge_detailed(engine, prompt_id, rows, batch_size, both_orders, asker=asker)
             for row, j in zip(rows, detailed, strict=True):
                 out.append({"item_id": str(row["id"]), "annotator": name, **j,
@@ -185,21 +192,23 @@ def _on_ray() -> bool:
 
 
 def _judge_remote(engine_cfg: EngineConfig, mine: list[tuple[str, str]], rows: list[dict[str, Any]],
-                  batch_size: int, both_orders: bool, cache_dir: str) -> list[dict[str, Any]]:
+                  batch_size: int, both_orders: bool, cache_dir: str, requests_dir: str) -> list[dict[str, Any]]:
     from transforms.llm import base
 
-    return _judge_with(base.build_engine(engine_cfg), engine_cfg, mine, rows, batch_size, both_orders, cache_dir)
+    return _judge_with(base.build_engine(engine_cfg), engine_cfg, mine, rows, batch_size, both_orders, cache_dir,
+                       requests_dir)
 
 
 def _placed(engine_cfg: EngineConfig, mine: list[tuple[str, str]], rows: list[dict[str, Any]], batch_size: int,
-            both_orders: bool, cache_dir: str) -> list[dict[str, Any]]:
+            both_orders: bool, cache_dir: str, requests_dir: str) -> list[dict[str, Any]]:
     """`_judge_with` in a Ray task placed by the engine's `resources` (env, GPUs), as a stage would be."""
     import ray
 
     from transforms.core.stage import placement_args
 
     task = ray.remote(**placement_args(engine_cfg.resources))(_judge_remote)
-    out: list[dict[str, Any]] = ray.get(task.remote(engine_cfg, mine, rows, batch_size, both_orders, cache_dir))
+    out: list[dict[str, Any]] = ray.get(task.remote(engine_cfg, mine, rows, batch_size, both_orders, cache_dir,
+                                                    requests_dir))
     return out
 
 
@@ -214,14 +223,16 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
     names = [f"llm:{e.short_name}:{load_prompt(p).ref}" for e, p in plan]
     judgments: list[dict[str, Any]] = []
     cache_dir = cfg.cache_dir or str(lake.root / "cache" / "llm")
+    run_id = Lake.new_run_id("review")  # the review run: its folder holds the annotators' request ledgers
+    requests_dir = str(lake.run_dir(run_id) / "requests" / "00-review_import")
     for engine_cfg in {e.model_dump_json(): e for e, _ in plan}.values():
         mine = [(prompt_id, name) for (e, prompt_id), name in zip(plan, names, strict=True) if e == engine_cfg]
         if engine_cfg.resources and _on_ray():
             # on a cluster the engine runs where its profile places it (a vLLM worker), never in the driver
-            judgments += _placed(engine_cfg, mine, rows, cfg.batch_size, cfg.both_orders, cache_dir)
+            judgments += _placed(engine_cfg, mine, rows, cfg.batch_size, cfg.both_orders, cache_dir, requests_dir)
         else:
             judgments += _judge_with(base.build_engine(engine_cfg), engine_cfg, mine, rows, cfg.batch_size,
-                                     cfg.both_orders, cache_dir)  # build_engine looked up here: tests swap doubles
+                                     cfg.both_orders, cache_dir, requests_dir)  # looked up here: tests swap doubles
     folder = batch_dir(lake, batch)
     abstained = [j for j in judgments if j.get("invalid")]
     judgments = [j for j in judgments if not j.get("invalid")]
@@ -237,5 +248,12 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
     result = import_judgments(lake, batch, read_judgment_files([path]), n_boot=cfg.n_boot)
     result.stats["position"] = position_summary(judgments + [j for j in abstained if not j.get("invalid")])
     result.stats["position_abstained"] = sum(not j.get("invalid") for j in abstained)
-    result.stats["invalid_output"] = sum(bool(j.get("invalid")) for j in abstained)
-    return result, write_import(lake, result, [path], seconds=time.perf_counter() - start)
+    failed = [j for j in abstained if str(j.get("invalid") or "").startswith(REQUEST_FAILED)]
+    result.stats["invalid_output"] = sum(bool(j.get("invalid")) for j in abstained) - len(failed)
+    result.stats[REQUEST_FAILED] = len(failed)
+    manifest = write_import(lake, result, [path], run_id=run_id, seconds=time.perf_counter() - start)
+    asked = read_ledgers(requests_dir)
+    if asked:  # what the annotators asked of their endpoints, in the review run's record like a stage's
+        manifest.stages[0].requests = asked
+        manifest.write(lake.manifest_path(run_id))
+    return result, manifest
