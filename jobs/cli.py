@@ -37,6 +37,8 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
 
     if is_recipe(args.job):
         return _run_recipe(args, extra)
+    if args.allow_malformed:
+        raise UserError(f"--allow-malformed sets a recipe's allow_malformed param; {args.job!r} is a tool job")
     overrides = run_overrides(args, extra)
     module = load_job_module(args.job)
     config = resolve_config(args.job, args.config, overrides)
@@ -94,6 +96,8 @@ def recipe_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, An
     overrides = flag_overrides(extra, args.set)
     if args.input:
         overrides["input"] = args.input[0] if len(args.input) == 1 else list(args.input)
+    if getattr(args, "allow_malformed", False):
+        overrides["allow_malformed"] = True
     return overrides
 
 
@@ -134,7 +138,8 @@ def _run_recipe(args: argparse.Namespace, extra: list[str]) -> int:
         from transforms.core.console import hold_ray_logs
 
         hold_ray_logs()
-    command = ["piqaforge", "run", args.job, *(a for s in args.set or [] for a in ("--set", s)), *extra]
+    command = ["piqaforge", "run", args.job, *(a for s in args.set or [] for a in ("--set", s)),
+               *(["--allow-malformed"] if args.allow_malformed else []), *extra]
     result = run_recipe(recipe, lake=args.lake or "lake", run_id=args.run_id or args.resume,
                         resume=bool(args.resume), command=command)
     return _print_result(args.job, result)
@@ -180,6 +185,8 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
         run_args += ["--input", *args.input]
     for item in args.set or []:
         run_args += ["--set", item]
+    if args.allow_malformed:
+        run_args.append("--allow-malformed")
     names = forwarded_secret_names(args.job, run_args + extra)  # secret --set items included: they name none
     env_vars = {}
     for item in args.env:
@@ -226,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (dotted keys)")
     run.add_argument("--run-id", help="name the run (default: <job>-<utc time>-<random>)")
     run.add_argument("--resume", metavar="RUN_ID", help="continue RUN_ID, reusing finished stages")
+    run.add_argument("--allow-malformed", action="store_true", help="human-authored input files with a malformed "
+                     "line (cut in the middle) are refused whole (exit 2); keep the rest instead and say how many "
+                     "lines were set aside (sets the recipe's allow_malformed param)")
     submit = sub.add_parser("submit", help="run a job on a Ray cluster through the Jobs API (docs/cluster.md)")
     submit.add_argument("job", metavar="RECIPE", help="a recipe (`piqaforge recipes`) or a tool job, as for `run`")
     submit.add_argument("--address", default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
@@ -236,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "keeps these in the job record; name secrets in the recipe's `secrets:`)")
     for flag, kwargs in (("--config", {}), ("--input", {"nargs": "+"}), ("--lake", {}),
                          ("--set", {"action": "append", "metavar": "KEY=VALUE"}), ("--run-id", {}),
-                         ("--resume", {"metavar": "RUN_ID"})):
+                         ("--resume", {"metavar": "RUN_ID"}), ("--allow-malformed", {"action": "store_true"})):
         submit.add_argument(flag, help="as for `run`", **kwargs)  # type: ignore[arg-type]
     publish = sub.add_parser("publish", help="push a released folder to the Hugging Face Hub (token: $HF_TOKEN)")
     publish.add_argument("release_dir", metavar="RELEASE_DIR", help="a release folder that carries RELEASED")

@@ -149,7 +149,7 @@ def test_ta_piqa_recipe_review_import_then_resume_to_release(tmp_path, ray_local
     from transforms.review.importing import import_files
 
     lake = tmp_path / "lake"
-    recipe = load_recipe("ta-piqa", {"records": TINY_TA, "version": "t1"})
+    recipe = load_recipe("ta-piqa", {"records": TINY_TA, "version": "t1", "allow_malformed": True})  # --allow-malformed
     out = run_recipe(recipe, lake=lake, run_id="ta")
     assert out["status"] == "awaiting_review" and out["review_batch"] == "review-ta-items"
     assert "piqaforge review import review-ta-items" in out["next"] and "--resume ta" in out["next"]
@@ -384,7 +384,7 @@ def test_an_adjudication_round_joins_the_first_review_in_the_recipe(tmp_path, ra
     from transforms.review.importing import import_files
 
     lake = tmp_path / "lake"
-    recipe = load_recipe("ta-piqa", {"records": {"*": "1-3"}, "version": "a1"})
+    recipe = load_recipe("ta-piqa", {"records": {"*": "1-3"}, "version": "a1", "allow_malformed": True})
     run_recipe(recipe, lake=lake, run_id="adj")
     batch = lake / "review" / "review-adj-items"
     labels = {r["id"]: r["label"] for r in pq.read_table(batch / "items.parquet").to_pylist()}

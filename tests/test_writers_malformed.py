@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from jobs.cli import main
+from transforms.flow.recipe import RecipeError
 from transforms.io.common import RefusedInputError
 from transforms.io.writers_intake import WriterColumns, WritersIntake
 
-SAMPLE = Path(__file__).resolve().parents[1] / "lake" / "samples" / "ta_items"
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "lake" / "samples" / "ta_items"
 COLUMNS = WriterColumns(id="item_no", source="source", keep=["xcopa_id"])
 
 
@@ -55,3 +60,58 @@ def test_a_recipe_run_on_a_cut_file_exits_2_and_writes_no_items(one_cut_file, tm
     assert code == 2, err
     assert "writer_b.csv:6" in err and "allow_malformed" in err
     assert not list(lake.glob("curated/**/*.parquet"))  # nothing written
+
+
+INTAKE_RECIPE = """recipe: intake-only
+description: "writers' files read, nothing else"
+dataset: intake-only
+language: {code: ta, name: Tamil}
+params:
+  input: %s
+  allow_malformed: false
+runs:
+  - name: items
+    source:
+      stage: writers_intake
+      path: ${input}
+      lang: ${language.code}
+      allow_malformed: ${allow_malformed}
+      columns: {goal: goal, sol1: sol1, sol2: sol2, label: label, id: item_no, writer: writer, source: source}
+"""
+
+
+def _piqaforge(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+
+
+def test_ta_piqa_refuses_by_default_and_the_flag_sets_its_param():
+    from jobs.cli import build_parser, recipe_overrides
+    from transforms.flow.recipe import load_recipe
+
+    assert load_recipe("ta-piqa").params["allow_malformed"] is False
+    args, extra = build_parser().parse_known_args(["run", "ta-piqa", "--allow-malformed"])
+    recipe = load_recipe("ta-piqa", recipe_overrides(args, extra))
+    assert recipe.run("items").source["allow_malformed"] is True
+    with pytest.raises(RecipeError, match="allow_malformed"):  # a recipe without the param says so
+        load_recipe("ko-piqa", recipe_overrides(args, extra))
+
+
+def test_allow_malformed_flag_on_the_bundled_sample(tmp_path):
+    """The bundled writers' files plant two cut lines: refused whole without the flag (exit 2, file:line,
+    nothing written); `--allow-malformed` keeps the rest and says in one line how many were set aside."""
+    recipe = tmp_path / "intake.yaml"
+    recipe.write_text(INTAKE_RECIPE % SAMPLE, "utf-8")
+    lake = tmp_path / "lake"
+    refused = _piqaforge("run", str(recipe), "--lake", str(lake))
+    assert refused.returncode == 2, refused.stderr
+    assert "writer_a.csv:31" in refused.stderr and "writer_c.jsonl:90" in refused.stderr
+    assert "--allow-malformed" in refused.stderr
+    assert not list(lake.glob("curated/**/*.parquet")) and not list(lake.glob("rejected/**/*.parquet"))
+    kept = _piqaforge("run", str(recipe), "--lake", str(lake), "--allow-malformed")
+    assert kept.returncode == 0, kept.stderr
+    said = [line for line in (kept.stdout + kept.stderr).splitlines() if "set aside" in line]
+    assert len(said) == 1 and "2 malformed line(s) set aside" in said[0], said
+    rejected = pq.read_table(next(lake.glob("rejected/intake-only/*"))).column("drop_reason").to_pylist()
+    assert rejected.count("malformed_row") == 2
+    assert pq.read_table(next(lake.glob("curated/intake-only/*"))).num_rows > 500

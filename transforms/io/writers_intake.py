@@ -124,14 +124,14 @@ class WritersIntake(SourceStage):
         if found and not self.allow_malformed:
             raise RefusedInputError(
                 f"{len(found)} malformed line(s) in the writers' files under {self.path}; nothing was read "
-                f"(fix the files, or keep the rest with allow_malformed: true / --set allow_malformed=true): "
+                f"(fix the files, or keep the rest with `piqaforge run ... --allow-malformed`, allow_malformed: true): "
                 + "; ".join(found[:10]) + (f" (+{len(found) - 10} more)" if len(found) > 10 else ""))
         return found
 
     def rows(self) -> pa.Table:
         malformed = self.malformed_lines()
         if malformed:
-            log.warning("writers' files: %d malformed line(s) set aside as malformed_row (allow_malformed): %s",
+            log.warning("writers' files: %d malformed line(s) set aside as malformed_row (--allow-malformed): %s",
                         len(malformed), "; ".join(malformed[:5]))
         records: list[dict[str, Any]] = []
         notes: list[dict[str, Any]] = []
