@@ -192,7 +192,7 @@ def test_engine_retries_then_a_clear_error():
     down = RuleEngine(["김치"], fail=99)
     stage = EnsembleClassify(classifiers=[Classifier(name="a")], engine_retries=1, retry_backoff_s=0,
                              cache_dir="/tmp/x")
-    with pytest.raises(EngineUnavailableError, match=r"'a' \(transformers:gemma3-270m\) failed 2 times.*--resume"):
+    with pytest.raises(EngineUnavailableError, match=r"'a' \(transformers:gemma3-270m\) failed 2 times.*cached in /tmp/x; a resumed run asks only the rest"):
         stage.use_engine("a", down)(frame(TEXTS))
 
 

@@ -17,7 +17,7 @@ from transforms.core.manifest import RunManifest
 from transforms.core.runner import conservation_errors
 
 SAMPLE = Path(__file__).resolve().parents[1] / "lake" / "samples" / "ko_crawl_sample.jsonl"
-FRONT = ["read", "normalize", "length_filter", "langid", "exact_dedup"]
+FRONT = ["read_crawl", "normalize", "length_filter", "langid", "exact_dedup"]
 
 
 def run_front(lake: Path, run_id: str, **overrides: object) -> dict[str, str]:
@@ -77,7 +77,7 @@ def test_rows_are_conserved_at_every_stage_and_against_the_file(front_run):
 def test_each_stage_did_its_job_on_the_sample(front_run):
     lake, _, manifest = front_run
     stages = {s.name: s for s in manifest.stages}
-    assert stages["read"].rows_dropped == {}  # the sample is clean
+    assert stages["read_crawl"].rows_dropped == {}  # the sample is clean
     assert set(stages["length_filter"].rows_dropped) <= {"empty", "too_short", "too_long"}
     assert stages["length_filter"].rows_dropped.get("too_short", 0) > 100
     # every English PIQA goal and Japanese JSQuAD question that survived the length filter is gone

@@ -97,7 +97,7 @@ def test_a_failed_stage_resumes_at_its_unfinished_partitions(ray_local, tmp_path
     with pytest.raises(Exception, match="simulated crash"):
         _run(lake, "cut", stage("cut"))
     failed = RunManifest.load(lake.manifest_path("cut"))
-    assert failed.status == "failed" and [s.name for s in failed.stages] == ["read", "normalize"]
+    assert failed.status == "failed" and [s.name for s in failed.stages] == ["read_crawl", "normalize"]
     first_attempt = len(_seen(logs / "cut"))
     arm.unlink()
     for f in (logs / "cut").iterdir():
