@@ -32,7 +32,8 @@ def test_substitute_replaces_the_first_occurrence_and_keeps_capitals():
 
 def test_real_japanese_sentences_become_pairs_the_constraint_filter_accepts(shared_data):
     pytest.importorskip("fugashi", reason="the `lang` extra (fugashi, unidic-lite) is not installed")
-    from transforms.piqa.japanese import JapaneseConstraintFilter, is_full_sentence, morphemes
+    from transforms.piqa.japanese_words import is_full_sentence, morphemes
+    from transforms.recipes.j_piqa.stages import JapaneseConstraintFilter
 
     lines = (shared_data / "parallel_en_ja_small" / "dev.ja").read_text(encoding="utf-8").splitlines()
     rows = []
@@ -58,7 +59,7 @@ def test_real_japanese_sentences_become_pairs_the_constraint_filter_accepts(shar
 
 
 def test_real_russian_sentences_become_word_substitutions(shared_data):
-    from transforms.piqa.russian import RussianContrastFilter
+    from transforms.recipes.ru_piqa.contrast import RussianContrastFilter
 
     path = shared_data / "ru_russiansuperglue_humanbench" / "parus_unique_items.jsonl"
     items = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()][:60]

@@ -173,7 +173,7 @@ def test_direct_generation_one_item_per_request(tmp_path: Path):
 
 def test_direct_requests_get_distinct_lexicon_topics_outside_the_prompt_examples():
     from transforms.llm.prompts import load_prompt
-    from transforms.piqa.japanese import lexicon_topics
+    from transforms.recipes.j_piqa.stages import lexicon_topics
 
     system = load_prompt("j_piqa/direct_item").system
     topics = lexicon_topics(str(ROOT / "lake/samples/ja_lexicon.jsonl"), ["tool", "everyday_object", "housing",

@@ -12,17 +12,16 @@ import pytest
 
 pytest.importorskip("fugashi", reason="the `lang` extra (fugashi, unidic-lite) is not installed")
 
-from transforms.piqa.japanese import (  # noqa: E402
+from transforms.piqa.japanese_words import (  # noqa: E402
     REASONS,
-    DuplicateTripletFilter,
-    JapaneseConstraintFilter,
-    ParaphraseDuplicateFilter,
     check_pair,
     is_full_sentence,
     morphemes,
     word_distance,
     words,
 )
+from transforms.piqa.piqa_sets import DuplicateTripletFilter  # noqa: E402
+from transforms.recipes.j_piqa.stages import JapaneseConstraintFilter, ParaphraseDuplicateFilter  # noqa: E402
 
 
 def _tanaka(shared_data, split: str = "dev") -> list[str]:

@@ -16,8 +16,9 @@ from transforms.core.lake import Lake, read_table  # noqa: E402
 from transforms.core.runner import conservation_errors, run_pipeline  # noqa: E402
 from transforms.io.documents import DocumentSource  # noqa: E402
 from transforms.io.sources import RowsSource  # noqa: E402
-from transforms.piqa.japanese import DuplicateTripletFilter, JapaneseConstraintFilter  # noqa: E402
+from transforms.piqa.piqa_sets import DuplicateTripletFilter  # noqa: E402
 from transforms.piqa.tables import ParseTableReply  # noqa: E402
+from transforms.recipes.j_piqa.stages import JapaneseConstraintFilter  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parents[1] / "lake" / "samples"
 HEADER = "id,category,question,option1,option2,correct,reasoning"

@@ -12,7 +12,7 @@ import pytest
 
 from transforms.llm.prompts import load_prompt
 from transforms.piqa.formats import read_piqa
-from transforms.piqa.japanese import TranslationSetSelector
+from transforms.piqa.piqa_sets import TranslationSetSelector
 from transforms.piqa.tables import RELEASE_COLUMNS, release_columns
 
 SAMPLES = Path(__file__).resolve().parents[1] / "lake" / "samples"

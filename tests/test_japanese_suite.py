@@ -14,7 +14,7 @@ pytest.importorskip("fugashi", reason="the `lang` extra (fugashi, unidic-lite) i
 from expectations.checks import derive  # noqa: E402
 from expectations.gate import run_gate, to_frame  # noqa: E402
 from expectations.suite import load_suite  # noqa: E402
-from transforms.piqa.japanese import morphemes, word_distance  # noqa: E402
+from transforms.piqa.japanese_words import morphemes, word_distance  # noqa: E402
 from transforms.text.textcheck import pair_distance  # noqa: E402
 
 ONLY_PAIR = {"near_duplicates": None, "language_purity": None, "label_balance": None, "degenerate": None,

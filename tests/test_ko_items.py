@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from transforms.core import columns as C
-from transforms.piqa.items import StructuralChecks, word_edit_distance
+from transforms.recipes.ko_piqa.items import StructuralChecks, word_edit_distance
 
 # Items written for this test from real KiN-style questions (how to fix salty soup, unclog a drain ...).
 ITEMS = [

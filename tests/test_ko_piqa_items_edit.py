@@ -17,7 +17,7 @@ from transforms.core import columns as C
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.llm.output import JsonOutput
 from transforms.llm.stage import LLMTransform
-from transforms.piqa.items import (
+from transforms.recipes.ko_piqa.items import (
     REFINE_PROMPT,
     KoreanPairFromEdit,
     fix_particle,
@@ -90,7 +90,7 @@ def test_reply_checks_name_what_to_fix():
     assert "예시" in (refine_problem(example["goal"], example["answer"], example["word"], example["wrong_word"]) or "")
     # the same checks run when the reply is parsed, so an invalid reply is an AnswerError the stage retries
     with pytest.raises(Exception, match="answer 안에"):
-        JsonOutput(model="transforms.piqa.items:RefinedItem").parse(json.dumps(
+        JsonOutput(model="transforms.recipes.ko_piqa.items:RefinedItem").parse(json.dumps(
             {"goal": goal, "answer": "신발 안에 숯을 넣어 둔다.", "word": "녹차", "wrong_word": "얼음"}, ensure_ascii=False))
 
 

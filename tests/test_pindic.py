@@ -16,16 +16,17 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from pindic_double import ScriptedEngine  # noqa: E402
 
-from transforms.pindic.combos import SamplingConfig, build_index, sample_requests  # noqa: E402
-from transforms.pindic.finish import ReleaseChecks  # noqa: E402
-from transforms.pindic.stages import (  # noqa: E402
+from transforms.piqa.edit_pairs import MinimalPairFromEdit, prompt_examples  # noqa: E402
+from transforms.recipes.pindic.combos import SamplingConfig, build_index, sample_requests  # noqa: E402
+from transforms.recipes.pindic.finish import ReleaseChecks  # noqa: E402
+from transforms.recipes.pindic.stages import (  # noqa: E402
     ClassifyItems,
     GenerateItems,
     OpenMetaLabels,
     PiqaSliceSource,
     ValidateGenerated,
 )
-from transforms.pindic.taxonomy import (  # noqa: E402
+from transforms.recipes.pindic.taxonomy import (  # noqa: E402
     CATEGORIES,
     DEFAULT_PATH,
     TaxonomyError,
@@ -34,7 +35,6 @@ from transforms.pindic.taxonomy import (  # noqa: E402
     load_taxonomy,
     write_taxonomy,
 )
-from transforms.piqa.edit_pairs import MinimalPairFromEdit, prompt_examples  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = ROOT / "lake" / "samples" / "pindic_piqa_slice.jsonl"
@@ -234,8 +234,8 @@ def test_pair_from_edit_drops_edits_that_cannot_be_applied_and_copies_of_the_for
 def test_corrected_item_refuses_english_and_decoding_loops_and_the_release_checks_drop_loops():
     from pydantic import ValidationError
 
-    from transforms.pindic.schemas import CorrectedItem
     from transforms.piqa.degenerate import degenerate_reason, worst_repetition
+    from transforms.recipes.pindic.schemas import CorrectedItem
 
     ok = {"goal": "दूध को उबलने से रोकने के लिए", "sol1": "बर्तन पर लकड़ी का चम्मच रखें", "sol2": "बर्तन पर स्टील की प्लेट रखें"}
     assert CorrectedItem(**ok).goal == ok["goal"]

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from pindic_double import ScriptedEngine  # noqa: E402
 
 from transforms.llm.base import EngineConfig  # noqa: E402
-from transforms.pindic import metrics  # noqa: E402
-from transforms.pindic.finish import (  # noqa: E402
+from transforms.recipes.pindic import metrics  # noqa: E402
+from transforms.recipes.pindic.finish import (  # noqa: E402
     AttachFixes,
     CopyColumns,
     CorrectTranslation,

@@ -320,7 +320,7 @@ def test_pindic_recipe_phases_with_figures(tmp_path, ray_local):
     assert combos["taxonomy"]["status"] == "published" and combos["taxonomy"]["classes"]["Domain"] == 19
     assert combos["combinations"]["pool_items"] == 6 and (lake / "runs" / "pi-classify" / "combos").exists()
     classified = pq.read_table(lake / "curated" / "pindic" / "pi-classify").to_pylist()
-    from transforms.pindic.taxonomy import load_taxonomy
+    from transforms.recipes.pindic.taxonomy import load_taxonomy
 
     published = load_taxonomy()
     assert classified and all(r["domain"] in published.names("Domain") for r in classified)

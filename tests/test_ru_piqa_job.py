@@ -21,7 +21,7 @@ from transforms.flow.context import run_stages
 from transforms.flow.recipe import load_recipe
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.piqa.provenance import ProvenanceColumns, provenance_tables
-from transforms.piqa.russian import length_share, repeated_openings
+from transforms.recipes.ru_piqa.contrast import length_share, repeated_openings
 
 GROUNDED = [  # a minimal pair over 25 words, a swap of two phrases, a pair that differs everywhere, a bad label
     {"goal": "Летом на даче нужно быстро охладить бутылку воды, а холодильника нет; у колодца есть ведро "

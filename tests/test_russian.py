@@ -8,7 +8,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from transforms.piqa.russian import (
+from transforms.recipes.ru_piqa.contrast import (
     IDENTICAL_SOLUTIONS,
     INVALID_LABEL,
     NOT_MINIMAL,

@@ -12,7 +12,8 @@ import pytest
 
 from transforms.io.writers_intake import WriterColumns, WritersIntake
 from transforms.piqa.contrast import ContrastClassifier
-from transforms.piqa.item_checks import OpeningVariety, PromptLengthCheck, card_statistics, length_report
+from transforms.piqa.item_card import card_statistics
+from transforms.piqa.item_checks import OpeningVariety, PromptLengthCheck, length_report
 from transforms.piqa.safety import SafetyScreen
 
 ITEMS = Path(__file__).resolve().parents[1] / "lake" / "samples" / "ta_items"

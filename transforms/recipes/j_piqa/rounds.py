@@ -25,7 +25,7 @@ def direct_rows(k: int, deficits: dict[str, int], accepted: list[str], *, oversh
     import xxhash
 
     from transforms.llm.prompts import load_prompt
-    from transforms.piqa.japanese import lexicon_topics
+    from transforms.recipes.j_piqa.stages import lexicon_topics
 
     topics = lexicon_topics(lexicon, topic_categories or [], load_prompt(prompt).system) if lexicon else []
     rows = [{"id": f"direct-r{k}-{c}-{j}", "category": c, "request": f"ラウンド {k}、{c} の {j + 1} 問目", "n_items": 1}

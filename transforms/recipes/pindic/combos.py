@@ -20,7 +20,7 @@ import numpy as np
 import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.pindic.taxonomy import CATEGORIES, COLUMN, Taxonomy
+from transforms.recipes.pindic.taxonomy import CATEGORIES, COLUMN, Taxonomy
 
 Combo = tuple[str, str, str, str]
 

@@ -27,11 +27,11 @@ from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
 from transforms.llm.base import GenerationParams
 from transforms.llm.output import JsonOutput, OutputSpec
 from transforms.llm.stage import LLMTransform, PromptRef
-from transforms.pindic.schemas import INDIC
+from transforms.recipes.pindic.schemas import INDIC
 from transforms.text.textcheck import script_share
 from transforms.translate.languages import language_name
 
-FIXES_DIR = Path(__file__).resolve().parents[2] / "prompts" / "pindic" / "fixes"
+FIXES_DIR = Path(__file__).resolve().parents[3] / "prompts" / "pindic" / "fixes"
 
 
 class CopyColumns(Stage):
@@ -101,7 +101,7 @@ class CorrectTranslation(LLMTransform):
         "language": "language_name", "fix_examples": "fix_examples", "error_types": "error_types",
         "en_goal": "goal", "en_sol1": "sol1", "en_sol2": "sol2",
         "mt_goal": "translated_goal", "mt_sol1": "translated_sol1", "mt_sol2": "translated_sol2"})
-    output: OutputSpec = Field(default_factory=lambda: JsonOutput(model="transforms.pindic.schemas:CorrectedItem",
+    output: OutputSpec = Field(default_factory=lambda: JsonOutput(model="transforms.recipes.pindic.schemas:CorrectedItem",
                                                                   prefix="corrected_"))
     params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=600, temperature=0.0))
     on_invalid: Literal["drop", "retry"] = "retry"

@@ -9,7 +9,7 @@
     <run>-gen       the rounds' union (transforms/core/rounds.py); then review=auto → a review run
     <run>           translate → few-shots → correct → release checks → Table 1 columns → label balance
 
-The recipe file strings them together; this module and transforms/pindic/recipe.py hold what they need.
+The recipe file strings them together; this module and transforms/recipes/pindic/recipe.py hold what they need.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from transforms.core.lake import Lake, read_table
 from transforms.core.manifest import RunManifest
-from transforms.pindic.taxonomy import Taxonomy, draft_from_clusters, write_taxonomy
+from transforms.recipes.pindic.taxonomy import Taxonomy, draft_from_clusters, write_taxonomy
 
 
 @contextmanager

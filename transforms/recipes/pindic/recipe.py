@@ -13,8 +13,14 @@ from typing import Any
 
 from transforms.core.lake import Lake, parquet_files, read_table
 from transforms.core.manifest import RunManifest
-from transforms.pindic.combos import ComboIndex, SamplingConfig, build_index, index_summary, sample_requests
-from transforms.pindic.taxonomy import Taxonomy, fingerprint, load_taxonomy
+from transforms.recipes.pindic.combos import (
+    ComboIndex,
+    SamplingConfig,
+    build_index,
+    index_summary,
+    sample_requests,
+)
+from transforms.recipes.pindic.taxonomy import Taxonomy, fingerprint, load_taxonomy
 
 
 @lru_cache(maxsize=4)
@@ -80,7 +86,7 @@ def generation_requests(k: int, deficits: dict[str, int], accepted: list[str], *
                         embedder: dict[str, Any], locales: list[dict[str, str]], sampling: dict[str, Any]
                         ) -> list[dict[str, Any]]:
     """Round k's request rows: per locale short of its quota, sampled combinations with exemplars from the
-    combination indices (transforms/pindic/combos.py)."""
+    combination indices (transforms/recipes/pindic/combos.py)."""
     import json
 
     index = _index(classified, json.dumps(embedder, sort_keys=True))
@@ -92,7 +98,7 @@ def taxonomy_figures(manifest: RunManifest, lake: Lake) -> dict[str, Any]:
     """The clustering's figures and the draft taxonomy a person edits (runs/<run>/taxonomy_draft.yaml)."""
     import json
 
-    from transforms.pindic.pipeline import draft_taxonomy
+    from transforms.recipes.pindic.pipeline import draft_taxonomy
 
     run_dir = lake.run_dir(manifest.run_id)
     clustering = run_dir / "clustering.json"
@@ -117,9 +123,9 @@ def final_figures(manifest: RunManifest, lake: Lake, runs: dict[str, RunManifest
                   embedder: dict[str, Any]) -> dict[str, Any]:
     """The generation rounds, the generated items' coverage and diversity, the correction and the items
     per locale, from the runs before the release."""
-    from transforms.pindic import metrics
-    from transforms.pindic.pipeline import nan_to_none, per_locale, round_manifests
-    from transforms.pindic.report import _count, _stage_rows, generated_coverage
+    from transforms.recipes.pindic import metrics
+    from transforms.recipes.pindic.pipeline import nan_to_none, per_locale, round_manifests
+    from transforms.recipes.pindic.report import _count, _stage_rows, generated_coverage
 
     gen = runs["generation"]
     generated = read_table(Path(gen.outputs["curated"])).to_pylist() if parquet_files(Path(gen.outputs["curated"])) \

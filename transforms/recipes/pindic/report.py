@@ -10,7 +10,7 @@ from typing import Any
 from transforms.cluster.kmeans import elbow_svg
 from transforms.core.lake import parquet_files, read_table
 from transforms.core.manifest import RunManifest
-from transforms.pindic.taxonomy import CATEGORIES, COLUMN
+from transforms.recipes.pindic.taxonomy import CATEGORIES, COLUMN
 
 
 def _stage_rows(manifest: RunManifest, name: str) -> list[dict[str, Any]]:

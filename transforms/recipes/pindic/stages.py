@@ -32,7 +32,7 @@ from transforms.llm.base import GenerationParams
 from transforms.llm.generate import LLMGenerate
 from transforms.llm.output import FieldSpec, JsonOutput, OutputSpec
 from transforms.llm.stage import LLMTransform, PromptRef
-from transforms.pindic.taxonomy import CATEGORIES, COLUMN, Taxonomy
+from transforms.recipes.pindic.taxonomy import CATEGORIES, COLUMN, Taxonomy
 
 OPEN_PREFIX = "open_"
 
@@ -67,7 +67,7 @@ class PiqaSliceSource(SourceStage):
 
 
 def _open_output() -> OutputSpec:
-    return JsonOutput(model="transforms.pindic.schemas:OpenLabels", prefix=OPEN_PREFIX)
+    return JsonOutput(model="transforms.recipes.pindic.schemas:OpenLabels", prefix=OPEN_PREFIX)
 
 
 class OpenMetaLabels(LLMTransform):
@@ -118,7 +118,7 @@ class NameClusters(LLMTransform):
 
     prompt: PromptRef = Field(default_factory=lambda: PromptRef(id="pindic/name_cluster"))
     variables: dict[str, str] = Field(default_factory=lambda: {"category": "category", "members": "members_text"})
-    output: OutputSpec = Field(default_factory=lambda: JsonOutput(model="transforms.pindic.schemas:ClusterNames",
+    output: OutputSpec = Field(default_factory=lambda: JsonOutput(model="transforms.recipes.pindic.schemas:ClusterNames",
                                                                   prefix="candidate_"))
     params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=60, temperature=0.0))
     on_invalid: Literal["drop", "retry"] = "retry"
@@ -146,7 +146,7 @@ class ClassifyItems(LLMTransform):
     @classmethod
     def _classes_from_file(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("taxonomy_path"):
-            from transforms.pindic.taxonomy import fingerprint, load_taxonomy
+            from transforms.recipes.pindic.taxonomy import fingerprint, load_taxonomy
 
             path = data["taxonomy_path"]
             data = {**data, "output": classify_output(load_taxonomy(path)),
@@ -176,7 +176,7 @@ class GenerateItems(LLMGenerate):
         "key_properties_materials": "key_properties_materials", "action_type": "action_type",
         "n_items": "n_items", "exemplars": "exemplars_json"})
     output: OutputSpec = Field(default_factory=lambda: JsonOutput(
-        model="transforms.pindic.schemas:GeneratedEdit", items=True))
+        model="transforms.recipes.pindic.schemas:GeneratedEdit", items=True))
     params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=700, temperature=0.8, seed=0))
     on_invalid: Literal["drop", "retry"] = "retry"
 

@@ -20,7 +20,7 @@ CATEGORIES = ("Domain", "Core_Principle", "Key_Properties_Materials", "Action_Ty
 # paper key → snake_case column of the item schema (transforms/piqa/schema.py)
 COLUMN = {"Domain": "domain", "Core_Principle": "core_principle",
           "Key_Properties_Materials": "key_properties_materials", "Action_Type": "action_type"}
-DEFAULT_PATH = Path(__file__).resolve().parents[2] / "prompts" / "pindic" / "taxonomy.yaml"
+DEFAULT_PATH = Path(__file__).resolve().parents[3] / "prompts" / "pindic" / "taxonomy.yaml"
 
 
 class TaxonomyError(ValueError):

@@ -48,7 +48,7 @@ def checks_figures(manifest: Any, lake: Any) -> dict[str, Any]:
     from pathlib import Path
 
     from transforms.core.lake import read_table
-    from transforms.piqa.russian import length_share, repeated_openings
+    from transforms.recipes.ru_piqa.contrast import length_share, repeated_openings
 
     table = read_table(Path(manifest.outputs["curated"]))
     if not table.num_rows:
