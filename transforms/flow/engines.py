@@ -111,27 +111,33 @@ def fill_roles(node: Any, engines: dict[str, Any], where: str) -> Any:
     return node
 
 
+def engine_factory(doubles: dict[str, Any] | None) -> Any:
+    """The engine factory the orchestrator hands to stages: `make(who, config)` -> an engine, or None to
+    let the stage build its own. Given engine doubles (tests: by stage name, role or "*"), it answers with
+    the double for `who`; without, it returns None for everyone."""
+    table = dict(doubles or {})
+
+    def make(who: str, _config: Any = None) -> Any:
+        if who in ("translator",):
+            return table.get(who)
+        return table.get(who, table.get("*"))
+
+    return make
+
+
 def use_doubles(stage: Any, doubles: dict[str, Any]) -> Any:
-    """Tests: an engine double for every LLM stage (by stage name, else "*")."""
+    """A stage with its engines from the factory: a stage with several engines takes the factory itself
+    (`use_engine_factory`), a stage with one takes the engine the factory gives for its name."""
     if not doubles:
         return stage
-    double = doubles.get(getattr(stage, "name", ""), doubles.get("*"))
-    if double is None:
+    make = engine_factory(doubles)
+    if make(getattr(stage, "name", "")) is None:
         return stage
-    if type(stage).__name__ == "EnsembleClassify":
-        for member in stage.classifiers:
-            if hasattr(member, "engine"):
-                stage = stage.use_engine(member.name, double)
-        return stage
-    if type(stage).__name__ == "TranslateStage":
-        translator = doubles.get("translator")
-        if translator is None and getattr(stage.engine, "backend", None) in ("llm", "openai"):
-            from transforms.translate.llm import LLMTranslator  # the real LLM translation, asking the double
-
-            translator = LLMTranslator(stage.engine, engine=double)
-        return stage.use_engine(translator) if translator is not None else stage
+    if hasattr(stage, "use_engine_factory"):
+        name = getattr(stage, "name", "")
+        return stage.use_engine_factory(lambda who, cfg: make(name) if who not in ("translator",) else make(who))
     if hasattr(stage, "use_engine"):
-        return stage.use_engine(double)
+        return stage.use_engine(make(stage.name))
     return stage
 
 

@@ -242,19 +242,17 @@ def review_run(ctx: Context, spec: RunSpec, entry: RunEntry) -> str:
 
     auto = {"engines": "@annotators", **review.auto, "annotators": review.annotators}
     cfg = AutoReviewConfig.model_validate(fill_roles(auto, ctx.engines, f"runs.{spec.name}.review.auto"))
-    _, manifest = auto_review(ctx.lake, batch, cfg) if not ctx.doubles else _auto_with_doubles(ctx, batch, cfg)
+    _, manifest = auto_review(ctx.lake, batch, cfg, engine_factory=_annotator_factory(ctx))
     return _reviewed(ctx, spec, entry, manifest.run_id)
 
 
-def _auto_with_doubles(ctx: Context, batch: str, cfg: Any) -> tuple[Any, RunManifest]:
-    """Tests: the annotators' engines are doubles (`doubles["annotators"]`, else "*")."""
-    from unittest import mock
+def _annotator_factory(ctx: Context) -> Any:
+    """The annotators' engines from the orchestrator's engine factory (`doubles["annotators"]`, else "*"),
+    or None: each annotator's configured backend."""
+    from transforms.flow.engines import engine_factory
 
-    from transforms.review.auto import auto_review
-
-    double = ctx.doubles.get("annotators", ctx.doubles.get("*"))
-    with mock.patch("transforms.llm.base.build_engine", lambda _cfg: double):
-        return auto_review(ctx.lake, batch, cfg)
+    double = engine_factory(ctx.doubles)("annotators")
+    return None if double is None else (lambda _cfg: double)
 
 
 def _reviewed(ctx: Context, spec: RunSpec, entry: RunEntry, review_id: str) -> str:

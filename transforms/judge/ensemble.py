@@ -107,6 +107,14 @@ class EnsembleClassify(LLMStage):
         self.attach_engine(classifier, engine)
         return self
 
+    def use_engine_factory(self, make: Any) -> EnsembleClassify:
+        """Every LLM member's engine from `make(member_name, engine_config)` (the orchestrator's engine
+        factory: test doubles, or engines shared between stages); a factory returning None leaves one as is."""
+        for member in self.classifiers:
+            if hasattr(member, "engine") and member.name and (engine := make(member.name, member.engine)) is not None:
+                self.attach_engine(member.name, engine)
+        return self
+
     def ordered(self) -> list[Classifier | LinearClassifier]:
         if self.order == "config":
             return list(self.classifiers)

@@ -212,8 +212,13 @@ def _placed(engine_cfg: EngineConfig, mine: list[tuple[str, str]], rows: list[di
     return out
 
 
-def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportResult, RunManifest]:
+def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig,
+                engine_factory: Any = None) -> tuple[ImportResult, RunManifest]:
+    """LLM annotators fill the batch. `engine_factory(config) -> engine` builds each annotator's engine
+    (default: the configured backend; the orchestrator passes test doubles this way)."""
     from transforms.llm import base
+
+    build = engine_factory or base.build_engine
     from transforms.llm.prompts import load_prompt
 
     start = time.perf_counter()
@@ -227,12 +232,12 @@ def auto_review(lake: Lake, batch: str, cfg: AutoReviewConfig) -> tuple[ImportRe
     requests_dir = str(lake.run_dir(run_id) / "requests" / "00-review_import")
     for engine_cfg in {e.model_dump_json(): e for e, _ in plan}.values():
         mine = [(prompt_id, name) for (e, prompt_id), name in zip(plan, names, strict=True) if e == engine_cfg]
-        if engine_cfg.resources and _on_ray():
+        if engine_cfg.resources and _on_ray() and engine_factory is None:
             # on a cluster the engine runs where its profile places it (a vLLM worker), never in the driver
             judgments += _placed(engine_cfg, mine, rows, cfg.batch_size, cfg.both_orders, cache_dir, requests_dir)
         else:
-            judgments += _judge_with(base.build_engine(engine_cfg), engine_cfg, mine, rows, cfg.batch_size,
-                                     cfg.both_orders, cache_dir, requests_dir)  # looked up here: tests swap doubles
+            judgments += _judge_with(build(engine_cfg), engine_cfg, mine, rows, cfg.batch_size,
+                                     cfg.both_orders, cache_dir, requests_dir)
     folder = batch_dir(lake, batch)
     abstained = [j for j in judgments if j.get("invalid")]
     judgments = [j for j in judgments if not j.get("invalid")]

@@ -73,6 +73,19 @@ class TranslateStage(Stage):
         self._engine = engine
         return self
 
+    def use_engine_factory(self, make: Any) -> TranslateStage:
+        """The orchestrator's engine factory: `make("translator", config)` may give a whole translation
+        engine; else, for an LLM backend, `make(self.name, config)` gives the LLM that the real LLM
+        translation asks (so prompts, parsing and the answer cache are the real ones)."""
+        translator = make("translator", self.engine)
+        if translator is None and getattr(self.engine, "backend", None) in ("llm", "openai"):
+            llm = make(self.name, self.engine)
+            if llm is not None:
+                from transforms.translate.llm import LLMTranslator
+
+                translator = LLMTranslator(self.engine, engine=llm)  # type: ignore[arg-type]  # an LLM backend
+        return self.use_engine(translator) if translator is not None else self
+
     @property
     def translator(self) -> TranslationEngine:
         if self._engine is None:

@@ -35,7 +35,7 @@ def round_table(manifests: list[RunManifest], locale_column: str = "locale") -> 
         for rec in m.stages:
             kept = _rows(rec.outputs.get("kept"), [locale_column])
             dropped = _rows(rec.outputs.get("rejected"), [locale_column, "drop_reason"])
-            if rec.name == "generate":
+            if rec.name in ("generate_items", "generate"):  # "generate": manifests before 2026-11-28
                 for r in kept + dropped:
                     per[str(r.get(locale_column))]["generated"] += 1
                 for r in dropped:  # invalid items and requests that yielded nothing

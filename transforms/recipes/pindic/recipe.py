@@ -132,7 +132,7 @@ def final_figures(manifest: RunManifest, lake: Lake, runs: dict[str, RunManifest
         else []
     final = read_table(Path(manifest.outputs["curated"])).to_pylist() \
         if parquet_files(Path(manifest.outputs["curated"])) else []
-    corrected = _stage_rows(manifest, "correct")
+    corrected = _stage_rows(manifest, "correct_translation") or _stage_rows(manifest, "correct")  # old manifests
     return nan_to_none({
         "rounds": {"stop_reason": gen.extras.get("stop_reason"), "quota_met": gen.extras.get("quota_met")},
         "rounds_table": metrics.round_table(round_manifests(lake, gen)),
