@@ -42,6 +42,15 @@ class RequestLedger:
     def key(self) -> str:
         return f"{self.model} @ {self.endpoint}"
 
+    def __getstate__(self) -> dict[str, Any]:  # an engine built in the driver travels to its Ray actor
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def attempt(self) -> None:
         with self._lock:
             self.requests += 1

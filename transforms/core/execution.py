@@ -80,6 +80,11 @@ def _configure_data_context() -> None:
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = os.environ.get("PIQAFORGE_PROGRESS", "1") != "0"
+    if hasattr(ctx, "raise_original_map_exception"):
+        # A stage's own exception reaches the driver as itself (an EndpointError with its endpoint and cause):
+        # Ray's UserCodeException wrapper loses its cause when pickled, and its hint (configure
+        # ray.data.DataContext retries) is not one a user can act on (issue 35 §4).
+        ctx.raise_original_map_exception = True
     if hasattr(ctx, "execution_no_progress_timeout_s"):  # Ray >= 2.5x
         ctx.execution_no_progress_timeout_s = float(os.environ.get("PIQAFORGE_NO_PROGRESS_TIMEOUT_S",
                                                                    NO_PROGRESS_TIMEOUT_S))

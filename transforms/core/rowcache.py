@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
-
-from transforms.core.lake import read_table
 
 
 def append(folder: str | Path, table: pa.Table) -> Path | None:
@@ -31,5 +30,12 @@ def append(folder: str | Path, table: pa.Table) -> Path | None:
 
 
 def load(folder: str | Path) -> pa.Table:
-    """Every chunk in the cache, in the order written; an empty table when there is none."""
-    return read_table(Path(folder))
+    """Every chunk in the cache, in the order written; an empty table when there is none. A cache's chunks
+    are the files directly in its folder: a sub-folder is another cache (an LLM translator's answers live
+    under its segment cache's folder) and is not read as this one."""
+    folder = Path(folder)
+    files = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith(".")) if folder.is_dir() else []
+    if not files:
+        return pa.table({})
+    schema = pa.unify_schemas([pq.read_schema(f) for f in files], promote_options="permissive")
+    return pads.dataset([str(f) for f in files], format="parquet", schema=schema).to_table()

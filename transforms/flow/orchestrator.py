@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -145,6 +146,11 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
     return out
 
 
+# Ray Data appends its retry note to a failed stage's own exception ("Failed to apply UDF transform after 1/1
+# attempts ... configure `ray.data.DataContext`..."): a hint the user cannot act on, kept out of the one line.
+RAY_RETRY_NOTE = re.compile(r"\nFailed to [^\n]* after \d+/\d+ attempts \(total backoff [^)]*\)\..*\Z", re.S)
+
+
 def failure_line(ctx: Context, run_id: str, err: BaseException) -> str:
     """`run X failed in stage S at ENDPOINT: CAUSE; traceback: LOG; resume: COMMAND` (one line), and the
     traceback written to runs/<run id>/logs/error.log. No Ray wrapper text and no Ray hint reach it."""
@@ -165,7 +171,7 @@ def failure_line(ctx: Context, run_id: str, err: BaseException) -> str:
             stage = None
     cause = root_cause(err)
     endpoint = getattr(cause, "endpoint", "") or ""
-    what = " ".join(str(cause).split()) or type(cause).__name__
+    what = " ".join(RAY_RETRY_NOTE.sub("", str(cause)).split()) or type(cause).__name__
     if isinstance(cause, RecipeRunError) and cause is err:  # already ours: keep its words
         return f"{what}; log: {log_file}; resume: {ctx.resume_command()}"
     where = (f" in stage {stage}" if stage else "") + (f" at {endpoint}" if endpoint else "")
@@ -182,7 +188,8 @@ def root_cause(err: BaseException) -> BaseException:
         todo = inner if isinstance(inner, BaseException) else (todo.__cause__ or todo.__context__)
     from transforms.llm.base import EndpointError
 
-    endpoint = next((e for e in seen if isinstance(e, EndpointError)), None)
+    # the deepest: Ray's RayTaskError(EndpointError) is one too, but its text is a traceback and Ray's hint
+    endpoint = next((e for e in reversed(seen) if isinstance(e, EndpointError)), None)
     if endpoint is not None:
         return endpoint
     ours = [e for e in seen if not type(e).__module__.startswith("ray")]

@@ -26,7 +26,7 @@ from pydantic import Field, PrivateAttr
 
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine, QuestionsFailed
 from transforms.llm.cache import answer_key, namespace, recorded_question
-from transforms.llm.stage import LLMStage, answers_to
+from transforms.llm.stage import LEDGER_EVERY_S, LLMStage, answers_to
 
 VALUE_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("value", pa.string()),
                           ("question", pa.string())])
@@ -103,6 +103,7 @@ def ask_cached(stage: LLMStage, slot: str, config: EngineConfig, ref: str, kind:
         def arrived(r: int, value: Any, chunk: list[int] = chunk) -> None:
             if streamed is not None:  # persisted as it arrives (a kill loses only what is in flight)
                 stage.answer_cache(name, VALUE_SCHEMA).journal([row_of(r, chunk[r], streamed(value))])
+                stage.write_requests(every_s=LEDGER_EVERY_S)  # and so is what it cost, nearly
 
         try:
             with answers_to(engine, arrived):

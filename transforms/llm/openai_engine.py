@@ -116,6 +116,8 @@ class OpenAIEngine(LLMEngine):
             raise ValueError(f"unknown option(s) for the openai backend: {unknown}; the API key is read "
                              f"from the environment variable named by `api_key_env`")
         self.options = OpenAIOptions(**config.options)
+        if not os.environ.get("PIQAFORGE_VERBOSE"):  # httpx logs every request at INFO: thousands of console
+            logging.getLogger("httpx").setLevel(logging.WARNING)  # lines; the ledger counts them (-v shows them)
         self._transport = transport
         self._sleep = sleep
         self.stats = {"requests": 0, "retries": 0}

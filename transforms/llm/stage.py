@@ -49,6 +49,7 @@ T = TypeVar("T")
 INVALID = "invalid_output"
 REPLY_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("sample", pa.int32()),
                           ("reply", pa.string()), ("question", pa.string())])
+LEDGER_EVERY_S = 0.2  # request ledgers rewritten at most this often while answers arrive
 RETRY_MESSAGE = ("Your reply could not be used: {error}. Answer again, following the instructions exactly, "
                  "and write nothing but the answer.")
 
@@ -180,6 +181,7 @@ class LLMStage(Stage):
     _requests_dir: str | None = PrivateAttr(None)
     _failures: dict[str, str] = PrivateAttr(default_factory=dict)
     _last_failures: list[str | None] = PrivateAttr(default_factory=list)
+    _requests_written: float = PrivateAttr(0.0)
 
     @property
     def counters(self) -> Counters:
@@ -217,7 +219,12 @@ class LLMStage(Stage):
         runs/<run id>/requests/<stage>/; transforms/core/accounting.py)."""
         self._requests_dir = folder
 
-    def write_requests(self) -> None:
+    def write_requests(self, every_s: float = 0.0) -> None:
+        """The engines' ledgers to the run's folder; `every_s`: not again sooner (as answers arrive, so a
+        kill loses at most that long of the accounting, not a whole chunk's)."""
+        if not self._requests_dir or time.monotonic() - self._requests_written < every_s:
+            return
+        self._requests_written = time.monotonic()
         # one file per engine: two askers sharing an engine (review annotators) write its ledger once
         for engine in {id(e): e for e in self._engines.values()}.values():
             if hasattr(engine, "ledger"):
@@ -323,6 +330,7 @@ class LLMStage(Stage):
                 def arrived(r: int, replies: list[str], chunk: list[int] = chunk, ks: tuple[int, ...] = ks) -> None:
                     if len(replies) == len(ks):  # one conversation's samples, persisted as they arrive
                         cache.journal([row_of(r, chunk[r], j, k, replies[j]) for j, k in enumerate(ks)])
+                        self.write_requests(every_s=LEDGER_EVERY_S)
 
                 try:
                     with answers_to(engine, arrived):
