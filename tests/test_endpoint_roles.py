@@ -113,3 +113,12 @@ def test_evaluated_models_account_their_requests_and_record_a_failed_question(tm
     generated = [p for p in preds if p["item_id"] != "t3" and p["method"] == "generate"]
     assert generated and all(p["status"] == "exact" and p["correct"] for p in generated)
     assert all(p["status"] == "scored" for p in preds if p["item_id"] != "t3" and p["method"] != "generate")
+    # left out of accuracy and counted as what it was, in the summary and the results table
+    from transforms.eval.report import markdown, summarize
+
+    raw = pa.Table.from_pylist(preds).drop_columns(["_parent"])
+    table_preds = raw.rename_columns(["id" if c == "item_id" else c for c in raw.column_names])
+    summary = summarize(table_preds, table)
+    assert all(r["overall"]["omitted_by"] == {"request_failed": 1} and r["overall"]["scored"] == 5
+               for r in summary["runs"])
+    assert "| 5/6 | 1 (0/0/0/1) |" in markdown(summary)

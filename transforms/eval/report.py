@@ -103,8 +103,10 @@ def markdown(summary: dict[str, Any], title: str = "Evaluation") -> str:
     rb = summary["random_baseline"]
     lines = [f"## {title}", "", f"{summary['n_items']} items in the release; each row scores the items in its *scored* "
              "column (a fixed-seed subset when a limit was set). Accuracy in %, 95% Wilson interval in brackets; "
-             "replies that were refusals, empty or unparsable are left out of accuracy and counted in *omitted*.", "",
-             "| model | method | variant | prompt | overall | cultural | universal | scored | omitted (refusal/empty/unparsable) | swap consistency |",
+             "replies that were refusals, empty or unparsable, and questions the endpoint never answered, are left out "
+             "of accuracy and counted in *omitted*.", "",
+             "| model | method | variant | prompt | overall | cultural | universal | scored "
+             "| omitted (refusal/empty/unparsable/request_failed) | swap consistency |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for run in summary["runs"]:
         o = run["overall"]
@@ -116,7 +118,7 @@ def markdown(summary: dict[str, Any], title: str = "Evaluation") -> str:
         lines.append(f"| {run['model']} | {run['method']} | {run['variant']} | {', '.join(run['prompts'])} | {_fmt(o)} "
                      f"| {_fmt(_group(run, I.IS_CULTURAL, True))} | {_fmt(_group(run, I.IS_CULTURAL, False))} "
                      f"| {o['scored']}/{o['n']} | {o['omitted']} ({ob.get('refusal', 0)}/{ob.get('empty', 0)}/"
-                     f"{ob.get('unparsable', 0)}) | {swap_txt} |")
+                     f"{ob.get('unparsable', 0)}/{ob.get('request_failed', 0)}) | {swap_txt} |")
     lines += loglik_lines(summary)
     emp = "n/a" if rb["empirical"] is None else f"{100 * rb['empirical']:.1f}"
     maj = "n/a" if rb["majority"] is None else f"{100 * rb['majority']:.1f}"
