@@ -166,6 +166,7 @@ def _one_error_line(stderr: str) -> str:
     return errors[0]
 
 
+@pytest.mark.slow  # the default tier has the wrong key's line (same path) and the stage-level down test
 def test_an_endpoint_that_is_down_ends_in_one_line_naming_run_stage_endpoint_cause_and_resume(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
