@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.embed.base import EmbedderConfig
 from transforms.judge.metrics import judge_metrics
+from transforms.judge.ngram_tier import FittedTier, NgramTier, fit_tier
 from transforms.judge.seeds import LabelError, LabelledRow, load_labels
 from transforms.text.guard import injection_flags, sanitize
 from transforms.text.views import (
@@ -78,6 +79,9 @@ class LinearJudge(BaseModel):
     guard: bool = Field(True, description="Read sanitized text (NFKC, invisible characters removed, look-alikes "
                         "mapped) and score 0 for text addressing the judge (role or fence markers, a dictated "
                         "answer, encoded payloads; transforms/text/guard.py).")
+    first_tier: NgramTier | None = Field(None, description="A hashed character n-gram tier before the embedder: "
+                                         "rows under its threshold are not embedded and score 0 "
+                                         "(transforms/judge/ngram_tier.py); null: embed every row.")
 
 
 def prepare(text: Any, chars: int) -> str:
@@ -104,12 +108,15 @@ class FittedLinear(BaseModel):
     cv: dict[str, Any] = Field(default_factory=dict, description="Out-of-fold metrics at the threshold.")
     oof_scores: list[float] = Field(default_factory=list)
     oof_labels: list[bool] = Field(default_factory=list)
+    first_tier: FittedTier | None = Field(None, description="Rows its n-gram score puts under its threshold are "
+                                          "not embedded and score 0.")
 
     def key(self) -> str:
         ident = json.dumps([self.coef, self.intercept, self.embedder.model_dump(), self.embed_chars]
                            + ([self.view_min_chars] if self.views else [])
                            + ([f"parts{self.part_min_chars}{'d' if self.part_deletions else ''}{self.part_cuts}"] if self.views and self.parts else [])
-                           + (["guard"] if self.guard else []))
+                           + (["guard"] if self.guard else [])
+                           + ([f"tier{self.first_tier.key()}"] if self.first_tier else []))
         return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
     def scores(self, embeddings: np.ndarray) -> np.ndarray:
@@ -130,14 +137,28 @@ class FittedLinear(BaseModel):
                 out[~talk] = self.model_copy(update={"guard": False}).score_texts(
                     [t for t, f in zip(texts, talk, strict=True) if not f], embedder, lazy_below)
             return out
+        if self.first_tier is not None:  # only the rows the n-gram tier lets through are embedded
+            tier, plain = self.first_tier, self.model_copy(update={"first_tier": None})
+            through = tier.scores([prepare(t, self.embed_chars) for t in texts]) >= tier.threshold
+            if through.any():  # the minimum over the views, as the judge reads them, for the rows still in
+                idx = np.flatnonzero(through)
+                through[idx] = self._over_views(tier.scores, [texts[i] for i in idx], tier.threshold) >= tier.threshold
+            out = np.zeros(len(texts))
+            if through.any():
+                out[through] = plain.score_texts([t for t, f in zip(texts, through, strict=True) if f], embedder,
+                                                 lazy_below)
+            return out
+        return self._over_views(lambda batch: self.scores(embedder.encode(batch)), texts, lazy_below)
+
+    def _over_views(self, score: Any, texts: Sequence[Any], lazy_below: float | None) -> np.ndarray:
+        """`score` (prepared texts -> P) of each text, or the minimum over its views when the judge has them."""
         if not self.views:
-            return self.scores(embedder.encode([prepare(t, self.embed_chars) for t in texts]))
+            return np.asarray(score([prepare(t, self.embed_chars) for t in texts]))
         if self.parts:
-            return min_over_parts(lambda batch: self.scores(embedder.encode(batch)), texts, self.embed_chars,
-                                  self.part_min_chars, lazy_below=lazy_below, deletions=self.part_deletions,
-                                  strong_only=self.part_cuts == "strong", prefix_min_chars=self.view_min_chars)
-        return min_over_views(lambda batch: self.scores(embedder.encode(batch)), texts, self.embed_chars,
-                              self.view_min_chars, lazy_below=lazy_below)
+            return min_over_parts(score, texts, self.embed_chars, self.part_min_chars, lazy_below=lazy_below,
+                                  deletions=self.part_deletions, strong_only=self.part_cuts == "strong",
+                                  prefix_min_chars=self.view_min_chars)
+        return min_over_views(score, texts, self.embed_chars, self.view_min_chars, lazy_below=lazy_below)
 
     def recall_at(self, threshold: float) -> float:
         """Out-of-fold recall if the threshold were moved (the budget check uses it)."""
@@ -260,8 +281,15 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLin
                                               if y) if config.guard else 0,
                   train_on_views=config.train_on_views, embedded=embedder.misses,
                   embeddings_from_cache=embedder.hits)
+    tier = None
+    if config.first_tier is not None:
+        owner = extra[1] if extra is not None else np.zeros(0, dtype=np.int64)
+        flat = [x for v in per_row for x in v[:-1]] if config.views else []
+        tier = fit_tier(config.first_tier, [v[-1] for v in per_row], flat, owner, labels, oof, threshold,
+                        folds=config.folds, seed=config.seed)
+        report["first_tier"] = tier.cv
     sha = hashlib.sha256(b"".join(Path(f).read_bytes() for f in [config.labels, *config.extra_labels])).hexdigest()
-    return FittedLinear(coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
+    return FittedLinear(first_tier=tier, coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
                         embed_chars=config.embed_chars, views=config.views, view_min_chars=config.view_min_chars,
                         parts=config.views and config.parts, part_min_chars=config.part_min_chars,
                         part_deletions=config.part_deletions, part_cuts=config.part_cuts, guard=config.guard, labels_sha=sha, cv=report,

