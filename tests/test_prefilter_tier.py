@@ -24,7 +24,6 @@ from transforms.text.guard import sanitize
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
-    spec = ko_piqa_judges()["prefilter"]["judge"]
     return train(judge_of(), tmp_path_factory.mktemp("emb"))
 
 
