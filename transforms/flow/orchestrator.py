@@ -71,8 +71,10 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
 
     the_lake = Lake(lake or "lake")
     root = run_id or Lake.new_run_id(recipe.recipe)
-    check_stages(Context(recipe, the_lake, root, resume, doubles, command))  # before the lake is touched
-    if recipe.ray_address or os.environ.get("RAY_ADDRESS"):  # on a cluster: can it run every stage?
+    ctx = Context(recipe, the_lake, root, resume, doubles, command)  # one for the whole recipe run
+    check_stages(ctx)  # before the lake is touched
+    on_cluster = bool(recipe.ray_address or os.environ.get("RAY_ADDRESS"))
+    if on_cluster:  # can it run every stage? (Ray starts once: here on a cluster, below on a laptop)
         init_ray(recipe.ray_address, recipe.num_cpus)
         note_placement("driver")  # with PIQAFORGE_PLACEMENT_LOG set: which node the driver joined from
         checked = placement.preflight(recipe)
@@ -88,11 +90,11 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
         raise RecipeRunError(f"no recipe run {root!r} in {the_lake.root} to resume (`piqaforge runs` lists them)")
     record = record or RecipeRecord(root=root, recipe=recipe.recipe, path=recipe.path)
     record.status, record.error, record.next = "running", None, None
-    ctx = Context(recipe, the_lake, root, resume, doubles, command)
     record.driver, record.resume = driver_stamp(), ctx.resume_command()
     record.write(the_lake)
     heartbeat = Heartbeat(the_lake.run_dir(root)).__enter__()  # `show` says interrupted once this driver dies
-    init_ray(recipe.ray_address, recipe.num_cpus)
+    if not on_cluster:
+        init_ray(recipe.ray_address, recipe.num_cpus)
     out: dict[str, Any] = {"recipe": recipe.recipe, "run_id": root}
     try:
         for spec in order(recipe):
