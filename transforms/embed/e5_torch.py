@@ -159,9 +159,12 @@ class E5Torch:
         return ids, owner, weight
 
     def encode(self, texts: Sequence[str], query: bool = True) -> np.ndarray:
+        return self.embed_windows(len(texts), *self.windows(texts, query))
+
+    def embed_windows(self, n: int, ids: list[list[int]], owner: list[int], weight: list[int]) -> np.ndarray:
+        """The `n` texts' vectors from their windows (`windows`): the tokenizer and the model timed apart."""
         import torch
 
-        ids, owner, weight = self.windows(texts, query)
         means = np.zeros((len(ids), self.dim), dtype=np.float32)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         # float32 means float32 on a GPU too: TF32 set by another library would blur the vectors
@@ -181,7 +184,7 @@ class E5Torch:
                     means[batch] = out.cpu().numpy()
         finally:
             torch.set_float32_matmul_precision(precision)
-        vecs = np.zeros((len(texts), self.dim), dtype=np.float64)
+        vecs = np.zeros((n, self.dim), dtype=np.float64)
         np.add.at(vecs, np.asarray(owner, dtype=np.int64), means * np.asarray(weight, np.float64)[:, None])
         vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
         return vecs.astype(np.float32)
