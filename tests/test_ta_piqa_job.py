@@ -219,14 +219,14 @@ def test_job_export_then_imported_csv_to_release(tmp_path, ray_local):
     readme = (release / "README.md").read_text("utf-8")
     assert "Fleiss" in readme and "XCOPA-ta" in readme and f"| items | {len(expected):,} |" in readme
     assert f"{percent_agreement(verdicts):.3f}"[:4] in readme
-    assert done["released"] == (release / "RELEASED").exists() and done["exit_code"] == (0 if done["released"] else 1)
-    if done["released"]:  # the Hub layout, loaded with `datasets` row for row as the gate passed it
-        from hubutil import assert_hub_ready, gated_table
+    assert done["released"] and (release / "RELEASED").exists() and done["exit_code"] == 0, done
+    # the Hub layout, loaded with `datasets` row for row as the gate passed it
+    from hubutil import assert_hub_ready, gated_table
 
-        assert_hub_ready(release, gated_table(lake, "ta-t-release"), tmp_path / "hf")
-        meta = readme.split("---")[1]
-        assert "- expert-generated" in meta and "license: cc-by-4.0" in meta and "extended|cambridgeltl/xcopa" in meta
-        assert "Krippendorff" in readme and "95% CI" in readme
+    assert_hub_ready(release, gated_table(lake, "ta-t-release"), tmp_path / "hf")
+    meta = readme.split("---")[1]
+    assert "- expert-generated" in meta and "license: cc-by-4.0" in meta and "extended|cambridgeltl/xcopa" in meta
+    assert "Krippendorff" in readme and "95% CI" in readme
 
 
 @pytest.mark.slow
