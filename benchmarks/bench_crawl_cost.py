@@ -81,9 +81,12 @@ def measure(rows: int, embed_rows: int, shared: Path) -> tuple[list[dict[str, An
     ids, texts = crawl.table.column("id").to_pylist(), crawl.texts()
     path.write_text("".join(json.dumps({"id": i, "text": t, "source": "bench", "url": f"bench/{i}"}, ensure_ascii=False) + "\n"
                             for i, t in zip(ids, texts, strict=True)), encoding="utf-8")
-    recipe = load_recipe("ko-piqa", {"input.paths": [str(path)], "prefilter": "supervised"},
-                         config_file=str(ROOT / "jobs" / "configs" / "ko-piqa-cluster.yaml"))
+    overrides = {"input.paths": [str(path)], "prefilter": "supervised"}
+    recipe = load_recipe("ko-piqa", overrides)  # what runs here, on the CPU
+    placed = load_recipe("ko-piqa", overrides, config_file=str(ROOT / "jobs" / "configs" / "ko-piqa-cluster.yaml"))
     source, stages = run_stages(recipe, "crawl", lake=folder / "lake", run_id="cost")
+    _, on_cluster = run_stages(placed, "crawl", lake=folder / "lake", run_id="cost")
+    where = {s.name: s.resources for s in on_cluster}
     out: list[dict[str, Any]] = []
     t0 = time.process_time()
     from transforms.io.crawl import read_local
@@ -94,7 +97,7 @@ def measure(rows: int, embed_rows: int, shared: Path) -> tuple[list[dict[str, An
     for stage in stages:
         if stage.name in ("ensemble", "cultural_tag", "sample"):
             out.append({"stage": stage.name, "rows_in": table.num_rows, "cpu_s": None, "kept": None,
-                        "rss_mib": None, "resources": stage.resources, "llm": True})
+                        "rss_mib": None, "resources": where.get(stage.name, stage.resources), "llm": True})
             continue
         todo = table
         if stage.name.endswith("prefilter") and table.num_rows > embed_rows:
@@ -113,7 +116,7 @@ def measure(rows: int, embed_rows: int, shared: Path) -> tuple[list[dict[str, An
         kept_mask = pc.is_null(reasons) if reasons is not None else pa.array([True] * done.num_rows)
         out.append({"stage": stage.name, "rows_in": todo.num_rows, "cpu_s": cpu, "fixed_cpu_s": fixed,
                     "kept": pc.sum(kept_mask).as_py() / max(done.num_rows, 1), "rss_mib": _rss_mib(),
-                    "resources": stage.resources})
+                    "resources": where.get(stage.name, stage.resources)})
         table = done.filter(kept_mask).drop_columns([C.DROP_REASON]) if reasons is not None else done
     return out, recipe
 
@@ -136,6 +139,10 @@ def forecast(measured: list[dict[str, Any]], crawl: int, prefilter_pass: float, 
                 row.update(gpu_h=0.0, cpu_h=0.0, rate="(after the ensemble: negligible)")
                 wall, keep = 0.0, 1.0
         else:
+            if t["gpus"] and m["stage"].endswith("prefilter") and not gpu.get("e5_embed_rows_per_gpu_s"):
+                node = place(None, types)  # no GPU figure for the embedder yet: priced on CPU workers
+                t = types[node]
+                row["node"] = f"{node}*"
             per_cpu = m["rows_in"] / max(m["cpu_s"], 1e-9)
             row.update(cpu_h=(rows / per_cpu + m.get("fixed_cpu_s", 0.0)) / 3600, gpu_h=0.0,
                        rate=f"{per_cpu:,.0f} rows/CPU-s")
@@ -179,6 +186,8 @@ def main() -> int:
     usd = f"{sum(r['usd'] for r in rows if r['usd'] is not None):,.2f}" if prices else "-"
     print(f"{'total':<22} {'':<18} {'':>12} {'':>26} {total['cpu_h']:>8.2f} {total['gpu_h']:>7.2f} "
           f"{total['wall_h']:>7.3f} {usd:>9}")
+    print("*: the cluster config places it on a GPU worker, but no GPU figure is recorded for its embedder yet "
+          "(benchmarks/gpu_figures.json e5_embed_rows_per_gpu_s): priced with this machine's CPU rate on CPU workers")
     print("wall h: the stage's hours over its node type's workers x CPUs (or GPUs) in cluster.yaml at "
           f"{args.efficiency:.0%} of ideal scaling; USD: wall h x workers x --price (per node-hour)")
     return 0
