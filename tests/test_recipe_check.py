@@ -91,3 +91,36 @@ def test_the_one_resolver_and_its_source_check_agree():
     with pytest.raises(AttributeError, match="has no 'sugest'"):
         resolve_ref("transforms.flow.recipe_check:sugest", "hook")
     assert "did you mean 'suggest'" in ref_problem("transforms.flow.recipe_check:sugest")
+
+
+def test_the_check_builds_each_stage_once_and_a_run_rebuilds_only_what_holds_a_changing_late_value(tmp_path):
+    """Issue 33 §3: `check_stages` keeps a build whose fields are fixed from the start (`${run_dir}`,
+    `${lake_root}`); `${curated:<run>}` and `${accepted}` are known only as the recipe goes, so those rebuild."""
+    from transforms.core.lake import Lake
+    from transforms.flow.context import Context, check_stages
+    from transforms.flow.runs import kind_of
+    from transforms.flow.runs.common import built_stages
+
+    recipe = load_recipe("pindic", {"taxonomy": "open"})
+    ctx = Context(recipe, Lake(tmp_path / "lake"), "pi", False, None, None)
+    built: list[str] = []
+    build = ctx.build
+    ctx.build = lambda spec, *a, **k: built.append(spec["stage"]) or build(spec, *a, **k)  # type: ignore[method-assign]
+    check_stages(ctx)
+    assert not (tmp_path / "lake").exists()
+    taxonomy, generation = ctx.checked["taxonomy"][1], ctx.checked["generation"][1]
+    assert "source" not in taxonomy and "stages.cluster_labels" in taxonomy   # label_rows reads ${curated:open}
+    assert "stages.novelty" not in generation and "stages.generate_items" in generation  # novelty: ${accepted}
+    checked = len(built)
+    classify = ctx.recipe.run("classify")
+    planned = kind_of(classify).plan(ctx, classify)   # placement's view: the checked builds, nothing built
+    assert len(built) == checked and planned[0][1] is ctx.checked["classify"][1]["stages.classify_items"]
+    run_dir = ctx.lake.run_dir(ctx.run_id(classify))
+    assert [s for _, s in built_stages(ctx, classify, run_dir, take=True)] == [s for _, s in planned]
+    assert len(built) == checked and "classify" not in ctx.checked
+    gen = ctx.recipe.run("generation")
+    gen_dir = ctx.lake.run_dir(ctx.run_id(gen))
+    first = built_stages(ctx, gen, gen_dir, [], take=True)       # round 1: only novelty is built again
+    assert built[checked:] == ["novelty"] and first[0][1] is generation["stages.generate_items"]
+    second = built_stages(ctx, gen, gen_dir, ["x"], take=True)   # round 2: a fresh chain
+    assert len(built) == checked + 1 + len(second) and second[0][1] is not first[0][1]

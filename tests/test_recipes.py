@@ -203,14 +203,23 @@ def _correct_solutions(n: int, seed: int = 0) -> set[str]:
     return {zh(r["sol1"] if r["label"] == 0 else r["sol2"]) for r in rows}
 
 
-def test_zh_piqa_recipe_auto_review_to_release_and_resume_asks_nothing_again(tmp_path, ray_local):
+def test_zh_piqa_recipe_auto_review_to_release_and_resume_asks_nothing_again(tmp_path, ray_local, monkeypatch):
     from tests.recipe_doubles import RecipeDouble
+    from transforms.flow.context import Context
     from transforms.flow.orchestrator import run_recipe
+    from transforms.flow.recipe import wanted_places
 
+    built: list[str] = []
+    build = Context.build
+    monkeypatch.setattr(Context, "build", lambda ctx, spec, *a, **k: built.append(spec["stage"]) or build(ctx, spec, *a, **k))
     lake = tmp_path / "lake"
     recipe = load_recipe("zh-piqa", {"n": 6, "review": "auto", "evaluate": False, "version": "t1"})
     double = RecipeDouble(_correct_solutions(6))
     out = run_recipe(recipe, lake=lake, run_id="zh", doubles={"*": double})
+    # every stage built once, by the check before anything runs (no late value of zh-piqa changes): 20 before
+    # the runs used the check's builds
+    assert built == [e["stage"] for run in recipe.runs for _, e in wanted_places(run, recipe.params)], built
+    assert len(built) == 10
     assert out["status"] in ("succeeded", "failed"), out
     items = RunManifest.load(lake / "runs" / "zh-items" / "manifest.json")
     kept = pq.read_table(Path(items.outputs["curated"])).to_pylist()

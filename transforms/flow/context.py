@@ -46,6 +46,14 @@ class Context:
         self.skipped: set[str] = set()          # runs switched off by `when` (and every run reading one)
         self.more: dict[str, list[RunManifest]] = {}  # a review's adjudication rounds, read with it
         self.manifests: dict[str, RunManifest] = {}
+        # run name -> (its run dir, {place: stage}): the builds check_stages made that the run uses as they are
+        # (transforms/flow/runs/common.py built_stages); a run hands its own back when it ends
+        self.checked: dict[str, tuple[Path, dict[str, Any]]] = {}
+
+    def build(self, spec: dict[str, Any], run_dir: Path, accepted: list[str] | None = None) -> Any:
+        """A stage built from its recipe entry (`build_stage`): every build of a recipe run goes through here,
+        the check's and the runs' (a test counts them by wrapping this method)."""
+        return build_stage(self, spec, run_dir, accepted)
 
     def run_id(self, spec: RunSpec) -> str:
         return f"{self.root}-{spec.name}"
@@ -95,6 +103,22 @@ def late_values(node: Any, values: dict[str, Any]) -> Any:
             if isinstance(value, str):
                 node = node.replace("${" + name + "}", value)
     return node
+
+
+# Late values the check before anything runs can only guess: `${accepted}` grows round by round, and
+# `${curated:<run>}` is the path a run's children read, known once that run is done (a review's children read
+# its import's run). `${run_dir}` and `${lake_root}` are known from the start.
+CHANGING_LATE = ("${accepted}", "${curated:")
+
+
+def changes_late(ctx: Context, spec: dict[str, Any]) -> bool:
+    """Whether a stage entry (its engine roles filled) holds a late value that may differ at run time."""
+    from transforms.flow.engines import fill_roles
+
+    filled = fill_roles({k: v for k, v in spec.items() if k not in ("stage", "as", "when")}, ctx.engines,
+                        f"stage {spec.get('stage')}")
+    text = json.dumps(filled, default=str)
+    return any(value in text for value in CHANGING_LATE)
 
 
 def build_stage(ctx: Context, spec: dict[str, Any], run_dir: Path, accepted: list[str] | None = None) -> Any:
@@ -167,19 +191,23 @@ def say(message: str) -> None:
 
 def check_stages(ctx: Context) -> None:
     """Every stage of every run built once before anything runs: a bad field is a RecipeError naming the
-    run, the stage and the key (exit 2), not a failure an hour into the recipe."""
+    run, the stage and the key (exit 2), not a failure an hour into the recipe. A build whose fields hold no
+    late value that changes (`changes_late`) is kept in `ctx.checked` for its run to use: built once."""
     from pydantic import ValidationError
 
-    from transforms.flow.recipe import RecipeError, holds
-    from transforms.flow.recipe_check import stage_places, suggest
+    from transforms.flow.recipe import RecipeError, wanted_places
+    from transforms.flow.recipe_check import suggest
 
     problems: list[tuple[str, str]] = []
     for run in ctx.recipe.runs:
-        for where, spec in stage_places(run):
-            if not holds(spec.get("when", True), ctx.recipe.params):
-                continue
+        run_dir = ctx.lake.run_dir(ctx.run_id(run))
+        kept: dict[str, Any] = {}
+        ctx.checked[run.name] = (run_dir, kept)
+        for where, spec in wanted_places(run, ctx.recipe.params):
             try:
-                build_stage(ctx, spec, ctx.lake.run_dir(ctx.run_id(run)))
+                stage = ctx.build(spec, run_dir)
+                if not changes_late(ctx, spec):
+                    kept[where] = stage
             except ValidationError as err:
                 for e in err.errors():
                     key = ".".join(str(p) for p in e["loc"])
@@ -206,10 +234,9 @@ def run_stages(recipe: Recipe, run_name: str, *, lake: str | Path = "lake", run_
                doubles: dict[str, Any] | None = None) -> tuple[Any, list[Any]]:
     """The source (None for a run that reads its parents) and stages of one run of `recipe`, built as
     the orchestrator builds them (tests and benchmarks run them alone or in part)."""
-    from transforms.flow.recipe import holds
+    from transforms.flow.runs.common import built_stages
 
     ctx = Context(recipe, Lake(lake), run_id, False, doubles, None)
     spec = recipe.run(run_name)
-    run_dir = ctx.lake.run_dir(ctx.run_id(spec))
-    source = build_stage(ctx, spec.source, run_dir) if spec.source is not None else None
-    return source, [build_stage(ctx, s, run_dir) for s in spec.stages if holds(s.get("when", True), recipe.params)]
+    built = built_stages(ctx, spec, ctx.lake.run_dir(ctx.run_id(spec)))
+    return dict(built).get("source"), [stage for place, stage in built if place != "source"]

@@ -77,7 +77,7 @@ def run_recipe(recipe: Recipe, *, lake: str | Path | None = None, run_id: str | 
     if on_cluster:  # can it run every stage? (Ray starts once: here on a cluster, below on a laptop)
         init_ray(recipe.ray_address, recipe.num_cpus)
         note_placement("driver")  # with PIQAFORGE_PLACEMENT_LOG set: which node the driver joined from
-        checked = placement.preflight(recipe)
+        checked = placement.preflight(recipe, ctx=ctx)  # the checked builds, placed as they are
         for where, answer in checked.items():
             print(f"{recipe.recipe}: placement check: {where} -> {answer['host']} "
                   f"({answer['env'] or answer['python']}): modules found", file=sys.stderr)

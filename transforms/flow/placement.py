@@ -91,8 +91,8 @@ BACKEND_EXTRAS: dict[str, tuple[str, ...]] = {
 DRIVER_EXTRAS = ("cluster", "review")
 
 # What the driver imports besides the stage modules: the orchestrator, its run kinds, the gate's suites.
-DRIVER_MODULES = ("jobs.cli", "transforms.flow.orchestrator", "transforms.flow.steps", "transforms.flow.release",
-                  "transforms.flow.evaluate", "transforms.review.auto", "transforms.review.importing",
+DRIVER_MODULES = ("jobs.cli", "transforms.flow.orchestrator", "transforms.flow.steps", "transforms.flow.runs",
+                  "transforms.flow.release", "transforms.flow.evaluate", "transforms.review.auto", "transforms.review.importing",
                   "transforms.review.batch", "expectations.suite")
 
 # Setup envs whose image brings an extra itself (docker/*.Dockerfile): not installed by setup_node.sh.
@@ -245,64 +245,19 @@ def setup_env_of(want: Demand, node_types: list[Any]) -> list[str]:
     return sorted({n.setup_env for n in node_types if not n.head and not missing_on(want, n.resources)})
 
 
-def recipe_stages(recipe: Any) -> list[tuple[str, str, Any]]:
-    """(where, registered name, built stage) for every stage of every run whose `when` holds."""
+def recipe_stages(recipe: Any, ctx: Any = None) -> list[tuple[str, str, Any]]:
+    """(where, stage name, built stage) of every run of `recipe`, from each run kind's `plan`
+    (transforms/flow/runs/): the stages as the runs build them, the release's gate, the evaluated models'
+    predictions and an automatic review's annotators. `ctx`: the recipe run's (its checked builds are used);
+    without one, a context over a lake that is never written."""
     from transforms.core.lake import Lake
-    from transforms.flow.context import Context, build_stage
-    from transforms.flow.recipe import holds
+    from transforms.flow.context import Context
+    from transforms.flow.runs import kind_of
 
-    ctx = Context(recipe, Lake(REPO / ".placement-lake-unused"), "placement", False, None, None)
-    out: list[tuple[str, str, Any]] = []
-    for run in recipe.runs:
-        out += _step_stages(ctx, run)
-        specs = ([("source", run.source)] if run.source else []) + [(f"stages.{i}", s) for i, s in enumerate(run.stages)]
-        for where, spec in specs:
-            if holds(spec.get("when", True), recipe.params):
-                out.append((f"runs.{run.name}.{where}", spec["stage"], build_stage(ctx, spec, REPO / ".unused")))
-    return out
-
-
-def _step_stages(ctx: Any, run: Any) -> list[tuple[str, str, Any]]:
-    """The stages a release, evaluation or automatic review run starts (built as those runs build them)."""
-    from transforms.core.stage import Resources
-    from transforms.flow.context import engine_placement
-    from transforms.flow.engines import fill_roles
-    from transforms.release.stage import GateAndRelease
-
-    out: list[tuple[str, str, Any]] = []
-    if run.release is not None:
-        out.append((f"runs.{run.name}.release", "gate_and_release",
-                    GateAndRelease(recipe="generic", dataset=ctx.recipe.dataset, version="0", out_dir="unused",
-                                   result_path="unused")))
-    if run.evaluate is not None:
-        from transforms.eval.stages import PredictItems
-
-        engines = fill_roles(run.evaluate.models, ctx.engines, f"runs.{run.name}.evaluate.models")
-        if isinstance(engines, list):
-            engines = {n: ctx.engines["evaluated"][n] for n in engines}
-        placed = engine_placement({"engines": engines}).get("resources") or {}
-        out.append((f"runs.{run.name}.evaluate", "predict_items",
-                    PredictItems(engines=engines, resources=Resources.model_validate(placed))))
-    if run.review is not None and run.review.mode == "auto":
-        engines = fill_roles(run.review.auto.get("engines", "@annotators"), ctx.engines,
-                             f"runs.{run.name}.review.auto.engines")
-        for i, engine in enumerate(engines if isinstance(engines, list) else [engines]):
-            placed = engine_placement({"engine": engine}).get("resources") or {}
-            out.append((f"runs.{run.name}.review.auto.engines.{i}", "auto_review",
-                        _EngineStep(engine=engine, resources=Resources.model_validate(placed))))
-    return out
-
-
-class _EngineStep:
-    """An engine called outside a stage (automatic review), placed like a stage by its resources."""
-
-    name = "auto_review"
-
-    def __init__(self, engine: dict[str, Any], resources: Any):
-        self.engine, self.resources = engine, resources
-
-    def model_dump(self, mode: str = "json") -> dict[str, Any]:
-        return {"engine": self.engine}
+    if ctx is None:
+        ctx = Context(recipe, Lake(REPO / ".placement-lake-unused"), "placement", False, None, None)
+    return [(f"runs.{run.name}.{place}", getattr(stage, "name", "?"), stage)
+            for run in recipe.runs for place, stage in kind_of(run).plan(ctx, run)]
 
 
 def needed_extras(recipes: Iterable[Any], node_types: list[Any]) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
@@ -373,11 +328,12 @@ def _probe(modules: list[str]) -> dict[str, Any]:
             "env": os.environ.get("PIQAFORGE_NODE_ENV", "")}
 
 
-def preflight(recipe: Any, timeout_s: float = 180.0) -> dict[str, Any]:
-    """Refuse (PlacementError) a recipe this Ray cluster cannot run; returns what was checked."""
+def preflight(recipe: Any, timeout_s: float = 180.0, ctx: Any = None) -> dict[str, Any]:
+    """Refuse (PlacementError) a recipe this Ray cluster cannot run; returns what was checked. `ctx`: the
+    recipe run's, whose checked stages are placed as they are (`recipe_stages`)."""
     import ray
 
-    stages = recipe_stages(recipe)
+    stages = recipe_stages(recipe, ctx)
     named = [(where, stage) for where, _, stage in stages]
     problems = ambiguous_gpu_stages(named) + unplaceable(named, cluster_nodes())
     if problems:

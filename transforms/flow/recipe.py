@@ -46,6 +46,7 @@ from transforms.flow.recipe_graph import (  # noqa: F401  (re-exported: the reci
     holds,
     order,
     secret_names_of,
+    wanted_places,
 )
 from transforms.flow.recipe_schema import (  # noqa: F401  (re-exported)
     CardSection,

@@ -84,6 +84,14 @@ def _stage_specs(run: RunSpec) -> list[tuple[str, dict[str, Any]]]:
     return stage_places(run)
 
 
+def wanted_places(run: RunSpec, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(place, entry) of the source and the stages a run builds for these params: the one filter by a stage
+    entry's `when` (the check before anything runs, the run itself and placement all read it). The source is
+    always built: a run switched off says so with its own `when`."""
+    return [(place, spec) for place, spec in stage_places(run)
+            if place == "source" or holds(spec.get("when", True), params)]
+
+
 def _check_acyclic(recipe: Recipe, path: Path) -> None:
     graph = {r.name: r.upstream() for r in recipe.runs}
     state: dict[str, int] = {}
