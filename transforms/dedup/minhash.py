@@ -119,18 +119,27 @@ class MinHashDedup(GlobalStage):
         return minhash_signatures(texts, num_perm=self.num_perm, ngram=self.ngram, seed=self.seed,
                                   backend=self.signature_backend)
 
+    def bucket_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """Every bucket key of the texts with content (text 0's bands, text 1's...) and each key's row in `batch`.
+
+        Signatures are computed `resources.batch_size` rows at a time, so a large block never holds
+        all its signatures at once; only the keys (8 bytes a band) are kept.
+        """
+        text = batch.column(C.TEXT)
+        rows = np.flatnonzero(pc.fill_null(pc.greater(pc.utf8_length(text), 0), False).to_numpy(zero_copy_only=False))
+        texts = text.take(pa.array(rows)) if len(rows) < batch.num_rows else text
+        bands, per_band = self.lsh_bands()
+        step = self.resources.batch_size or len(rows) or 1
+        keys = [band_keys(self.signatures(texts.slice(i, step)), bands, per_band).ravel()
+                for i in range(0, len(rows), step)]
+        return (np.concatenate(keys) if keys else np.zeros(0, np.uint64)), np.repeat(rows, bands)
+
     def band_rows(self, batch: pa.Table) -> pa.Table:
         """One row per (text with content, band): bucket key, shuffle partition and id."""
-        text = batch.column(C.TEXT)
-        has_text = pc.fill_null(pc.greater(pc.utf8_length(text), 0), False)
-        if not pc.all(has_text).as_py():
-            batch = batch.filter(has_text)
-        bands, rows = self.lsh_bands()
-        keys = band_keys(self.signatures(batch.column(C.TEXT)), bands, rows).ravel()  # text 0's bands, text 1's...
-        take = pa.array(np.repeat(np.arange(batch.num_rows), bands))
+        keys, rows = self.bucket_keys(batch)
         return pa.table({KEY: pa.array(keys),
                          PART: pa.array((keys % np.uint64(self.shuffle_partitions)).astype(np.int32)),
-                         ROW_ID: batch.column(C.ID).cast(pa.string()).take(take)})
+                         ROW_ID: _string_ids(batch).take(pa.array(rows))})
 
     def signature_rows(self, batch: pa.Table, candidates: CandidateSet) -> pa.Table:
         """(id, signature) of the rows that are endpoints of a candidate edge."""
@@ -226,15 +235,23 @@ def _edges(group: pa.Table) -> pa.Table:
 
 
 def _band_partitions(block: pa.Table, stage: MinHashDedup) -> tuple[pa.Table, ...] | pa.Table:
-    step = stage.resources.batch_size or block.num_rows or 1
-    tables = [stage.band_rows(block.slice(i, step)) for i in range(0, block.num_rows, step)]
-    bands = pa.concat_tables(tables) if tables else stage.band_rows(block)
-    part = bands.column(PART).to_numpy()
+    """The block's band rows (key, id), split by `key % shuffle_partitions` into one table per reducer."""
+    keys, rows = stage.bucket_keys(block)
+    k = stage.shuffle_partitions
+    # A partition number of 16 bits or less lets numpy's stable argsort run as a radix sort (~4x
+    # faster than on int32); the ids are gathered once, in partition order.
+    part = (keys % np.uint64(k)).astype(np.uint16 if k <= 1 << 16 else np.uint32)
     order = np.argsort(part, kind="stable")
-    bands = bands.take(pa.array(order))
-    bounds = np.searchsorted(part[order], np.arange(stage.shuffle_partitions + 1))
+    bands = pa.table({KEY: pa.array(keys[order]), ROW_ID: _string_ids(block).take(pa.array(rows[order]))})
+    bounds = np.searchsorted(part[order], np.arange(k + 1))
     out = tuple(bands.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
     return out if len(out) > 1 else out[0]
+
+
+def _string_ids(batch: pa.Table) -> pa.Array:
+    ids = batch.column(C.ID)
+    ids = ids.combine_chunks() if ids.num_chunks != 1 else ids.chunk(0)
+    return ids if pa.types.is_string(ids.type) else ids.cast(pa.string())
 
 
 def _reduce_edges(*parts: pa.Table) -> pa.Table:

@@ -11,6 +11,8 @@ full signatures of the edge endpoints only, so signatures never travel through t
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,9 +29,13 @@ EDGE_SCHEMA = pa.schema([pa.field(SRC, pa.string()), pa.field(DST, pa.string())]
 DUPLICATE_MAP_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("duplicate_of", pa.string())])
 
 
+@lru_cache(maxsize=64)
 def lsh_params(threshold: float, num_perm: int, false_positive_weight: float = 0.5,
                false_negative_weight: float = 0.5) -> tuple[int, int]:
-    """(bands, rows) minimising the weighted false-positive and false-negative areas (datasketch)."""
+    """(bands, rows) minimising the weighted false-positive and false-negative areas (datasketch).
+
+    Cached: datasketch integrates numerically (~20 ms a call), and the stage asks once per batch.
+    """
     from datasketch.lsh import _optimal_param
 
     bands, rows = _optimal_param(threshold, num_perm, false_positive_weight, false_negative_weight)
@@ -49,18 +55,12 @@ def bucket_edges(rows: pa.Table) -> pa.Table:
     """
     if rows.num_rows < 2:
         return EDGE_SCHEMA.empty_table()
-    # Most keys are unique: find the shared ones with a numpy sort of the keys alone, and sort
-    # only those rows by (key, id); string sorting of every row was the slowest step.
-    keys = rows.column(KEY).to_numpy()
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    same = sorted_keys[1:] == sorted_keys[:-1]
-    shared = np.zeros(len(keys), dtype=bool)
-    shared[1:] |= same
-    shared[:-1] |= same
-    if not shared.any():
+    # Most keys are unique: find the shared ones from the keys alone, and sort only those rows by
+    # (key, id); string sorting of every row was the slowest step.
+    shared = np.flatnonzero(shared_keys(rows.column(KEY).to_numpy()))
+    if not len(shared):
         return EDGE_SCHEMA.empty_table()
-    rows = rows.select([KEY, ROW_ID]).take(pa.array(order[shared]))
+    rows = rows.select([KEY, ROW_ID]).take(pa.array(shared))
     rows = rows.sort_by([(KEY, "ascending"), (ROW_ID, "ascending")])
     keys = rows.column(KEY).to_numpy()
     starts_here = np.empty(len(keys), dtype=bool)
@@ -73,6 +73,20 @@ def bucket_edges(rows: pa.Table) -> pa.Table:
     edges = pa.table({SRC: ids.take(pa.array(head[member])).cast(pa.string()),
                       DST: ids.take(pa.array(member)).cast(pa.string())}, schema=EDGE_SCHEMA)
     return unique_edges(edges)
+
+
+def shared_keys(keys: np.ndarray) -> np.ndarray:
+    """Mask of the keys that occur more than once (numba hash pieces with the `fast` extra, else a numpy sort)."""
+    from transforms.dedup import minhash_numba
+
+    if minhash_numba.available():
+        return minhash_numba.shared_keys_numba(keys)
+    order = np.argsort(keys)
+    same = keys[order[1:]] == keys[order[:-1]]
+    shared = np.zeros(len(keys), dtype=bool)
+    shared[order[1:][same]] = True
+    shared[order[:-1][same]] = True
+    return shared
 
 
 def unique_edges(edges: pa.Table) -> pa.Table:
@@ -212,13 +226,23 @@ class CandidateSet:
 
 
 class DuplicateLookup:
-    """Look ids up in a duplicate map without rebuilding a hash table per batch (sorted + searchsorted)."""
+    """Look ids up in a duplicate map without rebuilding a hash table per batch.
+
+    The map is sorted by a 64-bit hash of its ids; a batch's ids are hashed column-wise, found by
+    `searchsorted`, and a hit counts only if the id itself is equal, so a hash collision cannot
+    mark a row. (Converting every batch's ids to a numpy string array cost more than the rest of
+    the marking.)
+    """
 
     def __init__(self, duplicate_map: pa.Table):
-        ids = duplicate_map.column("id").to_numpy(zero_copy_only=False).astype(str)
-        order = np.argsort(ids, kind="stable")
-        self.ids = ids[order]
-        self.reps = duplicate_map.column("duplicate_of").to_numpy(zero_copy_only=False).astype(object)[order]
+        ids = duplicate_map.column("id").cast(pa.string()).combine_chunks()
+        hashes = id_hashes(ids)
+        order = np.argsort(hashes, kind="stable")
+        self.hashes = hashes[order]
+        self.ids = ids.take(pa.array(order))
+        self.reps = duplicate_map.column("duplicate_of").cast(pa.string()).combine_chunks().take(pa.array(order))
+        # Two map ids with one hash would need a search of the run; exact string lookup instead.
+        self.hash_collision = len(self.hashes) > 1 and bool((self.hashes[1:] == self.hashes[:-1]).any())
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -227,9 +251,13 @@ class DuplicateLookup:
         """The kept id for each duplicate in `ids`, null for rows that are kept."""
         if len(self.ids) == 0:
             return pa.nulls(len(ids), pa.string())
-        query = ids.to_numpy(zero_copy_only=False).astype(str)
-        pos = np.minimum(np.searchsorted(self.ids, query), len(self.ids) - 1)
-        hit = self.ids[pos] == query
-        out = self.reps[pos].astype(object)
-        out[~hit] = None
-        return pa.array(out, type=pa.string())
+        ids = ids.cast(pa.string())
+        if self.hash_collision:
+            return self.reps.take(pc.index_in(ids, value_set=self.ids))
+        query = id_hashes(ids)
+        pos = np.minimum(np.searchsorted(self.hashes, query), len(self.hashes) - 1)
+        maybe = np.flatnonzero(self.hashes[pos] == query)
+        found = pc.equal(ids.take(pa.array(maybe)), self.ids.take(pa.array(pos[maybe]))).to_numpy(zero_copy_only=False)
+        take = np.full(len(query), -1, np.int64)
+        take[maybe[found]] = pos[maybe[found]]
+        return self.reps.take(pa.array(take, mask=take < 0))

@@ -4,7 +4,8 @@ Two kernels, both bit-identical to the numpy path in `minhash_signature.py` (tes
 checks): `signatures_numba` takes flat shingle hashes, `text_signatures_numba` starts from the
 Arrow string column itself: it decodes each text's UTF-8, hashes its character n-grams and folds
 them into the signature in one pass per document, so no array of code points or shingle hashes is
-ever materialised (the stage uses this one).
+ever materialised (the stage uses this one). A third, `shared_keys_numba`, finds the LSH bucket keys
+that occur more than once (the reducers' step) without sorting them all.
 
 Why the arithmetic is written in uint32: every permutation is `a*x + b (mod 2^32)` and the
 minimum is taken over uint32 values, so the inner loop over the `num_perm` lanes compiles to 32-bit
@@ -103,7 +104,57 @@ def _compile() -> dict[str, Any]:
                     row[p] = min(row[p], u32(a[p] * h + b[p]))
             out[d, :] = row
 
-    return {"from_hashes": from_hashes, "from_utf8": from_utf8}
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    def shared(keys: np.ndarray, bits: int, out: np.ndarray) -> None:
+        # Counting sort by the top `bits` bits (keys are fmix64 output: uniform), then find the
+        # repeated keys of each piece in a small hash table.
+        n = keys.shape[0]
+        shift = np.uint64(64 - bits)
+        starts = np.zeros((1 << bits) + 1, np.int64)
+        for i in range(n):
+            starts[(keys[i] >> shift) + 1] += 1
+        for j in range(1 << bits):
+            starts[j + 1] += starts[j]
+        fill = starts[:-1].copy()
+        piece_keys = np.empty(n, np.uint64)
+        piece_rows = np.empty(n, np.int64)
+        for i in range(n):
+            j = keys[i] >> shift
+            piece_keys[fill[j]] = keys[i]
+            piece_rows[fill[j]] = i
+            fill[j] += 1
+        # Per piece, an open-addressing table on the low bits: a key met again is shared.
+        widest = 2
+        for j in range(1 << bits):
+            widest = max(widest, starts[j + 1] - starts[j])
+        size = 1
+        while size < 2 * widest:
+            size *= 2
+        table = np.empty(size, np.int64)
+        for j in range(1 << bits):
+            lo, hi = starts[j], starts[j + 1]
+            if hi - lo < 2:
+                continue
+            mask = 1
+            while mask < 2 * (hi - lo):
+                mask *= 2
+            mask -= 1
+            table[:mask + 1] = -1
+            for t in range(lo, hi):
+                key = piece_keys[t]
+                slot = np.int64(key & np.uint64(mask))
+                while True:
+                    other = table[slot]
+                    if other < 0:
+                        table[slot] = t
+                        break
+                    if piece_keys[other] == key:
+                        out[piece_rows[t]] = True
+                        out[piece_rows[other]] = True
+                        break
+                    slot = (slot + 1) & mask
+
+    return {"from_hashes": from_hashes, "from_utf8": from_utf8, "shared": shared}
 
 
 def _kernel(name: str) -> Any:
@@ -120,6 +171,18 @@ def signatures_numba(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: n
     out = np.empty((n, len(a)), np.uint32)
     _kernel("from_hashes")(np.ascontiguousarray(hashes, np.uint32), bounds, np.ascontiguousarray(a, np.uint32),
                            np.ascontiguousarray(b, np.uint32), out)
+    return out
+
+
+def shared_keys_numba(keys: np.ndarray) -> np.ndarray:
+    """Which of these (well-mixed) uint64 keys occur more than once: a bool mask, like the numpy sort."""
+    keys = np.ascontiguousarray(keys, np.uint64)
+    out = np.zeros(len(keys), dtype=np.bool_)
+    if len(keys) > 1:
+        # Pieces of ~16k keys: each piece's table (32k slots, 256 KiB) stays in L2; measured
+        # 16-20 ns a key on 4M keys against 122 for the numpy argsort it replaces.
+        bits = int(min(20, max(1, np.ceil(np.log2(len(keys) / 16_384)))))
+        _kernel("shared")(keys, bits, out)
     return out
 
 
