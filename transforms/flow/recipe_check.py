@@ -61,19 +61,10 @@ def place_of(stages: Sequence[Any], index: int) -> str:
 
 
 def resolve_ref(ref: str, what: str = "reference") -> Any:
-    """The object behind 'module:attr', imported now; errors name the reference and what it is for."""
-    if not REF.match(ref):
-        raise ValueError(f"{what} {ref!r} is not 'module:attr'")
-    module_name, attr = ref.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        raise ModuleNotFoundError(f"{what} {ref!r} needs the module {err.name!r}, which is not installed in this "
-                                  "environment (pyproject.toml's extras say which one brings it)", name=err.name) from err
-    try:
-        return getattr(module, attr)
-    except AttributeError as err:
-        raise AttributeError(f"{what} {ref!r}: {module_name} has no {attr!r}") from err
+    """transforms.flow.registry.resolve_ref (the one resolver), here beside the load-time check of the same refs."""
+    from transforms.flow.registry import resolve_ref as resolve
+
+    return resolve(ref, what)
 
 
 def ref_problem(ref: str) -> str | None:

@@ -115,13 +115,24 @@ def stage_class(name: str) -> Any:
     ref = STAGES.get(name, name)
     if not _REF.match(ref):
         raise KeyError(f"unknown stage {name!r}: not a registered name (piqaforge stages) nor 'module:Class'")
-    module_name, cls_name = ref.split(":")
+    try:
+        return resolve_ref(ref, f"stage {name!r}")
+    except AttributeError as err:
+        raise KeyError(str(err)) from err
+
+
+def resolve_ref(ref: str, what: str = "reference") -> Any:
+    """The one resolver of 'module:attr' references (stages, hooks, output models), imported now; errors name
+    the reference and what it is for."""
+    if not _REF.match(ref):
+        raise ValueError(f"{what} {ref!r} is not 'module:attr'")
+    module_name, attr = ref.split(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
-        raise ModuleNotFoundError(f"stage {name!r} needs the module {err.name!r}, which is not installed in this "
+        raise ModuleNotFoundError(f"{what} {ref!r} needs the module {err.name!r}, which is not installed in this "
                                   "environment (pyproject.toml's extras say which one brings it)", name=err.name) from err
     try:
-        return getattr(module, cls_name)
+        return getattr(module, attr)
     except AttributeError as err:
-        raise KeyError(f"stage {name!r}: {module_name} has no {cls_name}") from err
+        raise AttributeError(f"{what} {ref!r}: {module_name} has no {attr!r}") from err
