@@ -190,7 +190,7 @@ def test_console_with_and_without_a_terminal(tmp_path):
                            capture_output=True, text=True, timeout=600)
     assert piped.returncode == 0, piped.stderr[-2000:]
     out = piped.stdout
-    for i, name in enumerate(["read", "normalize", "length_filter", "exact_dedup"], 1):
+    for i, name in enumerate(["read_crawl", "normalize", "length_filter", "exact_dedup"], 1):
         assert re.search(rf"^\[{i}/4\] {name}\s+running …$", out, re.M), out
         assert re.search(rf"^\[{i}/4\] {name}\s+.*(kept|read).*\d+\.\d s", out, re.M), out
     assert "300 read → 300 kept" in out

@@ -12,6 +12,7 @@ runner's ledgers), and asks no LLM question twice (the answer cache under `<lake
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import re
@@ -50,8 +51,11 @@ class RecipeRecord(BaseModel):
 
     def write(self, lake: Lake) -> None:
         from transforms.core.manifest import write_atomic
+        from transforms.core.secrets import scrub_strings
 
-        write_atomic(lake.run_dir(self.root) / RECORD, self.model_dump_json(indent=2))
+        # the resume command and the error line carry the command line: a secret given there is scrubbed
+        write_atomic(lake.run_dir(self.root) / RECORD, json.dumps(scrub_strings(self.model_dump(mode="json")),
+                                                                  indent=2))
 
     @classmethod
     def load(cls, lake: Lake, root: str) -> RecipeRecord | None:
