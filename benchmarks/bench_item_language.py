@@ -62,9 +62,10 @@ def in_its_language(text: str, lang: str) -> bool:
     """A donor solution that is text of its language: letters, most of them in the language's script (an
     XQuAD answer `1946` or `Drogo` in the Hindi set is no Hindi, so it is no swap either; a Japanese
     solution in kanji alone is as Chinese as it is Japanese)."""
-    from transforms.text.itemlang import language_code, script_share
+    from transforms.text.itemlang import script_share
+    from transforms.text.languages import resolve_language
 
-    share = script_share(text, language_code(lang).script or "")
+    share = script_share(text, resolve_language(lang).script)
     if lang == "ja":  # kanji alone is Chinese as well (北海道大学): a Japanese donor shows its kana
         return share is not None and share >= 0.5 and any(0x3040 <= ord(c) <= 0x30FF for c in text)
     return share is not None and share >= 0.5

@@ -171,10 +171,9 @@ class ItemLanguageCheck(Stage):
     @field_validator("lang")
     @classmethod
     def _known_language(cls, value: str) -> str:
-        from transforms.text.itemlang import language_code
+        from transforms.text.languages import check_language
 
-        language_code(value)
-        return value
+        return check_language(value)
 
     def setup(self) -> None:
         from transforms.text.itemlang import load_lid
@@ -201,13 +200,15 @@ class ItemLanguageCheck(Stage):
 
         if self._model is None:
             self.setup()
-        language = itemlang.language_code(lang)
+        from transforms.text.languages import resolve_language, writes_without_spaces
+
+        language = resolve_language(lang)
         known = language.base in itemlang.fasttext_languages(self._model_path) if self._model_path else True
         items = [[texts[c][i] for c in self.columns] for i in rows]
         decided = itemlang.check_items(
             self._model, items, self.columns, language.base, script=language.script,
             min_script_share=self.min_script_share, max_own_probability=self.max_own_probability,
-            spaceless=language.spaceless, known_to_fasttext=known)
+            spaceless=writes_without_spaces(lang), known_to_fasttext=known)
         for i, verdict in zip(rows, decided, strict=True):
             if verdict.reason:
                 bad[i] = f"not in {lang}: {verdict.reason}"

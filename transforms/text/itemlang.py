@@ -129,45 +129,13 @@ def counts_as_evidence(reading: str) -> bool:
 
 @functools.lru_cache(maxsize=1024)
 def likely_script(lang: str) -> str | None:
-    """The script a language is usually written in (CLDR likely subtags via langcodes)."""
-    try:
-        import langcodes
+    """The script a language is usually written in (transforms/text/languages.py: CLDR likely subtags)."""
+    from transforms.text.languages import LanguageError, resolve_language
 
-        return langcodes.Language.get(lang).maximize().script
-    except (ImportError, LookupError, ValueError):
+    try:
+        return resolve_language(lang).script
+    except LanguageError:
         return None
-
-
-@dataclass(frozen=True)
-class LanguageCode:
-    """What a language check needs of a code: the subtag fastText names, the script, spaces or not."""
-    code: str
-    base: str
-    script: str | None
-    spaceless: bool
-
-
-NO_SPACE_SCRIPTS = frozenset({"Hans", "Hant", "Hani", "Jpan", "Hira", "Kana", "Thai", "Laoo", "Khmr", "Mymr", "Tibt"})
-
-
-@functools.lru_cache(maxsize=512)
-def language_code(code: str) -> LanguageCode:
-    """`th`, `tha`, `zh-Hant`, `sw` → LanguageCode (langcodes: CLDR likely subtags); ValueError naming the code
-    when no standard knows it. ISO 639-3 codes with a two-letter equivalent are named by it (fastText does)."""
-    import langcodes
-
-    text = str(code).strip().replace("_", "-")
-    try:
-        tag = langcodes.get(text)
-        valid = tag.is_valid() and bool(tag.language)
-    except (ValueError, LookupError):
-        valid = False
-    if not valid:
-        raise ValueError(f"unknown language code {code!r}: give an ISO 639-1 or 639-3 code, with a script where it "
-                         "matters (th, tha, sw, zh-Hant, sr-Latn)")
-    base = str(langcodes.get(str(tag.language)).language or tag.language)  # `tha` -> `th`
-    script = tag.script or tag.maximize().script
-    return LanguageCode(code=text, base=base, script=script, spaceless=script in NO_SPACE_SCRIPTS)
 
 
 def _scripts(text: str) -> list[str]:
