@@ -115,14 +115,11 @@ _TOKEN = uuid.uuid4().hex[:8]
 
 def write_ledgers(folder: str | Path | None, owner: object, ledgers: list[RequestLedger]) -> None:
     """This process's ledgers of `owner` (a stage) as one JSON file, replaced atomically."""
+    from transforms.core.manifest import write_atomic
+
     if not folder or not ledgers:
         return
-    path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
-    target = path / f"{os.getpid()}-{_TOKEN}-{id(owner):x}.json"
-    tmp = path / f".tmp-{target.name}"
-    tmp.write_text(json.dumps([lg.raw() for lg in ledgers]), encoding="utf-8")
-    os.replace(tmp, target)
+    write_atomic(Path(folder) / f"{os.getpid()}-{_TOKEN}-{id(owner):x}.json", json.dumps([lg.raw() for lg in ledgers]))
 
 
 def read_ledgers(folder: str | Path | None) -> dict[str, dict[str, Any]]:
@@ -150,4 +147,4 @@ def retries_line(requests: dict[str, dict[str, Any]]) -> str:
     sent = sum(r.get("requests", 0) for r in requests.values())
     why = ", ".join(f"{c} {n}" for c, n in sorted(causes.items()))
     text = f"{sent:,} requests, {total:,} retries" + (f" ({why})" if why else "")
-    return text + (f", {failed:,} questions failed" if failed else "")
+    return text + (f", {failed:,} question{'s' if failed != 1 else ''} failed" if failed else "")
