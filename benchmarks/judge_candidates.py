@@ -46,7 +46,7 @@ from transforms.judge.linear import (  # noqa: E402
 
 def strict_judge() -> LinearJudge:
     crawl = load_recipe("ko-piqa").run("crawl")
-    for member in next(s for s in crawl.stages if s["stage"] == "ensemble")["classifiers"]:
+    for member in next(s for s in crawl.stages if s.stage == "ensemble").fields["classifiers"]:
         if member.get("name") == "e5-strict":
             return LinearJudge.model_validate(member["judge"])
     raise SystemExit("jobs/recipes/ko-piqa.yaml has no e5-strict member")

@@ -65,7 +65,7 @@ def ko_piqa_judges() -> dict[str, Any]:
     the orchestrator's run folders left out, so a test gives its own cache)."""
     from transforms.flow.recipe import load_recipe
 
-    stages = {s["stage"]: s for s in load_recipe("ko-piqa").run("crawl").stages}
+    stages = {s.stage: s.fields for s in load_recipe("ko-piqa").run("crawl").stages}
     drop = ("stage", "when", "output_dir", "embed_cache_dir", "cache_dir")
     return {"prefilter": {k: v for k, v in stages["supervised_prefilter"].items() if k not in drop},
             "ensemble": {k: v for k, v in stages["ensemble"].items() if k not in drop}}

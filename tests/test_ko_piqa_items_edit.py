@@ -130,7 +130,7 @@ def test_the_refinement_retries_once_with_the_reason_and_keeps_the_row():
     recipe = load_recipe("ko-piqa")  # the recipe's items run, as the orchestrator builds it
     _, (_, _guard, refine, pair, checks, degenerate) = run_stages(recipe, "items", lake="/nonexistent-lake", doubles={
         "llm_transform": FirstWrongThenFixed(EngineConfig(backend="transformers", model="double"))})
-    retry_message = next(s for s in recipe.run("items").stages if s["stage"] == "llm_transform")["retry_message"]
+    retry_message = next(s for s in recipe.run("items").stages if s.stage == "llm_transform").fields["retry_message"]
     assert isinstance(refine, LLMTransform) and refine.retry_message == retry_message
     refine.cache_dir = None
     table = pa.table({C.ID: ["kin-1"], "text": ["운동화에서 냄새가 너무 나요 어떻게 없애나요?"]})

@@ -105,7 +105,7 @@ def test_the_check_builds_each_stage_once_and_a_run_rebuilds_only_what_holds_a_c
     ctx = Context(recipe, Lake(tmp_path / "lake"), "pi", False, None, None)
     built: list[str] = []
     build = ctx.build
-    ctx.build = lambda spec, *a, **k: built.append(spec["stage"]) or build(spec, *a, **k)  # type: ignore[method-assign]
+    ctx.build = lambda spec, *a, **k: built.append(spec.stage) or build(spec, *a, **k)  # type: ignore[method-assign]
     check_stages(ctx)
     assert not (tmp_path / "lake").exists()
     taxonomy, generation = ctx.checked["taxonomy"][1], ctx.checked["generation"][1]

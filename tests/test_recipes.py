@@ -100,8 +100,8 @@ def test_every_bundled_recipe_loads_and_lists(capsys):
             for spec in ([run.source] if run.source else []) + run.stages:
                 from transforms.flow.registry import stage_class
 
-                cls = stage_class(spec["stage"])  # registered under its own name, every key a field
-                assert cls.name == spec["stage"] and set(spec) - {"stage", "when", "as"} <= set(cls.model_fields)
+                cls = stage_class(spec.stage)  # registered under its own name, every key a field
+                assert cls.name == spec.stage and set(spec.fields) <= set(cls.model_fields)
     assert main(["recipes"]) == 0
     assert set(capsys.readouterr().out.split()) >= names
 
@@ -112,10 +112,10 @@ def test_set_reaches_params_and_dotted_keys_and_profiles_switch_every_engine():
     recipe = load_recipe("zh-piqa", {"n": 7, "runs.items.stages.semantic_dedup.threshold": 0.9,
                                      "engines": "openai-endpoint"})
     items = recipe.run("items")
-    assert items.stages[0]["n"] == 7
-    assert next(s for s in items.stages if s["stage"] == "semantic_dedup")["threshold"] == 0.9
+    assert items.stages[0].fields["n"] == 7
+    assert next(s for s in items.stages if s.stage == "semantic_dedup").fields["threshold"] == 0.9
     engines = resolve_engines(recipe)
-    translate = fill_roles(next(s for s in items.stages if s["stage"] == "translate"), engines, "t")
+    translate = fill_roles(next(s for s in items.stages if s.stage == "translate").fields, engines, "t")
     assert translate["engine"]["engine"]["backend"] == "openai"
     assert load_recipe("ta-piqa", {"version": 2}).run("release").release.version == "2"  # `--version 2`: a number
     local = resolve_engines(load_recipe("zh-piqa"))
@@ -211,7 +211,7 @@ def test_zh_piqa_recipe_auto_review_to_release_and_resume_asks_nothing_again(tmp
 
     built: list[str] = []
     build = Context.build
-    monkeypatch.setattr(Context, "build", lambda ctx, spec, *a, **k: built.append(spec["stage"]) or build(ctx, spec, *a, **k))
+    monkeypatch.setattr(Context, "build", lambda ctx, spec, *a, **k: built.append(spec.stage) or build(ctx, spec, *a, **k))
     lake = tmp_path / "lake"
     recipe = load_recipe("zh-piqa", {"n": 6, "review": "auto", "evaluate": False, "version": "t1"})
     double = RecipeDouble(_correct_solutions(6))

@@ -251,7 +251,7 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when)
     judged_clean = pa.concat_tables([kept_clean, rejected_clean], promote_options="default")
     verdicts = [*VERDICTS, *(n for n in kept.schema.names if n.endswith("_verdict"))]
     crawl = load_recipe("ko-piqa").run("crawl")
-    classifiers = next(s for s in crawl.stages if s["stage"] == "ensemble")["classifiers"]  # a verdict column each
+    classifiers = next(s for s in crawl.stages if s.stage == "ensemble").fields["classifiers"]  # a verdict column each
     assert len(verdicts) == len(VERDICTS) + len(classifiers) > len(VERDICTS)
     mine = {r[C.ID]: r for r in judged.select([C.ID, *verdicts]).to_pylist() if r["ens_calls"] is not None}
     theirs = {r[C.ID]: r for r in judged_clean.select([C.ID, *verdicts]).to_pylist() if r["ens_calls"] is not None}

@@ -84,7 +84,7 @@ def drawn_goal(recipe: Path) -> str:
     from transforms.piqa.formats import read_items
 
     spec = load_recipe(str(recipe)).run("items").stages[0]
-    stage = stage_class(spec["stage"])(**{k: v for k, v in spec.items() if k != "stage"})
+    stage = stage_class(spec.stage)(**spec.fields)
     table = stage.process_table(read_items(PIQA))
     kept = table.filter(table.column("drop_reason").is_null())
     return next(g for g in kept.column("goal").to_pylist() if g.count(".") <= 1 and "?" not in g)

@@ -92,7 +92,7 @@ def test_ta_piqa_refuses_by_default_and_the_flag_sets_its_param():
     assert load_recipe("ta-piqa").params["allow_malformed"] is False
     args, extra = build_parser().parse_known_args(["run", "ta-piqa", "--allow-malformed"])
     recipe = load_recipe("ta-piqa", recipe_overrides(args, extra))
-    assert recipe.run("items").source["allow_malformed"] is True
+    assert recipe.run("items").source.fields["allow_malformed"] is True
     with pytest.raises(RecipeError, match="allow_malformed"):  # a recipe without the param says so
         load_recipe("ko-piqa", recipe_overrides(args, extra))
 

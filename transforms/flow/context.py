@@ -16,6 +16,7 @@ from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest
 from transforms.flow.engines import resolve_engines, use_doubles
 from transforms.flow.recipe import Recipe, RunSpec
+from transforms.flow.recipe_schema import StageEntry
 from transforms.flow.registry import stage_class
 
 
@@ -50,10 +51,10 @@ class Context:
         # (transforms/flow/runs/common.py built_stages); a run hands its own back when it ends
         self.checked: dict[str, tuple[Path, dict[str, Any]]] = {}
 
-    def build(self, spec: dict[str, Any], run_dir: Path, accepted: list[str] | None = None) -> Any:
+    def build(self, entry: StageEntry, run_dir: Path, accepted: list[str] | None = None) -> Any:
         """A stage built from its recipe entry (`build_stage`): every build of a recipe run goes through here,
         the check's and the runs' (a test counts them by wrapping this method)."""
-        return build_stage(self, spec, run_dir, accepted)
+        return build_stage(self, entry, run_dir, accepted)
 
     def run_id(self, spec: RunSpec) -> str:
         return f"{self.root}-{spec.name}"
@@ -111,25 +112,23 @@ def late_values(node: Any, values: dict[str, Any]) -> Any:
 CHANGING_LATE = ("${accepted}", "${curated:")
 
 
-def changes_late(ctx: Context, spec: dict[str, Any]) -> bool:
+def changes_late(ctx: Context, entry: StageEntry) -> bool:
     """Whether a stage entry (its engine roles filled) holds a late value that may differ at run time."""
     from transforms.flow.engines import fill_roles
 
-    filled = fill_roles({k: v for k, v in spec.items() if k not in ("stage", "as", "when")}, ctx.engines,
-                        f"stage {spec.get('stage')}")
+    filled = fill_roles(entry.fields, ctx.engines, f"stage {entry.stage}")
     text = json.dumps(filled, default=str)
     return any(value in text for value in CHANGING_LATE)
 
 
-def build_stage(ctx: Context, spec: dict[str, Any], run_dir: Path, accepted: list[str] | None = None) -> Any:
+def build_stage(ctx: Context, entry: StageEntry, run_dir: Path, accepted: list[str] | None = None) -> Any:
     """A stage from its recipe entry: the registered class validated with the entry's fields, engine
     roles filled from the profile, the run's folders where the stage asks for them."""
     from transforms.flow.engines import fill_roles
 
-    fields = {k: v for k, v in spec.items() if k not in ("stage", "as", "when")}
-    fields = fill_roles(fields, ctx.engines, f"stage {spec['stage']}")
+    fields = fill_roles(entry.fields, ctx.engines, f"stage {entry.stage}")
     fields = late_values(fields, ctx.late(run_dir, accepted))
-    cls = stage_class(spec["stage"])
+    cls = stage_class(entry.stage)
     if "resources" in getattr(cls, "model_fields", {}):
         fields = engine_placement(fields)
     defaults = {"cache_dir": str(ctx.lake.root / "cache" / "llm"), "feedback_dir": str(run_dir / "feedback"),
@@ -203,20 +202,20 @@ def check_stages(ctx: Context) -> None:
         run_dir = ctx.lake.run_dir(ctx.run_id(run))
         kept: dict[str, Any] = {}
         ctx.checked[run.name] = (run_dir, kept)
-        for where, spec in wanted_places(run, ctx.recipe.params):
+        for where, entry in wanted_places(run, ctx.recipe.params):
             try:
-                stage = ctx.build(spec, run_dir)
-                if not changes_late(ctx, spec):
+                stage = ctx.build(entry, run_dir)
+                if not changes_late(ctx, entry):
                     kept[where] = stage
             except ValidationError as err:
                 for e in err.errors():
                     key = ".".join(str(p) for p in e["loc"])
                     if e["type"] == "extra_forbidden" and e["loc"]:
-                        msg = suggest(str(e["loc"][-1]), list(getattr(stage_class(spec["stage"]), "model_fields", {})))
+                        msg = suggest(str(e["loc"][-1]), list(getattr(stage_class(entry.stage), "model_fields", {})))
                     else:
                         msg = str(e["msg"])
                     got = f"; got {_shown(e.get('input'))}" if key and e["type"] != "extra_forbidden" else ""
-                    problems.append((f"runs.{run.name}.{where}.{key}".rstrip("."), f"{msg} (stage {spec['stage']}{got})"))
+                    problems.append((f"runs.{run.name}.{where}.{key}".rstrip("."), f"{msg} (stage {entry.stage}{got})"))
     if problems:
         raise RecipeError.many(ctx.recipe.path, problems)
 

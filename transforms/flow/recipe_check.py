@@ -10,8 +10,8 @@ own validation errors and its graph checks, and raises one `RecipeError` that li
   source (`ast`), so loading a recipe imports no hook module; `resolve_ref` is the one place that imports
   them when a run needs them.
 
-A stage entry's place is `runs.<run>.source` or `runs.<run>.stages.<stage name>` (`#2` for its second use
-in the same run), the same at load and at build time.
+A stage entry's place is `runs.<run>.source` or `runs.<run>.stages.<name>` (the entry's `as`, else its stage's
+name, `#2` for its second use in the same run), the same at load and at build time.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from transforms.flow.recipe_schema import ENTRY_KEYS, StageEntry
+
 REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-# keys of a stage entry the orchestrator reads itself (not the stage's fields)
-ENTRY_KEYS = ("stage", "when", "as")
 # fields build_stage fills where a stage declares them (transforms/flow/context.py)
 FILLED_FIELDS = ("cache_dir", "feedback_dir", "output_dir", "lake")
 
@@ -39,24 +39,26 @@ def suggest(key: str, valid: Sequence[str]) -> str:
     return f"unknown key {key!r}; {hint}valid keys: {', '.join(sorted(valid))}"
 
 
-def stage_places(run: Any) -> list[tuple[str, dict[str, Any]]]:
-    """(place, entry) of a run's source and stages: `source`, `stages.<stage>`, `stages.<stage>#2`."""
-    out: list[tuple[str, dict[str, Any]]] = []
-    if run.source is not None:
-        out.append(("source", run.source if isinstance(run.source, dict) else {"stage": None}))
-    seen: dict[str, int] = {}
-    for spec in run.stages:
-        spec = spec if isinstance(spec, dict) else {"stage": None}
-        name = str(spec.get("stage"))
-        seen[name] = seen.get(name, 0) + 1
-        out.append((f"stages.{name}" + (f"#{seen[name]}" if seen[name] > 1 else ""), spec))
-    return out
+def stage_places(run: Any) -> list[tuple[str, StageEntry]]:
+    """(place, entry) of a run's source and stages: `source`, `stages.<name>`, `stages.<name>#2`."""
+    out: list[tuple[str, StageEntry]] = [("source", run.source)] if run.source is not None else []
+    return out + [(place_of(run.stages, i), entry) for i, entry in enumerate(run.stages)]
+
+
+def _entry_name(entry: Any) -> str | None:
+    if isinstance(entry, StageEntry):
+        return entry.entry_name
+    name = entry.get("as") or entry.get("stage") if isinstance(entry, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def place_of(stages: Sequence[Any], index: int) -> str:
-    """`stages.<stage>[#k]` of the index-th entry of a run's stage list (raw dicts)."""
-    name = str(stages[index].get("stage")) if isinstance(stages[index], dict) else "None"
-    k = sum(1 for s in stages[:index + 1] if isinstance(s, dict) and str(s.get("stage")) == name)
+    """`stages.<name>[#k]` of the index-th entry of a run's stage list (entries, or the raw mappings before
+    they are read): the name is the entry's `as`, else its stage's name."""
+    name = _entry_name(stages[index])
+    if name is None:  # an entry without a stage: by its position (1 = the first entry)
+        return f"stages.(entry {index + 1})"
+    k = sum(1 for s in stages[:index + 1] if _entry_name(s) == name)
     return f"stages.{name}" + (f"#{k}" if k > 1 else "")
 
 
@@ -121,13 +123,14 @@ def _references(recipe: Any) -> list[tuple[str, str]]:
     return [(k, v) for k, v in out if isinstance(v, str)]
 
 
-def stage_field_problems(cls: Any, spec: dict[str, Any]) -> list[tuple[str, str]]:
+def stage_field_problems(cls: Any, entry: StageEntry) -> list[tuple[str, str]]:
     """(key, problem) of a stage entry's unknown keys and missing required fields."""
     fields = getattr(cls, "model_fields", None)
     if fields is None:
         return []
-    problems = [(k, suggest(k, [*fields, *ENTRY_KEYS])) for k in spec if k not in fields and k not in ENTRY_KEYS]
-    missing = [n for n, f in fields.items() if f.is_required() and n not in spec and n not in FILLED_FIELDS]
+    given = entry.fields
+    problems = [(k, suggest(k, [*fields, *ENTRY_KEYS])) for k in given if k not in fields]
+    missing = [n for n, f in fields.items() if f.is_required() and n not in given and n not in FILLED_FIELDS]
     problems += [(n, f"required field missing ({_described(fields[n])})") for n in missing]
     return problems
 
@@ -142,9 +145,9 @@ def check_whole(recipe: Any) -> list[tuple[str, str]]:
 
     problems: list[tuple[str, str]] = []
     for run in recipe.runs:
-        for place, spec in stage_places(run):
-            stage = spec.get("stage")
-            if not isinstance(stage, str) or not known(stage):
+        for place, entry in stage_places(run):
+            stage = entry.stage
+            if not known(stage):
                 continue  # the graph check names these
             where = f"runs.{run.name}.{place}"
             if ":" in stage and (why := ref_problem(stage)):
@@ -156,7 +159,7 @@ def check_whole(recipe: Any) -> list[tuple[str, str]]:
                 problems.append((where, str(err).strip("'\"")))
                 continue
             problems += [(f"{where}.{k}", f"{p} (stage {stage}; `piqaforge stages {stage}` lists its fields)")
-                         for k, p in stage_field_problems(cls, spec)]
+                         for k, p in stage_field_problems(cls, entry)]
     problems += [(k, why) for k, ref in _references(recipe) if (why := ref_problem(ref))]
     return problems
 

@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from transforms.flow.recipe_check import stage_places
-from transforms.flow.recipe_schema import Recipe, RecipeError, RunSpec
+from transforms.flow.recipe_schema import (  # noqa: F401  (conditions, holds: re-exported)
+    Recipe,
+    RecipeError,
+    RunSpec,
+    StageEntry,
+    cond_param,
+    conditions,
+    holds,
+)
 from transforms.flow.registry import STAGES, known
 
 _RUN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -33,12 +41,9 @@ def check_graph(recipe: Recipe, path: Path) -> None:
         for cond in conditions(run.when):
             if cond_param(cond) not in recipe.params and cond_param(cond) != "__always__":
                 problems.append((f"runs.{run.name}.when", f"{cond_param(cond)!r} is not a param"))
-        for where, spec in _stage_specs(run):
-            stage = spec.get("stage")
-            if not isinstance(stage, str):
-                problems.append((f"runs.{run.name}.{where}", "needs `stage: <registered name or module:Class>`"))
-                continue
-            for cond in conditions(spec.get("when", True)):
+        for where, entry in stage_places(run):
+            stage = entry.stage
+            for cond in conditions(entry.when):
                 if cond_param(cond) not in recipe.params and cond_param(cond) != "__always__":
                     problems.append((f"runs.{run.name}.{where}.when", f"{cond_param(cond)!r} is not a param"))
             if not known(stage):
@@ -55,41 +60,11 @@ def check_graph(recipe: Recipe, path: Path) -> None:
             raise RecipeError(path, f"runs.{run.name}.evaluate.of", f"{run.evaluate.of!r} is not a release run")
 
 
-def conditions(when: Any) -> list[str]:
-    """`when` as a list of conditions (`name`, `!name`, `name=value`); true/false give none / one false."""
-    if isinstance(when, bool):
-        return [] if when else ["!__always__"]
-    return [when] if isinstance(when, str) else list(when)
-
-
-def cond_param(cond: str) -> str:
-    return cond.lstrip("!").split("=", 1)[0].strip() if cond != "!__always__" else "__always__"
-
-
-def holds(when: Any, params: dict[str, Any]) -> bool:
-    """Whether every condition of `when` holds for these params."""
-    for cond in conditions(when):
-        if cond == "!__always__":
-            return False
-        name = cond_param(cond)
-        if "=" in cond:  # `name=value`, or `!name=value` (any other value)
-            if (str(params.get(name)) == cond.split("=", 1)[1].strip()) == cond.startswith("!"):
-                return False
-        elif bool(params.get(name)) == cond.startswith("!"):
-            return False
-    return True
-
-
-def _stage_specs(run: RunSpec) -> list[tuple[str, dict[str, Any]]]:
-    return stage_places(run)
-
-
-def wanted_places(run: RunSpec, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def wanted_places(run: RunSpec, params: dict[str, Any]) -> list[tuple[str, StageEntry]]:
     """(place, entry) of the source and the stages a run builds for these params: the one filter by a stage
     entry's `when` (the check before anything runs, the run itself and placement all read it). The source is
     always built: a run switched off says so with its own `when`."""
-    return [(place, spec) for place, spec in stage_places(run)
-            if place == "source" or holds(spec.get("when", True), params)]
+    return [(place, entry) for place, entry in stage_places(run) if place == "source" or entry.wanted(params)]
 
 
 def _check_acyclic(recipe: Recipe, path: Path) -> None:

@@ -1,13 +1,14 @@
-"""The recipe's schema: the pydantic models a recipe file validates against (docs/recipes.md), and the
-error every check of a recipe raises. Loading, overrides and interpolation are transforms/flow/recipe.py;
-the graph and `when` checks transforms/flow/recipe_graph.py; the whole-recipe checks recipe_check.py."""
+"""The recipe's schema: the pydantic models a recipe file validates against (docs/recipes.md), the `when`
+conditions of runs and stage entries, and the error every check of a recipe raises. Loading, overrides and
+interpolation are transforms/flow/recipe.py; the graph checks transforms/flow/recipe_graph.py; the
+whole-recipe checks recipe_check.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from transforms.release.licences import SourceSpec
 
@@ -33,6 +34,96 @@ class RecipeError(ValueError):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+When = str | bool | list[str]
+
+
+def conditions(when: When) -> list[str]:
+    """`when` as a list of conditions (`name`, `!name`, `name=value`); true/false give none / one false."""
+    if isinstance(when, bool):
+        return [] if when else ["!__always__"]
+    return [when] if isinstance(when, str) else list(when)
+
+
+def cond_param(cond: str) -> str:
+    return cond.lstrip("!").split("=", 1)[0].strip() if cond != "!__always__" else "__always__"
+
+
+def holds(when: When, params: dict[str, Any]) -> bool:
+    """Whether every condition of `when` holds for these params."""
+    for cond in conditions(when):
+        if cond == "!__always__":
+            return False
+        name = cond_param(cond)
+        if "=" in cond:  # `name=value`, or `!name=value` (any other value)
+            if (str(params.get(name)) == cond.split("=", 1)[1].strip()) == cond.startswith("!"):
+                return False
+        elif bool(params.get(name)) == cond.startswith("!"):
+            return False
+    return True
+
+
+# keys of a stage entry the orchestrator reads itself (every other key is a field of the stage)
+ENTRY_KEYS = ("stage", "when", "as")
+
+
+class StageEntry(BaseModel):
+    """One entry of a run's `source` or `stages`: which stage, when it runs, the name `--set` and error
+    messages call it by, and the stage's fields (every other key, checked against the stage's class at load:
+    `piqaforge stages NAME` lists them). It dumps back to the mapping it was read from."""
+
+    model_config = ConfigDict(extra="allow")
+
+    stage: str = Field(..., description="A registered stage name (`piqaforge stages`) or 'module:Class'.")
+    when: When = Field(True, description="Build the stage only when this param holds (`name`, `!name`, "
+                       "`name=value`; a list: all of them).")
+    as_name: str | None = Field(None, alias="as", description="The entry's name in `--set runs.<run>.stages.<as>.` "
+                              "and in messages (default: the stage's name, `#2` for its second use in a run).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_mapping_with_a_stage(cls, data: Any) -> Any:
+        if isinstance(data, StageEntry):
+            return data
+        if not isinstance(data, dict):
+            raise ValueError(f"a stage entry is a mapping with `stage: <registered name or module:Class>`; "
+                             f"got {data!r}")
+        if not isinstance(data.get("stage"), str):
+            raise ValueError("needs `stage: <registered name or module:Class>` (`piqaforge stages` lists them)")
+        return data
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The stage's fields as the recipe gives them (the entry's own keys left out)."""
+        return dict(self.__pydantic_extra__ or {})
+
+    @property
+    def entry_name(self) -> str:
+        """What the entry is called: its `as`, else its stage's name."""
+        return self.as_name or self.stage
+
+    def __getitem__(self, key: str) -> Any:
+        """`entry["stage"]`, `entry["threshold"]`: the mapping view code written against the untyped entries
+        used; kept one release (read `.stage`, `.when`, `.fields`)."""
+        return self.model_dump()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The mapping view's `get` (one release; see `__getitem__`)."""
+        return self.model_dump().get(key, default)
+
+    def wanted(self, params: dict[str, Any]) -> bool:
+        """Whether the stage is built for these params (its `when`): the one filter every reader uses."""
+        return holds(self.when, params)
+
+    @model_serializer
+    def _as_read(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"stage": self.stage}
+        if "when" in self.model_fields_set:
+            out["when"] = self.when
+        if self.as_name is not None:
+            out["as"] = self.as_name
+        return {**out, **self.fields}
 
 
 class Language(_Strict):
@@ -134,13 +225,13 @@ class RunReport(_Strict):
 class RunSpec(_Strict):
     name: str = Field(..., description="Unique in the recipe; the run id is <recipe run id>-<name>.")
     parents: list[str] = Field(default_factory=list, description="Runs whose kept rows this run reads.")
-    source: dict[str, Any] | None = None
-    stages: list[dict[str, Any]] = Field(default_factory=list)
+    source: StageEntry | None = Field(None, description="The stage that reads the run's input.")
+    stages: list[StageEntry] = Field(default_factory=list, description="The run's stages, in order.")
     rounds: RoundsSpec | None = None
     review: ReviewSpec | None = None
     release: ReleaseSpec | None = None
     evaluate: EvaluateSpec | None = None
-    when: str | bool | list[str] = Field(True, description="Run only when this param is true (`name`, `!name`, "
+    when: When = Field(True, description="Run only when this param is true (`name`, `!name`, "
                                          "`name=value`; a list: all of them); a run switched off switches off "
                                          "every run that reads it.")
     reports: list[RunReport] = Field(default_factory=list, description="Figures measured on the finished run, "
