@@ -112,6 +112,54 @@ def test_the_report_is_self_contained_and_shows_the_funnel(front_run):
 
 
 @pytest.mark.ray
+def test_the_report_shows_each_stages_rows_per_cpu_second(front_run):
+    """The cost model's unit (benchmarks/bench_crawl_cost.py) for a real run: CPU-seconds of the driver and its
+    local Ray workers per stage, and rows processed / CPU-seconds."""
+    import os
+
+    from transforms.core.cpu_time import TREE
+
+    _, result, manifest = front_run
+    html = Path(result["report"]).read_text(encoding="utf-8")
+    assert f"<th>CPU-s ({TREE})</th><th>rows / CPU-s</th>" in html
+    cores = os.cpu_count() or 1
+    for rec in manifest.stages:
+        assert rec.cpu_scope == TREE
+        assert rec.cpu_seconds is not None and rec.cpu_seconds > 0, rec.name
+        # no stage can use more CPU than the machine's cores over its wall time (plus the clock's 10 ms ticks)
+        assert rec.cpu_seconds <= rec.seconds * cores + 0.05, (rec.name, rec.cpu_seconds, rec.seconds)
+        rows = rec.rows_created if rec.name == "read_crawl" else rec.rows_in
+        assert rec.rows_per_cpu_second == pytest.approx(rows / rec.cpu_seconds)
+        row = re.search(rf"<td class='l'>{rec.name}</td>.*?</tr>", html).group(0)
+        assert f"<td>{rec.cpu_seconds:.2f}</td><td>{rows / rec.cpu_seconds:,.0f}</td>" in row
+
+
+@pytest.mark.ray
+def test_a_stages_cpu_time_counts_its_ray_workers_not_only_the_driver(ray_local):
+    """What the worker burns is counted, and once, though the driver only waits."""
+    import time
+
+    import ray
+
+    from transforms.core.cpu_time import StageClock
+
+    @ray.remote
+    def burn(seconds: float) -> float:
+        start = time.process_time()
+        while time.process_time() - start < seconds:
+            pass
+        return time.process_time() - start
+
+    driver = time.process_time()
+    with StageClock(interval=0.1) as clock:
+        burnt = ray.get(burn.remote(0.6))
+    driver = time.process_time() - driver
+    assert driver < 0.3 < 0.6 <= burnt
+    # the rest: a fresh worker's start-up and Ray's own processes meanwhile
+    assert burnt + driver - 0.05 <= clock.seconds <= burnt + driver + 1.5
+
+
+@pytest.mark.ray
 @pytest.mark.slow
 def test_distributed_dedup_through_the_runner_gives_the_same_rows(front_run, tmp_path):
     """gather_below_rows=0 forces the groupby + broadcast path a real crawl takes; 1-4 min on a busy

@@ -23,7 +23,11 @@ class StageRecord(BaseModel):
     rows_created: int = Field(0, description="Rows this stage made (sources, expand, aggregate stages).")
     rows_consumed: int = Field(0, description="Input rows turned into children (listed in lineage/).")
     kind: str = Field("filter", description="filter | global | source | expand | aggregate")
-    seconds: float
+    seconds: float = Field(description="Wall seconds of the stage.")
+    cpu_seconds: float | None = Field(None, description="CPU seconds while it ran, of what `cpu_scope` names "
+                                      "(transforms/core/cpu_time.py); None in manifests older than the field.")
+    cpu_scope: str | None = Field(None, description="What `cpu_seconds` covers: the driver and its local Ray "
+                                  "processes, or (on a cluster) the driver only.")
     outputs: dict[str, str] = Field(default_factory=dict, description="kept/rejected table paths.")
     config: dict[str, Any] = Field(default_factory=dict)
     fingerprint: str = ""
@@ -43,6 +47,18 @@ class StageRecord(BaseModel):
     @property
     def dropped_total(self) -> int:
         return sum(self.rows_dropped.values())
+
+    @property
+    def rows_processed(self) -> int:
+        """The rows the stage worked on: its input, or for a source the rows it made."""
+        return self.rows_in if self.kind != "source" else self.rows_created
+
+    @property
+    def rows_per_cpu_second(self) -> float | None:
+        """The cost model's unit (benchmarks/bench_crawl_cost.py): rows processed per CPU-second."""
+        if not self.cpu_seconds or not self.rows_processed:
+            return None
+        return self.rows_processed / self.cpu_seconds
 
     def conserved(self) -> bool:
         """rows_in + rows_created = rows_kept + sum(rows_dropped) + rows_consumed (docs/stages.md)."""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from transforms.core import columns as C
+from transforms.core import cpu_time
 from transforms.core.accounting import read_ledgers
 from transforms.core.creating import AggregateStage, ExpandStage, SourceStage, is_creating
 from transforms.core.execution import (  # noqa: F401 (re-exported: jobs and tests import them from here)
@@ -151,7 +152,7 @@ def lineage_counts(lineage_dir: Path | None, kind: str) -> tuple[int, int]:
 
 
 def _record(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds: float, fingerprint: str,
-            config: dict[str, Any]) -> StageRecord:
+            config: dict[str, Any], cpu_seconds: float | None = None) -> StageRecord:
     kind = stage_kind(stage)
     kept = count_rows(dirs.kept)
     dropped = value_counts(dirs.rejected, C.DROP_REASON) if parquet_files(dirs.rejected) else {}
@@ -163,7 +164,8 @@ def _record(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds: flo
         outputs["lineage"] = str(dirs.lineage)
     return StageRecord(index=index, name=stage.name, kind=kind, rows_in=rows_in, rows_kept=kept,
                        rows_dropped=dropped, rows_created=created, rows_consumed=consumed,
-                       seconds=round(seconds, 3), outputs=outputs, config=config, fingerprint=fingerprint,
+                       seconds=round(seconds, 3), cpu_seconds=None if cpu_seconds is None else round(cpu_seconds, 3),
+                       cpu_scope=cpu_time.scope() if cpu_seconds is not None else None, outputs=outputs, config=config, fingerprint=fingerprint,
                        requests=read_ledgers(dirs.requests))
 
 
@@ -240,9 +242,11 @@ def run_pipeline(
             else:
                 started = time.perf_counter()
                 (dirs.kept / CHECKPOINT).unlink(missing_ok=True)
-                n_parts, n_reused = _run_step(stage, prev_kept, rows_in, dirs, fingerprint, resume, partition_rows)
+                with cpu_time.StageClock() as cpu:  # the driver's and its local Ray workers' CPU seconds
+                    n_parts, n_reused = _run_step(stage, prev_kept, rows_in, dirs, fingerprint, resume,
+                                                  partition_rows)
                 record = _record(index, stage, rows_in, dirs, time.perf_counter() - started, fingerprint,
-                                 stage.describe())
+                                 stage.describe(), cpu.seconds)
                 record.partitions, record.partitions_reused = n_parts, n_reused
                 _save_checkpoint(dirs.kept, record)
             manifest.stages.append(record)

@@ -150,6 +150,21 @@ def requests_html(manifest: RunManifest) -> str:
             "<th>completion tokens</th><th>latency ms p50 / p90 / p99</th></tr>" + "".join(rows) + "</table>")
 
 
+def cpu_header(m: RunManifest) -> str:
+    """The CPU column's header names what was measured (transforms/core/cpu_time.py): the driver and its local
+    Ray processes, or on a cluster the driver only."""
+    scopes = sorted({s.cpu_scope for s in m.stages if s.cpu_scope})
+    return f"CPU-s ({escape('; '.join(scopes))})" if scopes else "CPU-s"
+
+
+def cost_cells(s: Any) -> str:
+    """A stage's CPU-seconds and rows per CPU-second, the unit benchmarks/bench_crawl_cost.py prints."""
+    if s.cpu_seconds is None:
+        return "<td>-</td><td>-</td>"
+    rate = s.rows_per_cpu_second
+    return f"<td>{s.cpu_seconds:.2f}</td><td>{'-' if rate is None else f'{rate:,.0f}'}</td>"
+
+
 def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
     from transforms.core.manifest import conservation_errors
 
@@ -163,7 +178,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
         rows.append(f"<tr><td>{s.index}</td><td class='l'>{escape(s.name)}</td><td class='l'>{escape(s.kind)}</td>"
                     f"<td>{_fmt(s.rows_in)}</td><td>{_fmt(s.rows_created)}</td>"
                     f"<td>{_fmt(s.rows_kept)}</td><td>{_fmt(s.dropped_total)}</td><td>{_fmt(s.rows_consumed)}</td>"
-                    f"<td>{s.seconds:.1f}</td>"
+                    f"<td>{s.seconds:.1f}</td>{cost_cells(s)}"
                     f"<td>{conserved}</td><td>{'yes' if s.resumed else ''}</td></tr>")
     drops = []
     for s in m.stages:
@@ -210,7 +225,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
 {funnel_svg(m.funnel())}
 <h2>Stages</h2>
 <table><tr><th>#</th><th class='l'>stage</th><th class='l'>kind</th><th>rows in</th><th>created</th><th>kept</th>
-<th>dropped</th><th>consumed</th><th>seconds</th>
+<th>dropped</th><th>consumed</th><th>wall s</th><th>{cpu_header(m)}</th><th>rows / CPU-s</th>
 <th>conserved</th><th>resumed</th></tr>{''.join(rows)}</table>
 {conservation}
 {requests_html(m)}
