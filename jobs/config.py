@@ -1,21 +1,29 @@
-"""Job configuration: YAML defaults ← --config file ← --input/--set overrides, validated by pydantic."""
+"""Job configuration: YAML defaults ← --config file ← --input/--set overrides, validated by pydantic.
+
+Reading YAML, `--set` and secrets are transforms/flow/config_io.py's, shared with recipes (flow/recipe.py):
+the same `--set` text gives the same value in both, and a repeated key is refused with its file and line.
+"""
 
 from __future__ import annotations
 
-import copy
 import importlib
 import logging
-import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from jobs import JOBS
-from transforms.core.secrets import literal_secrets
 from transforms.core.stage import Resources
+from transforms.flow import config_io
+from transforms.flow.config_io import (  # noqa: F401  (deprecated here, kept for one release: use config_io)
+    deep_merge,
+    parse_set,
+    read_yaml,
+    set_dotted,
+    warn_literal_secrets,
+)
 from transforms.flow.tools import ConfigError, JobConfig  # noqa: F401 (the tools' config base, re-exported)
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -33,49 +41,6 @@ def load_job_module(job: str) -> ModuleType:
         raise
 
 
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    keys = dotted.split(".")
-    node = data
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"--set {dotted}: '{key}' is not a section")
-    node[keys[-1]] = value
-
-
-def parse_set(item: str) -> tuple[str, Any]:
-    if "=" not in item:
-        raise ConfigError(f"--set expects key=value, got {item!r}")
-    key, raw = item.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip(), value
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {err}") from err
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping at the top level")
-    return data
-
-
 def resolve_config(job: str, config_file: str | None = None, overrides: dict[str, Any] | None = None,
                    *, bind_lake: bool = True) -> BaseModel:
     """The validated config; `bind_lake=False` (`piqaforge submit` checking a config) touches no lake."""
@@ -85,12 +50,13 @@ def resolve_config(job: str, config_file: str | None = None, overrides: dict[str
     default = CONFIG_DIR / f"{module.__name__.split('.')[-1]}.yaml"
     data: dict[str, Any] = read_yaml(default) if default.exists() else {}
     if config_file:
-        data = deep_merge(data, read_yaml(Path(config_file)))
-        warn_literal_secrets(read_yaml(Path(config_file)), f"config file {config_file}")
+        extra = read_yaml(config_file)
+        warn_literal_secrets(extra, f"config file {config_file}")
+        data = deep_merge(data, extra)
     # Under `piqaforge submit`, secrets (and --set items holding one) arrive outside Ray's job record.
     forwarded_sets = receive_forwarded_secrets()
     overrides = {**(overrides or {}), **dict(parse_set(item) for item in forwarded_sets)}
-    warn_literal_secrets({k: v for k, v in overrides.items() if not isinstance(v, dict)}, "--set", dotted=True)
+    warn_literal_secrets({k: v for k, v in overrides.items() if not isinstance(v, dict)}, "--set")
     for key, value in overrides.items():
         set_dotted(data, key, value)
     try:
@@ -101,46 +67,25 @@ def resolve_config(job: str, config_file: str | None = None, overrides: dict[str
     return apply_secrets(config, bind_lake=bind_lake)
 
 
-def warn_literal_secrets(data: dict[str, Any], origin: str, dotted: bool = False) -> None:
-    """A warning per literal secret, naming the field; the values are redacted wherever we record them."""
-    found = literal_secrets(data) if not dotted else []
-    for key, value in data.items() if dotted else ():  # `--set a.b.c=v`: nest it so env_vars and key names show
-        nested: dict[str, Any] = {}
-        set_dotted(nested, key, value)
-        found += literal_secrets(nested)
-    for field, why in found:
-        log.warning("%s: %s holds a literal secret (%s). It is recorded as <redacted>, but put the value in "
-                    "an environment variable and name it in `secrets: [NAME]` (job level) or the stage's "
-                    "`resources.secrets` instead (docs/secrets.md)", origin, field, why)
-
-
 def secret_names(config: BaseModel) -> list[str]:
     """Every variable the job forwards: job-level `secrets` and every stage's `resources.secrets`."""
-    return sorted({n for r in _resources(config) for n in r.secrets} | set(getattr(config, "secrets", [])))
+    named = [*getattr(config, "secrets", []), *(n for r in _resources(config) for n in r.secrets)]
+    return config_io.secret_names(config, named)
 
 
 def apply_secrets_env(names: list[str]) -> None:
     """A recipe's `secrets`: all must be set here; their values are scrubbed from our output."""
-    from transforms.core.secrets import register_environment
-
-    if missing := [n for n in names if not os.environ.get(n)]:
-        raise ConfigError(f"secret(s) {missing} are named in the recipe but not set in the environment of this "
-                          "process; set them here, they are forwarded to the workers (docs/secrets.md)")
-    register_environment(names)
+    config_io.require_secrets(names, "recipe")
 
 
 def apply_secrets(config: BaseModel, bind_lake: bool = True) -> BaseModel:
     """Job-level secrets go to every stage; all must be set here; their values are scrubbed from our output."""
-    from transforms.core.secrets import bind_fingerprint_key, register_environment
+    from transforms.core.secrets import bind_fingerprint_key
 
     job_level = list(getattr(config, "secrets", []))
     for resources in _resources(config):
         resources.secrets = sorted(set(resources.secrets) | set(job_level))
-    names = secret_names(config)
-    if missing := [n for n in names if not os.environ.get(n)]:
-        raise ConfigError(f"secret(s) {missing} are named in the config but not set in the environment of this "
-                          "process; set them here, they are forwarded to the workers (docs/secrets.md)")
-    register_environment(names)
+    config_io.require_secrets(secret_names(config), "config")
     if bind_lake and isinstance(lake := getattr(config, "lake", None), str):
         bind_fingerprint_key(lake)
     return config

@@ -38,6 +38,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from transforms.flow.config_io import (  # YAML, `--set`, secrets: shared with the tools (jobs/config.py)
+    OverrideError,
+    YamlFileError,
+    read_yaml,
+    set_dotted,
+    warn_literal_secrets,
+)
 from transforms.flow.recipe_check import check_whole, model_at, place_of, suggest
 from transforms.flow.recipe_graph import (  # noqa: F401  (re-exported: the recipe's public names)
     check_graph,
@@ -70,28 +77,6 @@ _VAR = re.compile(r"\$\{([A-Za-z_][\w.]*(?::[\w-]+)?)\}")
 LATE = ("run_dir", "lake_root", "accepted")
 
 
-# -- reading -----------------------------------------------------------------------------------------------
-class _UniqueKeys(yaml.SafeLoader):
-    """YAML whose mappings may not repeat a key (PyYAML keeps the last one silently)."""
-
-
-def _mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; its keys may be overridden
-            continue
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice",
-                                                    key_node.start_mark)
-        seen.add(key)
-    loader.flatten_mapping(node)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)  # type: ignore[arg-type]
-
-
 def recipe_path(name_or_path: str) -> Path:
     """`jobs/recipes/<name>.yaml` for a name, the file itself for a path."""
     if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
@@ -113,21 +98,14 @@ def list_recipes() -> list[tuple[str, str]]:
 
 
 def read_recipe_file(path: Path) -> dict[str, Any]:
+    """A recipe (or a recipe's `--config` file) as plain data; a repeated key is refused with its line."""
     if not path.exists():
         raise RecipeError(path, "(file)", "no such recipe file" + (
             f"; recipes here: {', '.join(n for n, _ in list_recipes())}" if path.parent == RECIPES_DIR else ""))
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)  # noqa: S506 (a SafeLoader)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "(file)"
-        raise RecipeError(path, where, f"not valid YAML: {getattr(err, 'problem', None) or err}") from err
-    if not isinstance(data, dict):
-        raise RecipeError(path, "(file)", "must hold a mapping at the top level")
-    import json
-
-    # an anchor's values are shared objects in the loaded data: a copy each, so `--set` changes one place
-    return dict(json.loads(json.dumps(data, default=str)))
+        return read_yaml(path, empty_ok=False)
+    except YamlFileError as err:
+        raise RecipeError(path, err.where, err.problem) from err
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -141,38 +119,17 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: Path)
                 and isinstance(value, str | list):  # `--input PATH ...` of a recipe whose input is a mapping
             params["input"]["paths"] = [value] if isinstance(value, str) else list(value)
             continue
-        if "." in key and isinstance(params.get(head), dict):  # inside a param that is a mapping
-            _set_path(params, key.split("."), value, path, key)
-            continue
         if key in params or key in ("engines", "lake", "num_cpus", "ray_address", "secrets"):
             (params if key in params else data)[key] = value
             continue
         if "." not in key and key not in Recipe.model_fields:
             raise RecipeError(path, key, f"no such param; this recipe's params: {', '.join(sorted(params)) or 'none'}"
                               " (or a dotted key such as runs.<run>.stages.<stage>.<field>)")
-        _set_path(data, key.split("."), value, path, key)
+        try:  # inside a param that is a mapping, else anywhere in the recipe
+            set_dotted(params if isinstance(params.get(head), dict) else data, key, value)
+        except OverrideError as err:
+            raise RecipeError(path, err.key, err.problem) from err
     return data
-
-
-def warn_literal_secrets(data: dict[str, Any], origin: str) -> None:
-    """A warning per literal secret in a recipe, a `--config` file or `--set`, naming the field; the values
-    are redacted wherever they are recorded (docs/secrets.md)."""
-    import logging
-
-    from transforms.core.secrets import literal_secrets
-
-    nested: dict[str, Any] = {}
-    for key, value in data.items():  # dotted keys (`--set a.b.c=v`, a --config file) nested, so names show
-        node = nested
-        parts = str(key).split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
-        node[parts[-1]] = value
-    for field, why in literal_secrets(nested):
-        logging.getLogger("piqaforge").warning(
-            "%s: %s holds a literal secret (%s). It is recorded as <redacted>, but put the value in an environment "
-            "variable and name it in `secrets: [NAME]` (recipe level) or the stage's `resources.secrets` instead "
-            "(docs/secrets.md)", origin, field, why)
 
 
 def _flat(data: dict[str, Any]) -> dict[str, Any]:
@@ -180,23 +137,6 @@ def _flat(data: dict[str, Any]) -> dict[str, Any]:
     out = dict(data.pop("params", {}) or {})
     out.update(data)
     return out
-
-
-def _set_path(node: Any, keys: list[str], value: Any, path: Path, full: str) -> None:
-    head, rest = keys[0], keys[1:]
-    if isinstance(node, list):
-        for item in node:
-            if isinstance(item, dict) and head in (item.get("name"), item.get("as"), item.get("stage")):
-                if not rest:
-                    raise RecipeError(path, full, "cannot replace a whole run or stage with --set")
-                return _set_path(item, rest, value, path, full)
-        raise RecipeError(path, full, f"no run or stage named {head!r}")
-    if not isinstance(node, dict):
-        raise RecipeError(path, full, f"{head!r} is inside a value that is not a section")
-    if not rest:
-        node[head] = value
-        return None
-    return _set_path(node.setdefault(head, {}), rest, value, path, full)
 
 
 def load_recipe(name_or_path: str, overrides: dict[str, Any] | None = None,
