@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from transforms.flow.config_io import secret_names
 from transforms.flow.recipe_check import stage_places
 from transforms.flow.recipe_schema import (  # noqa: F401  (conditions, holds: re-exported)
     Recipe,
@@ -102,19 +103,6 @@ def order(recipe: Recipe) -> list[RunSpec]:
 
 
 def secret_names_of(recipe: Recipe) -> list[str]:
-    """Every variable a recipe forwards: its `secrets` and every stage's `resources.secrets`."""
-    names = set(recipe.secrets)
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            res = node.get("resources")
-            if isinstance(res, dict) and isinstance(res.get("secrets"), list):
-                names.update(str(n) for n in res["secrets"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk([r.model_dump() for r in recipe.runs])
-    return sorted(names)
+    """Every variable a recipe forwards: its `secrets` and every stage's `resources.secrets` (the walk the
+    tools' configs use too, config_io.secret_names)."""
+    return secret_names([r.model_dump() for r in recipe.runs], recipe.secrets)
