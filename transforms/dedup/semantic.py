@@ -29,6 +29,7 @@ from pydantic import Field, PrivateAttr
 from transforms.core import columns as C
 from transforms.core.deps import require
 from transforms.core.stage import GlobalStage, StageError, set_drop_reason, set_duplicate_of
+from transforms.dedup.neighbours import greedy_keep
 from transforms.embed.base import Embedder, EmbedderConfig
 from transforms.embed.knn import KnnConfig, similar_pairs
 
@@ -109,22 +110,6 @@ class SemanticDedup(GlobalStage):
             return similar_pairs(vectors, self.threshold, self.knn)
         return clustered_pairs(vectors, self.threshold, n_clusters=self.n_clusters, n_probe=self.n_probe,
                                seed=self.seed, knn=self.knn)
-
-
-def greedy_keep(n: int, pairs: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """duplicate_of index per row (-1 = kept), visiting rows in `order` (a permutation of range(n))."""
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    earlier: dict[int, list[int]] = {}
-    for a, b in pairs.tolist():
-        first, later = (a, b) if rank[a] < rank[b] else (b, a)
-        earlier.setdefault(later, []).append(first)
-    dup = np.full(n, -1, dtype=np.int64)
-    for row in sorted(earlier, key=lambda r: rank[r]):
-        kept = [j for j in earlier[row] if dup[j] < 0]
-        if kept:
-            dup[row] = min(kept, key=lambda j: rank[j])
-    return dup
 
 
 def clustered_pairs(vectors: np.ndarray, threshold: float, *, n_clusters: int | None = None, n_probe: int = 1,
