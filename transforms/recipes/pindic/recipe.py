@@ -58,6 +58,13 @@ class _EmbedWorker:
         return self.embedder.encode(texts)
 
 
+def embed_placement(embedder: dict[str, Any]) -> dict[str, Any]:
+    """Where the embedder's actor goes (a stage's `resources` fields): a vLLM worker's GPU for a cuda device (its
+    image has CUDA torch: e5-torch, sentence-transformers), else a CPU worker."""
+    device = str(embedder.get("device") or "")
+    return {"env": "vllm", "gpus": 1, "cpus": 1} if device.startswith("cuda") else {"cpus": 1}
+
+
 @lru_cache(maxsize=4)
 def _embed_actor(config_json: str) -> Any:
     import json
@@ -66,8 +73,7 @@ def _embed_actor(config_json: str) -> Any:
 
     from transforms.core.stage import placement_args
 
-    device = str(json.loads(config_json).get("device") or "")
-    place = {"env": "vllm", "gpus": 1, "cpus": 1} if device.startswith("cuda") else {"cpus": 1}
+    place = embed_placement(json.loads(config_json))
     return ray.remote(**placement_args(place))(_EmbedWorker).remote(config_json)
 
 
