@@ -29,14 +29,14 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobs.config import parse_set
     from transforms.embed.cache import CachedEmbedder
+    from transforms.flow.config_io import parse_set
     from transforms.flow.context import run_stages
     from transforms.flow.recipe import REPO, load_recipe
-    from transforms.judge.evaluate import evaluate
     from transforms.judge.gate import SupervisedPrefilter
-    from transforms.judge.report import render_judge_eval
-    from transforms.judge.seeds import load_labels
+    from transforms.recipes.ko_piqa.cascade_eval import evaluate
+    from transforms.recipes.ko_piqa.judge_report import render_judge_eval
+    from transforms.recipes.ko_piqa.seeds import load_labels
 
     def _resolve(path: str) -> str:  # a relative labels path: the working directory, else the repository
         p = Path(path)
@@ -100,7 +100,7 @@ def ko_piqa_linear_judges() -> dict[str, dict[str, Any]]:
     """The ko-piqa recipe's linear judges as its crawl run declares them: name -> `judge` fields."""
     from transforms.flow.recipe import load_recipe
 
-    stages = {s["stage"]: s for s in load_recipe("ko-piqa").run("crawl").stages}
+    stages = {s.stage: s.fields for s in load_recipe("ko-piqa").run("crawl").stages}
     specs = {"prefilter": stages["supervised_prefilter"]["judge"]}
     specs |= {c["name"]: c["judge"] for c in stages["ensemble"]["classifiers"] if c.get("kind") == "linear"}
     return specs
@@ -108,7 +108,7 @@ def ko_piqa_linear_judges() -> dict[str, dict[str, Any]]:
 
 def defence_main(argv: list[str] | None = None) -> int:
     """`python -m jobs.judge_eval defence`: the injection defence's flip rates and recall cost (docs/judges.md)."""
-    from transforms.judge.defence import ROOT, measure_defence
+    from transforms.recipes.ko_piqa.defence import ROOT, measure_defence
 
     p = argparse.ArgumentParser(prog="python -m jobs.judge_eval defence",
                                 description="flip rate and recall cost of the injection defence (issue 24)")

@@ -20,7 +20,7 @@ from jobutil import ko_piqa_judges
 
 from transforms.judge.injection import POSITIONS, attack_set, flip_rate, inject, load_templates
 from transforms.judge.linear import LinearJudge, embedder_for, train
-from transforms.judge.seeds import load_labels
+from transforms.recipes.ko_piqa.seeds import load_labels
 from transforms.text.guard import injection_flags, sanitize
 from transforms.text.views import min_over_parts, part_views, prefix_views, with_prefixes
 

@@ -8,8 +8,8 @@ from conftest import SAMPLES
 
 from transforms.core import columns as C
 from transforms.judge.injection import POSITIONS, inject, load_templates
-from transforms.judge.seeds import load_labels
 from transforms.llm.cultural import CulturalTagger, guarded_terms, load_lexicon
+from transforms.recipes.ko_piqa.seeds import load_labels
 from transforms.text.views import llm_views, prefix_views
 
 LIST = "(김치냉장고, 온돌, 제사, 한복, 떡국)"

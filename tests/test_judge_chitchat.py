@@ -15,8 +15,8 @@ from jobutil import ko_piqa_judges
 
 from transforms.judge.linear import LinearJudge, training_rows
 from transforms.judge.member import LinearClassifier
-from transforms.judge.seeds import LabelError, load_labels
 from transforms.judge.views import normalise
+from transforms.recipes.ko_piqa.seeds import LabelError, load_labels
 
 CHIT = ("3i4k", "chatbot_songys")
 

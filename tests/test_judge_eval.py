@@ -11,8 +11,8 @@ from conftest import SAMPLES
 
 from jobs.cli import main
 from transforms.core.manifest import RunManifest, StageRecord
-from transforms.judge.run_eval import evaluate_run, member_figures
-from transforms.judge.seeds import LabelledRow
+from transforms.recipes.ko_piqa.run_eval import evaluate_run, member_figures
+from transforms.recipes.ko_piqa.seeds import LabelledRow
 
 
 def _kin(i: int, doc: int, physical: int, text: str = "질문") -> dict:

@@ -9,7 +9,7 @@ from sklearn.metrics import precision_score, recall_score, roc_auc_score
 
 from transforms.judge.linear import fit_linear, threshold_for_recall
 from transforms.judge.metrics import judge_metrics, pr_curve, roc_auc, verdict_metrics
-from transforms.judge.seeds import LabelError, kin_parity, load_labels
+from transforms.recipes.ko_piqa.seeds import LabelError, kin_parity, load_labels
 
 
 def test_auc_precision_recall_match_sklearn():

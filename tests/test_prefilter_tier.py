@@ -18,7 +18,7 @@ from conftest import ROOT, SAMPLES
 from jobutil import ko_piqa_judges
 
 from transforms.judge.linear import LinearJudge, embedder_for, train
-from transforms.judge.seeds import load_labels
+from transforms.recipes.ko_piqa.seeds import load_labels
 from transforms.text.guard import sanitize
 
 

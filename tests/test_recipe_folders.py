@@ -5,6 +5,9 @@
   (no `ko_`/`ja_`/`ru_`/`ta_`/`zh_` prefix, no module named after a language or a recipe): such a stage
   is one recipe's and belongs in its folder. Language tools that are not stages (japanese_words.py) stay
   where every layer can use them.
+* Code that is not a stage but serves one recipe only (Ko-PIQA's cascade evaluation, its report, the KiN seed
+  split) is defined in that recipe's folder only (`RECIPE_ONLY`); a module of a lower layer importing it is a
+  deprecated re-export shim that defines nothing (the contract's `ignore_imports`).
 * The import layers of pyproject.toml are also held for `module:attr` strings: a module never names a
   module of a higher layer in a string literal (lint-imports cannot see those imports).
 """
@@ -22,6 +25,14 @@ import yaml
 from transforms.flow.registry import STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
+# What only one recipe uses, by the names it is defined under (functions, classes, module constants).
+RECIPE_ONLY = {
+    "ko_piqa": {"KIN_SPLIT", "kin_parity",                                        # the KiN seed split
+                "prefilter_scores", "by_group", "llm_tokens",                     # judge-eval's cascade evaluation
+                "JudgesReport", "member_figures", "NEGATIVE_SOURCES",             # a run's kept rows vs the labels
+                "render_judges", "render_judge_eval", "render_run",               # their HTML
+                "measure_defence", "recipe_judges"},                             # the injection defence's figures
+}
 RECIPE_PREFIXES = ("ko_", "ja_", "ru_", "ta_", "zh_", "pindic")
 LANGUAGE_MODULES = re.compile(r"(korean|japanese|russian|tamil|chinese|pindic|ko_piqa|j_piqa|ru_piqa|ta_piqa)")
 
@@ -107,3 +118,41 @@ def test_no_module_names_a_higher_layer_in_a_string():
                     upward.append(f"{module} names {node.value!r}")
     # the registry and the orchestrator (transforms.flow) sit above every stage: they may name any of them
     assert not upward, "string imports up a layer: " + "; ".join(upward)
+
+
+def _defined(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_code_only_one_recipe_uses_is_defined_in_its_folder_only():
+    modules = sorted((ROOT / "transforms").rglob("*.py")) + sorted((ROOT / "jobs").rglob("*.py"))
+    for recipe, names in RECIPE_ONLY.items():
+        home = ROOT / "transforms" / "recipes" / recipe
+        where: dict[str, list[Path]] = defaultdict(list)
+        for path in modules:
+            for name in _defined(path) & names:
+                where[name].append(path)
+        assert set(where) == names, f"not defined anywhere (RECIPE_ONLY is stale): {sorted(names - set(where))}"
+        outside = [f"{name} in {p.relative_to(ROOT)}" for name, paths in where.items() for p in paths
+                   if home not in p.parents]
+        assert not outside, f"{recipe}'s own code outside transforms/recipes/{recipe}/: " + "; ".join(outside)
+
+
+def test_an_import_up_a_layer_is_only_a_deprecated_shim_that_defines_nothing():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contract = next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
+    for entry in contract.get("ignore_imports", []):
+        module = entry.split("->")[0].strip()
+        path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        doc = ast.get_docstring(tree) or ""
+        assert doc.startswith("Deprecated"), f"{module} imports up a layer: a shim says so in its docstring"
+        code = [n for n in tree.body[1:] if not isinstance(n, ast.Import | ast.ImportFrom)]
+        assert not code, f"{module} imports up a layer (ignored by the contract) and defines code at line {code[0].lineno}"

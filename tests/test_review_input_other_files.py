@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from transforms.io.writers_intake import WriterColumns, read_writer_file
-from transforms.judge.seeds import LabelError, load_labels
+from transforms.judge.labels import LabelError, load_labels
 from transforms.llm.cultural import load_lexicon
 
 GOOD = {"goal": "தண்ணீர் கொதிக்க", "sol1": "அடுப்பில் வை", "sol2": "குளிரில் வை", "label": "0"}

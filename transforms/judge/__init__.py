@@ -1,3 +1,4 @@
-"""Judges of the Ko-PIQA cascade measured on labelled rows: seed labels, a linear classifier on
-sentence embeddings, metrics, prompt-injection checks and the report section (docs/judges.md).
+"""Judges measured on labelled rows: labelled-row files and held-out splits, a linear classifier on sentence
+embeddings, the prefilter and ensemble stages, metrics and prompt-injection checks (docs/judges.md). What only
+Ko-PIQA uses (the KiN seed split, its cascade evaluation and report) is in transforms/recipes/ko_piqa/.
 Heavy imports (sklearn, matplotlib, embedding engines) happen inside the functions that need them."""

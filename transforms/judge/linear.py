@@ -23,9 +23,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.embed.base import EmbedderConfig
+from transforms.judge.labels import LabelError, LabelledRow, ParitySplit, load_labels
 from transforms.judge.metrics import judge_metrics
 from transforms.judge.ngram_tier import FittedTier, NgramTier, fit_tier
-from transforms.judge.seeds import LabelError, LabelledRow, load_labels
 from transforms.text.guard import injection_flags, sanitize
 from transforms.text.views import (
     min_over_parts,
@@ -48,10 +48,13 @@ class LinearJudge(BaseModel):
 
     labels: str = Field("lake/samples/ko_seed_labels.jsonl", description="Labelled JSONL (docs/ko_piqa_rubric.md).")
     extra_labels: list[str] = Field(default_factory=list, description="More labelled JSONL files trained on with "
-                                    "`labels` (e.g. mined hard negatives); odd-docId KiN rows are refused here too.")
+                                    "`labels` (e.g. mined hard negatives); rows `held_out` holds out are refused here too.")
     negative_sources: list[str] | None = Field(None, description="Train only on the positives and on the negatives "
                                                "from these sources (e.g. [3i4k, chatbot_songys]: a judge that tells "
                                                "physical questions from assistant chit-chat); null: every row.")
+    held_out: ParitySplit | None = Field(None, description="Rows of the labels files held out to check the judge, "
+                                         "refused for training (Ko-PIQA: KiN questions with an odd docId); "
+                                         "null: every row may be trained on.")
     label: str = Field("physical", description="Which 0/1 field of the labels to learn.")
     embedder: EmbedderConfig = Field(default_factory=default_embedder)
     embed_chars: int = Field(128, ge=16, description="Text is whitespace-normalised and cut to this many "
@@ -235,7 +238,7 @@ def embedder_for(config: LinearJudge, cache_dir: str | Path | None = None) -> An
 
 def training_rows(config: LinearJudge) -> list[LabelledRow]:
     """The rows the judge learns: `labels` + `extra_labels`, restricted by `negative_sources`."""
-    rows = [r for f in [config.labels, *config.extra_labels] for r in load_labels(f)]
+    rows = [r for f in [config.labels, *config.extra_labels] for r in load_labels(f, held_out=config.held_out)]
     if config.negative_sources is not None:
         keep = set(config.negative_sources)
         rows = [r for r in rows if getattr(r, config.label) or r.source in keep]
@@ -255,12 +258,12 @@ def views_of(config: LinearJudge, text: str) -> list[str]:
 
 def seed_views(config: LinearJudge, labels: str | None = None) -> list[str]:
     """Every text `train` embeds for one labels file (default `labels`): windows and, with views, their views."""
-    views = [views_of(config, r.text) for r in load_labels(labels or config.labels)]
+    views = [views_of(config, r.text) for r in load_labels(labels or config.labels, held_out=config.held_out)]
     return [x for v in views for x in (v if config.views else v[-1:])]
 
 
 def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLinear:
-    """Embed the labelled rows (through the embedding cache) and fit; odd-docId KiN rows are refused."""
+    """Embed the labelled rows (through the embedding cache) and fit; held-out rows are refused."""
     rows = training_rows(config)
     labels = np.array([getattr(r, config.label) for r in rows], dtype=bool)
     embedder = embedder_for(config, cache_dir)

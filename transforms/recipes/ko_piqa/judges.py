@@ -17,12 +17,10 @@ from transforms.core.manifest import RunManifest
 
 def measure_judges(manifest: RunManifest, lake: Lake, labels: list[str], judge_eval: str | None = None
                    ) -> dict[str, Any] | None:
-    from transforms.judge.report import render_judges
-    from transforms.judge.run_eval import evaluate_run
+    from transforms.recipes.ko_piqa.judge_report import render_judges
+    from transforms.recipes.ko_piqa.run_eval import PREFILTERS, evaluate_run
 
     paths = [p for p in labels if Path(p).exists()]
-    from transforms.judge.run_eval import PREFILTERS
-
     if not paths or not any(s.name in PREFILTERS for s in manifest.stages):
         return None
     figures: dict[str, Any] = {"run": evaluate_run(manifest, paths)}
