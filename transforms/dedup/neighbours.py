@@ -2,7 +2,7 @@
 (`greedy_keep`, semantic_dedup and the review suggestions) and each row's semantic neighbours
 (`semantic_neighbours`, review_neighbours). The stages call them on their embeddings; scripts/gpu_check.sh
 calls them on a GPU machine that has torch but not pyarrow, to compare the decisions e5-torch makes on cuda
-with the CPU's (benchmarks/gpu_dedup_check.py).
+with the CPU's (scripts/gpu_dedup_check.py).
 """
 
 from __future__ import annotations
