@@ -80,3 +80,19 @@ def test_judge_eval_cli_reports_flip_rate_beside_precision_and_recall(tmp_path, 
         assert all(flips["by_position"][p] == 0 for p in ("end", "start", "inside"))
     html = (out / "judges.html").read_text(encoding="utf-8")
     assert "Injection templates" in html and "flip rate" in html
+
+
+def test_the_report_section_has_a_members_and_a_groups_table_only_when_there_are_rows():
+    from transforms.recipes.ko_piqa.judge_report import render_judges
+
+    m = {"rows": 3, "positives": 1, "tp": 1, "fp": 0, "precision": 1.0, "recall": 1.0, "auc": 0.5, "pass_rate": 0.3}
+    run = {"groups": {"naver_kin/odd": m}, "members": {"e5-strict": {"asked": 3, "said_yes": 1, "labelled": m}},
+           "kept_rows": 3, "kept_stage": "ensemble", "kept_by_source": {"naver_kin": 3}}
+    result = {"judges": {"prefilter": {**m, "kind": "linear", "cost": {}}},
+              "by_group": {"naver_kin/odd": {"cascade": m, "prefilter": m}}}
+    html = render_judges({"run": run, "judge_eval": result})
+    assert ("<h3>Ensemble members on the rows they were asked about</h3><table><tr><th class='l'>member</th>"
+            "<th>asked</th>") in html and "<td class='l'>e5-strict</td><td>3</td><td>1</td>" in html
+    assert "<h3>Cascade by source (KiN even = seed labels, odd = held out)</h3>" in html
+    bare = render_judges({"run": {**run, "members": {}}, "judge_eval": {**result, "by_group": {}}})
+    assert "Ensemble members" not in bare and "Cascade by source" not in bare and "naver_kin/odd" in bare

@@ -51,6 +51,12 @@ def plot_png(judges: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
+def _titled_table(title: str, columns: tuple[str, ...], rows: str) -> str:
+    """An h3 and a table (the first column left-aligned), or nothing when there are no rows."""
+    head = f"<th class='l'>{columns[0]}</th>" + "".join(f"<th>{c}</th>" for c in columns[1:])
+    return f"<h3>{title}</h3><table><tr>{head}</tr>{rows}</table>" if rows else ""
+
+
 def render_judges(extras: dict[str, Any]) -> str:
     """The run report's section: the run's kept rows against the labels, then judge-eval's figures."""
     html = render_run(extras["run"]) if extras.get("run") else ""
@@ -71,10 +77,8 @@ def render_run(run: dict[str, Any]) -> str:
         f"<tr><td class='l'>{escape(n)}</td><td>{_f(v['asked'])}</td><td>{_f(v['said_yes'])}</td>"
         f"<td>{_f((v['labelled'] or {}).get('positives'))}</td><td>{_f((v['labelled'] or {}).get('recall'))}</td>"
         f"<td>{_f((v['labelled'] or {}).get('precision'))}</td></tr>" for n, v in run.get("members", {}).items())
-    if members:
-        members = ("<h3>Ensemble members on the rows they were asked about</h3><table><tr><th class='l'>member</th>"
-                   "<th>asked</th><th>yes</th><th>labelled physical</th><th>recall</th><th>precision</th></tr>"
-                   + members + "</table>")
+    members = _titled_table("Ensemble members on the rows they were asked about", ("member", "asked", "yes",
+                            "labelled physical", "recall", "precision"), members)
     return (f"<h2>What this run kept, against the labels</h2><p class='meta'>{_f(run.get('kept_rows'))} rows kept "
             f"after the {escape(str(run.get('kept_stage')))} stage; from 3i4k/chatbot: "
             f"{_f(run.get('kept_from_negative_sources'))} ({_f(share)}); by source "
@@ -110,10 +114,8 @@ def render_judge_eval(result: dict[str, Any], *, with_plot: bool = True) -> str:
         f"<tr><td class='l'>{escape(g)}</td><td>{_f(v['cascade']['rows'])}</td><td>{_f(v['cascade']['positives'])}</td>"
         f"<td>{_f(v['prefilter']['recall'])}</td><td>{_f(v['cascade']['precision'])}</td><td>{_f(v['cascade']['recall'])}</td>"
         f"<td>{_f(v['cascade']['pass_rate'])}</td></tr>" for g, v in result.get("by_group", {}).items())
-    if groups:
-        groups = ("<h3>Cascade by source (KiN even = seed labels, odd = held out)</h3><table><tr><th class='l'>group"
-                  "</th><th>rows</th><th>positives</th><th>prefilter recall</th><th>cascade precision</th>"
-                  "<th>cascade recall</th><th>pass rate</th></tr>" + groups + "</table>")
+    groups = _titled_table("Cascade by source (KiN even = seed labels, odd = held out)", ("group", "rows", "positives",
+                           "prefilter recall", "cascade precision", "cascade recall", "pass rate"), groups)
     inj = result.get("injection")
     inj_html = ""
     if inj:
