@@ -25,9 +25,9 @@ def test_every_recipe_suggests_with_its_release_suite_near_duplicate_rule():
         suites = [r.release.suite for r in recipe.runs if r.release]
         for run in recipe.runs:
             for spec in run.stages or []:
-                if spec.get("stage") != "review_neighbours":
+                if spec.stage != "review_neighbours":
                     continue
-                stage = ReviewNeighbours.model_validate({k: v for k, v in spec.items() if k not in ("stage", "when")})
+                stage = ReviewNeighbours.model_validate(spec.fields)
                 nd = load_suite(suites[0]).near_duplicates
                 assert nd is not None
                 assert (stage.gate_threshold, stage.gate_representation, stage.gate_column) == \

@@ -101,6 +101,13 @@ class ExpandStage(CreatingStage):
     """
 
     empty_reason: ClassVar[str] = "no_children"
+    drop_reasons: ClassVar[dict[str, str]] = {"no_children": "the row yielded no children"}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        declare_empty_reason(cls, "the row yielded no children")
+
     inherit_columns: bool = Field(True, description="Copy the parent's columns onto children that lack them.")
 
     def expand(self, batch: pa.Table) -> pa.Table:
@@ -201,6 +208,12 @@ class AggregateStage(GlobalStage, CreatingStage):
     """
 
     empty_reason: ClassVar[str] = "not_in_any_group"
+    drop_reasons: ClassVar[dict[str, str]] = {"not_in_any_group": "the row belongs to no group"}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        declare_empty_reason(cls, "the row belongs to no group")
 
     def aggregate(self, table: pa.Table) -> pa.Table:
         raise NotImplementedError
@@ -257,3 +270,11 @@ def role_counts(table: pa.Table) -> dict[str, int]:
         return {}
     return {str(k): int(v) for k, v in zip(*[a.to_pylist() for a in pc.value_counts(table.column(ROLE)).flatten()],
                                             strict=True)}
+
+
+def declare_empty_reason(cls: Any, meaning: str) -> None:
+    """A creating stage's `empty_reason` is one of its drop reasons, whatever its subclass calls it."""
+    inherited = {getattr(b, "empty_reason", None) for b in cls.__mro__[1:]} - {cls.empty_reason}
+    own = cls.__dict__.get("drop_reasons", {})
+    kept = {k: v for k, v in cls.drop_reasons.items() if k in own or k not in inherited}
+    cls.drop_reasons = {**kept, cls.empty_reason: kept.get(cls.empty_reason, meaning)}

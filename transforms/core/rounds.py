@@ -44,6 +44,10 @@ class QuotaCap(GlobalStage):
     """Keep at most `caps[group]` rows per group, in id order; the rest are dropped as `quota_full`."""
 
     name: ClassVar[str] = "quota_cap"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "no_quota_for_group": "its group has no quota",
+        "quota_full": "its group's quota is already full",
+    }
     group_column: str = "locale"
     caps: dict[str, int] = Field(default_factory=dict)
 

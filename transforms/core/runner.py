@@ -59,7 +59,7 @@ from transforms.core.planning import (
     plan_partitions,
     read_partitions,
 )
-from transforms.core.stage import GlobalStage, Stage
+from transforms.core.stage import GlobalStage, Stage, check_drop_reasons
 from transforms.core.writing import write_dataset
 
 log = logging.getLogger("piqaforge")
@@ -156,6 +156,7 @@ def _record(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds: flo
     kind = stage_kind(stage)
     kept = count_rows(dirs.kept)
     dropped = value_counts(dirs.rejected, C.DROP_REASON) if parquet_files(dirs.rejected) else {}
+    check_drop_reasons(stage, [str(r) for r in dropped])  # every kind, whichever way the stage ran (sources too)
     created, consumed = lineage_counts(dirs.lineage, kind)
     if kind == "source":  # every record the source saw was born here
         rows_in, created = 0, kept + sum(dropped.values())

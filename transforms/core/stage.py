@@ -38,6 +38,13 @@ class Stage(BaseModel):
     # True when setup() loads something expensive: the runner then uses an actor pool so the
     # model loads once per worker instead of once per batch.
     stateful: ClassVar[bool] = False
+    # Why it drops rows: each reason's kind and what it means. A reason is `kind` or `kind:detail`
+    # (`empty_field:goal`); the runner refuses a kind not listed here (`check_drop_reasons`), and
+    # `piqaforge stages NAME`, docs/stages_reference.md and the run report read the meanings from here.
+    drop_reasons: ClassVar[dict[str, str]] = {}
+    # The item columns it adds that a release may publish (names from transforms/piqa/schema.ITEM_COLUMNS,
+    # which holds each one's type and meaning); the release card names the stage beside each.
+    release_columns: ClassVar[tuple[str, ...]] = ()
 
     resources: Resources = Field(default_factory=Resources, description="Per-copy resources on a cluster.")
 
@@ -101,6 +108,7 @@ class Stage(BaseModel):
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         batch = self.prepare(batch)
+        before = batch.column(C.DROP_REASON) if C.DROP_REASON in batch.schema.names else None
         n = batch.num_rows
         out = self.process(batch) if n else self.process_empty(batch)
         if out.num_rows != n:
@@ -111,7 +119,12 @@ class Stage(BaseModel):
         missing = [c for c in self.writes if c not in out.schema.names]
         if missing:
             raise StageError(f"stage '{self.name}' promised column(s) {missing} but did not write them.")
-        return mark_dropped(out, self.name)
+        out = mark_dropped(out, self.name)
+        reasons = out.column(C.DROP_REASON)
+        if before is not None:  # only the reasons this stage gave (an earlier stage's stand)
+            reasons = pc.filter(reasons, pc.is_null(before.cast(pa.string())))
+        check_drop_reasons(self, pc.unique(reasons.drop_null()).to_pylist())
+        return out
 
     def process_empty(self, batch: pa.Table) -> pa.Table:
         # Empty blocks happen on Ray; give them the output schema without calling the model.
@@ -120,6 +133,11 @@ class Stage(BaseModel):
             if col not in out.schema.names:
                 out = out.append_column(col, pa.nulls(0, pa.string()))
         return out
+
+    def declared_drop_reasons(self) -> dict[str, str]:
+        """The kinds this stage may drop rows for: its class's `drop_reasons`, plus any a field names
+        (a stage whose reason is configured, such as `drop_where`'s `reason`, adds it here)."""
+        return dict(type(self).drop_reasons)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "reads": list(self.reads), "writes": list(self.writes), **self.model_dump()}
@@ -161,6 +179,37 @@ class GlobalStage(Stage):
 def _run_global(stage: GlobalStage, *tables: pa.Table) -> pa.Table:
     table = pa.concat_tables(list(tables), promote_options="default") if tables else pa.table({})
     return stage(table)
+
+
+def reason_kind(reason: str) -> str:
+    """`empty_field:goal` -> `empty_field`: what a stage declares in `drop_reasons`."""
+    return reason.split(":", 1)[0].strip()
+
+
+DROP_REASONS_LOG = "PIQAFORGE_UNDECLARED_DROPS"
+
+
+def check_drop_reasons(stage: Any, reasons: list[str]) -> None:
+    """Refuse a drop reason whose kind the stage's class does not declare in `drop_reasons` (StageError
+    naming the class, the kind and what it declares). With PIQAFORGE_UNDECLARED_DROPS=<file> they are
+    appended there instead (a survey of what stages give)."""
+    declared = stage.declared_drop_reasons() if hasattr(stage, "declared_drop_reasons") else \
+        dict(getattr(type(stage), "drop_reasons", {}) or {})
+    undeclared = sorted({reason_kind(r) for r in reasons if r and reason_kind(r) not in declared})
+    if not undeclared:
+        return
+    if survey := os.environ.get(DROP_REASONS_LOG):
+        with open(survey, "a", encoding="utf-8") as fh:
+            for kind in undeclared:
+                example = next(r for r in reasons if r and reason_kind(r) == kind)
+                fh.write(f"{type(stage).__module__}:{type(stage).__name__}\t{stage.name}\t{kind}\t{example[:80]}\n")
+        return
+    if not os.environ.get("PIQAFORGE_DROP_REASONS_STRICT"):  # TEMPORARY while the classes are declared
+        return
+    cls = type(stage)
+    raise StageError(f"stage '{stage.name}' dropped rows for reason(s) {undeclared} that its class "
+                     f"{cls.__module__}.{cls.__name__} does not declare (it declares {sorted(declared) or 'none'}): "
+                     f"list each in `drop_reasons = {{'<kind>': '<what it means>'}}` on the class")
 
 
 # -- helpers shared by stages and the runner ------------------------------------------------------

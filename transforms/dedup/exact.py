@@ -117,6 +117,9 @@ def mark_duplicates(batch: pa.Table, keep: pa.Array | pa.ChunkedArray) -> pa.Tab
 
 class ExactDedup(GlobalStage):
     name: ClassVar[str] = "exact_dedup"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "exact_duplicate": "the same normalised text as an earlier row (duplicate_of names it)",
+    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
 

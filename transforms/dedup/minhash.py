@@ -60,6 +60,9 @@ class MinHashDedup(GlobalStage):
     """Drop near-duplicate texts (character n-gram Jaccard >= threshold), keeping the smallest id."""
 
     name: ClassVar[str] = "minhash_dedup"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "near_duplicate": "a MinHash near-duplicate of an earlier row (duplicate_of names it)",
+    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
 

@@ -61,6 +61,9 @@ class NoveltyFilter(GlobalStage):
     """Keep a candidate only if nothing in the reference or earlier in this table is within `threshold`."""
 
     name: ClassVar[str] = "novelty"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "near_existing": "too similar to an item of the existing set",
+    }
     extras: ClassVar[tuple[str, ...]] = ("embed",)
     writes: ClassVar[tuple[str, ...]] = ("near_id", "near_text", "near_similarity")
 

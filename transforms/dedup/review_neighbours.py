@@ -283,6 +283,9 @@ class ConfirmedDuplicates(Stage):
     """
 
     name: ClassVar[str] = "confirmed_duplicates"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "duplicate": "reviewers confirmed it duplicates another item (duplicate_of names it)",
+    }
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
 

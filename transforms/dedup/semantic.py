@@ -38,6 +38,9 @@ DROP_REASON = "semantic_duplicate"
 
 class SemanticDedup(GlobalStage):
     name: ClassVar[str] = "semantic_dedup"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "semantic_duplicate": "an embedding near-duplicate of an earlier item (duplicate_of names it)",
+    }
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
     stateful: ClassVar[bool] = True

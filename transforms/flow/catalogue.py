@@ -1,7 +1,8 @@
 """What every registered stage says about itself, for `piqaforge stages [NAME]` and docs/stages_reference.md.
 
 Everything here is read from the stage classes (their docstring, typed fields with descriptions and
-defaults, `reads` / `writes`, `extras`, `stateful`): nothing is written beside them. The reference document
+defaults, `reads` / `writes`, `extras`, `stateful`, `drop_reasons`, `release_columns`): nothing is written
+beside them (a release column's meaning is transforms/piqa/schema.ITEM_COLUMNS's). The reference document
 is generated (`piqaforge stages --markdown > docs/stages_reference.md`) and a test keeps it current.
 """
 
@@ -34,6 +35,8 @@ class StageDoc:
     writes: tuple[str, ...]
     extras: tuple[str, ...]
     fields: tuple[FieldDoc, ...]
+    drop_reasons: tuple[tuple[str, str], ...] = ()
+    release_columns: tuple[tuple[str, str], ...] = ()
 
 
 def _type(annotation: Any) -> str:
@@ -101,9 +104,15 @@ def describe(name: str) -> StageDoc:
     summary = " ".join(doc.split("\n\n")[0].split())
     fields = tuple(FieldDoc(n, _type(f.annotation), _default(f), " ".join(_description(cls, n, f).split()))
                    for n, f in getattr(cls, "model_fields", {}).items())
+    from transforms.piqa.schema import ITEM_COLUMNS
+
+    columns = tuple((c, ITEM_COLUMNS[c].meaning if c in ITEM_COLUMNS else "(not an item column: "
+                     "transforms/piqa/schema.ITEM_COLUMNS lacks it)") for c in getattr(cls, "release_columns", ()))
     return StageDoc(name=name, ref=STAGES.get(name, name), summary=summary, kind=_kind(cls),
                     reads=tuple(getattr(cls, "reads", ())), writes=tuple(getattr(cls, "writes", ())),
-                    extras=tuple(sorted(declared_extras(name))), fields=fields)
+                    extras=tuple(sorted(declared_extras(name))), fields=fields,
+                    drop_reasons=tuple(sorted((getattr(cls, "drop_reasons", None) or {}).items())),
+                    release_columns=columns)
 
 
 def first_sentence(text: str, limit: int = 110) -> str:
@@ -136,7 +145,9 @@ def stage_markdown(name: str, level: str = "##") -> str:
              f"- kind: {d.kind}; class `{d.ref}`",
              f"- reads: {', '.join(f'`{c}`' for c in d.reads) or '—'}; writes: "
              f"{', '.join(f'`{c}`' for c in d.writes) or '—'}",
-             f"- extras: {', '.join(d.extras) or 'none (core install)'}", "",
+             f"- extras: {', '.join(d.extras) or 'none (core install)'}",
+             "- drops rows for: " + ("; ".join(f"`{k}` ({m})" for k, m in d.drop_reasons) or "— (keeps every row)"),
+             "- adds to a release: " + (", ".join(f"`{c}` ({m})" for c, m in d.release_columns) or "—"), "",
              "| field | type | default | description |", "|---|---|---|---|"]
     lines += [f"| `{f.name}` | {_cell(f.type)} | {_cell(f.default)} | {_cell(f.description) or '—'} |"
               for f in d.fields]
@@ -149,7 +160,12 @@ def stage_text(name: str) -> str:
     width = max([len(f.name) for f in d.fields] + [5])
     lines = [f"{name}  ({d.kind}; {d.ref})", "", d.summary, "",
              f"reads:  {', '.join(d.reads) or '-'}", f"writes: {', '.join(d.writes) or '-'}",
-             f"extras: {', '.join(d.extras) or 'none'}", "", f"{'field':<{width}}  default / description"]
+             f"extras: {', '.join(d.extras) or 'none'}"]
+    lines += ["drops rows for:"] + [f"  {k}: {m}" for k, m in d.drop_reasons] if d.drop_reasons else \
+        ["drops rows for: - (keeps every row)"]
+    if d.release_columns:
+        lines += ["adds to a release:"] + [f"  {c}: {m}" for c, m in d.release_columns]
+    lines += ["", f"{'field':<{width}}  default / description"]
     for f in d.fields:
         lines.append(f"{f.name:<{width}}  {f.type} = {f.default}")
         if f.description:
@@ -161,7 +177,8 @@ def stage_text(name: str) -> str:
 def reference_markdown() -> str:
     head = ("# Stage reference\n\n"
             "Generated from the stage classes by `piqaforge stages --markdown` (tests/test_stage_catalogue.py "
-            "keeps it current): every stage a recipe can name, what it reads and writes, the extras it needs "
+            "keeps it current): every stage a recipe can name, what it reads and writes, the extras it needs, "
+            "why it drops rows (a drop reason is `kind` or `kind:detail`), the item columns it adds to a release "
             "and every field with its type, default and description. A recipe entry is `{stage: NAME, when: "
             "PARAM, FIELD: VALUE, ...}` (docs/recipes.md).\n\n")
     if DEPRECATED:

@@ -177,4 +177,18 @@ def release_hub(ctx: Any, spec: Any) -> dict[str, Any]:
             "sources": [s.model_dump() for s in release.sources if not isinstance(s, str)],
             "notes": [s for s in release.sources if isinstance(s, str)], "columns": release.columns,
             "repo_id": release.repo_id, "pretty_name": release.pretty_name or ctx.recipe.description.split(":")[0],
-            "people": release.annotators}
+            "people": release.annotators, "added_by": column_origins(ctx.recipe)}
+
+
+def column_origins(recipe: Any) -> dict[str, list[str]]:
+    """Item column -> the recipe's stages whose class declares it in `release_columns` (the card's column table)."""
+    from transforms.flow.recipe_check import stage_places
+    from transforms.flow.registry import stage_class
+
+    out: dict[str, list[str]] = {}
+    for run in recipe.runs:
+        for _, entry in stage_places(run):
+            for column in getattr(stage_class(entry.stage), "release_columns", ()):
+                if entry.stage not in out.setdefault(column, []):
+                    out[column].append(entry.stage)
+    return out

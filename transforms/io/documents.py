@@ -132,6 +132,11 @@ class DocumentSource(SourceStage):
     """Documents (txt/md folders or JSONL) → one row per chunk, with the document's metadata."""
 
     name: ClassVar[str] = "read_documents"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "bad_json": "a document line that is not JSON",
+        "empty_document": "the document has no text",
+        "no_licence": "the document names no licence (require_licence)",
+    }
     writes: ClassVar[tuple[str, ...]] = tuple(CHUNK_SCHEMA.names)
 
     paths: list[str] = Field(..., min_length=1, description="Files or folders of .txt/.md/.jsonl documents.")
@@ -227,6 +232,10 @@ class AttachChunks(Stage):
     chunk's text and its document's metadata; an id the documents do not have is `unknown_chunk`."""
 
     name: ClassVar[str] = "attach_chunks"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "unknown_chunk": "the chunk id is not in the documents",
+    }
+    release_columns: ClassVar[tuple[str, ...]] = ("source_document", "grade")
     reads: ClassVar[tuple[str, ...]] = ("chunk_id",)
     writes: ClassVar[tuple[str, ...]] = ("text", "title", "heading", "subject", "grade", "licence",
                                          "source_document", "doc_source", "kind")

@@ -75,6 +75,15 @@ class WritersIntake(SourceStage):
     """Source stage: read every writer file under `path` into item rows (see the module docstring)."""
 
     name: ClassVar[str] = "writers_intake"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "malformed_row": "a line that cannot be read (with --allow-malformed)",
+        "mojibake": "UTF-8 read as cp1252/latin-1",
+        "not_in_script": "too few letters in the language's script",
+        "empty_field": "goal, sol1 or sol2 is empty",
+        "bad_label": "the label is not 0 or 1",
+        "identical_solutions": "sol1 and sol2 are the same text",
+        "duplicate_id": "an id already used by an earlier row",
+    }
     extras: ClassVar[tuple[str, ...]] = ("review",)
 
     path: str = Field(..., description="Folder of writer files (or one file).")

@@ -53,6 +53,9 @@ DROP = "prefilter_rejected"
 # -- the stage ---------------------------------------------------------------------------------------
 class DistilledPrefilter(GlobalStage):
     name: ClassVar[str] = "distilled_prefilter"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "prefilter_rejected": "the distilled prefilter scores it under the threshold",
+    }
     extras: ClassVar[tuple[str, ...]] = ("embed",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("prefilter_score", "prefilter_sampled", "prefilter_known_positive")

@@ -83,6 +83,10 @@ Member = Annotated[Annotated[Classifier, Tag("llm")] | Annotated[LinearClassifie
 
 class EnsembleClassify(LLMStage):
     name: ClassVar[str] = "ensemble"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "ensemble_rejected": "the classifiers did not all vote for it",
+        "llm_unparsable": "a classifier's answer could not be read as a verdict",
+    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("ens_pass", "ens_calls", "ens_raw_output", "ens_provenance")
 

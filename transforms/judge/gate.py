@@ -40,6 +40,9 @@ class OverBudgetError(ValueError):
 
 class SupervisedPrefilter(GlobalStage):
     name: ClassVar[str] = "supervised_prefilter"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "prefilter_rejected": "the linear judge scores it under the threshold",
+    }
     extras: ClassVar[tuple[str, ...]] = ("embed",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("prefilter_score",)

@@ -29,6 +29,9 @@ NOT_SAMPLED = "not_sampled"
 
 class SampleGeneralAndCultural(GlobalStage):
     name: ClassVar[str] = "sample"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "not_sampled": "not drawn into the general or cultural sample",
+    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, "is_cultural")
     writes: ClassVar[tuple[str, ...]] = ("sample_group",)
 

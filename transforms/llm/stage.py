@@ -390,6 +390,9 @@ class LLMTransform(LLMStage, LLMCall):
     (`invalid_output`) with the raw reply in `raw_column`. One reply per row (n = 1)."""
 
     name: ClassVar[str] = "llm_transform"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "invalid_output": "the model's answer did not parse as the output asks (after the retries)",
+    }
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
 
     @model_validator(mode="after")

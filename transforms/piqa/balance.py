@@ -40,6 +40,9 @@ class BalanceLabels(GlobalStage):
     split can bring inside [`min_share`, `max_share`]. `solutions_swapped` records each swap."""
 
     name: ClassVar[str] = "balance_labels"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "label_balance_odd": "the one item left over so that label 0 and 1 are equal in number",
+    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, "label")
     writes: ClassVar[tuple[str, ...]] = (SWAPPED,)
 

@@ -149,6 +149,13 @@ class DegenerateFilter(Stage):
     repetition rule, so what passes here passes there."""
 
     name: ClassVar[str] = "degenerate"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "repetition_loop": "a text repeats itself (a generation loop)",
+        "truncated_text": "a text is cut off",
+        "instruction_in_item": "a text talks to its reader (an instruction obeyed from the input)",
+        "identical_solutions": "the solutions differ only in spacing or punctuation",
+        "solution_copies_goal": "a solution repeats the goal",
+    }
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("degenerate_detail",)
     lang: str | None = Field(None, description="Language of the items (per row: a `lang` column wins); decides "

@@ -88,6 +88,12 @@ class MinimalPairFromEdit(Stage):
     when it is not `goal` (the Japanese prompt calls it `question`)."""
 
     name: ClassVar[str] = "pair_from_edit"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "copies_prompt_example": "the answer copies the prompt's example",
+        "edit_empty": "the answer has no edit",
+        "edit_no_change": "the edit changes nothing",
+        "edit_word_missing": "the edited word is not in the solution",
+    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "answer", "word", "wrong_word")
     writes: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "correct")

@@ -21,6 +21,9 @@ class MinimalPairFilter(Stage):
     """
 
     name: ClassVar[str] = "minimal_pair"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "not_minimal_pair": "the solutions differ in more than `max_word_edits` words",
+    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("sol_edit_distance",)

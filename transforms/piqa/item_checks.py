@@ -149,6 +149,9 @@ class ItemLanguageCheck(Stage):
     `script` and `fasttext` are the per-text checks of earlier releases."""
 
     name: ClassVar[str] = "item_language"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "wrong_language": "the item is not written in its language (language_detail says why)",
+    }
     extras: ClassVar[tuple[str, ...]] = ("langid",)
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("language_detail",)

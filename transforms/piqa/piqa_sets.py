@@ -26,6 +26,9 @@ class DuplicateTripletFilter(GlobalStage):
     """
 
     name: ClassVar[str] = "duplicate_triplet"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "duplicate_triplet": "the same (goal, sol1, sol2) as an earlier item",
+    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
@@ -53,6 +56,11 @@ class TranslationSetSelector(GlobalStage):
     """
 
     name: ClassVar[str] = "translation_set"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "not_minimal_pair": "the solutions differ in more words than the set allows",
+        "not_sampled": "not drawn into the set",
+        "too_long": "longer than the set allows",
+    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("sol_edit_distance",)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
+from transforms.core.stage import Stage, StageError, put_column, reason_kind, set_drop_reason
 
 PROVENANCE_COLUMNS = ("source_document", "source", "grade", "model")
 MISSING = "(none)"
@@ -131,10 +131,14 @@ class DropWhere(Stage):
     verdict `preference` → `personal_preference`)."""
 
     name: ClassVar[str] = "drop_where"
+    drop_reasons: ClassVar[dict[str, str]] = {"<reason>": "the entry's `reason`: its `column` holds one of `values`"}
 
     column: str = Field(..., description="Column to test.")
     values: list[Any] = Field(..., min_length=1, description="Values that drop the row.")
     reason: str = Field(..., description="The drop reason.")
+
+    def declared_drop_reasons(self) -> dict[str, str]:
+        return {reason_kind(self.reason): f"its `{self.column}` holds one of {self.values}"}
 
     def check_columns(self, schema: pa.Schema) -> None:
         super().check_columns(schema)
@@ -152,6 +156,7 @@ class ProvenanceColumns(Stage):
     an arm's name there already)."""
 
     name: ClassVar[str] = "provenance_columns"
+    release_columns: ClassVar[tuple[str, ...]] = ("prompt_id", "prompt_version", "model")
     writes: ClassVar[tuple[str, ...]] = ("prompt_id", "prompt_version", "model")
 
     def process(self, batch: pa.Table) -> pa.Table:

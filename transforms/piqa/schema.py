@@ -7,6 +7,7 @@ snake_case (PIndicQA's `Domain` → `domain`, `Core_Principle` → `core_princip
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -27,35 +28,46 @@ COMMON_FIELDS = [
     pa.field(IS_CULTURAL, pa.bool_()),  # culturally specific to the item's language community
 ]
 
-# -- recipe columns (optional) ----------------------------------------------------------------------
-RECIPE_FIELDS: dict[str, list[pa.Field]] = {
-    "j-piqa": [
-        pa.field("goal_gloss", pa.string()),  # English gloss of the Japanese text
-        pa.field("sol1_gloss", pa.string()),
-        pa.field("sol2_gloss", pa.string()),
-        pa.field("orig_line_no", pa.int64()),  # 0-based line of the item in the original PIQA file
-        pa.field("is_translation", pa.bool_()),  # translated from PIQA (True) or written natively
-    ],
-    "ru-piqa": [
-        pa.field("source_document", pa.string()),  # the textbook/document the item was built from
-        pa.field("grade", pa.string()),  # school grade or level of that document
-    ],
-    "pindic": [
-        pa.field("domain", pa.string()),
-        pa.field("core_principle", pa.string()),
-        pa.field("key_properties_materials", pa.string()),
-        pa.field("action_type", pa.string()),
-        pa.field("locale", pa.string()),  # e.g. "IN-KA" (state/region the item is grounded in)
-    ],
-    # Every generated row records its prompt and model (STYLE.md, convention 9).
-    "generated": [
-        pa.field("prompt_id", pa.string()),
-        pa.field("prompt_version", pa.string()),
-        pa.field("model", pa.string()),
-    ],
+# -- optional item columns ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ItemColumn:
+    """An optional item column a release may publish: its type and what it means (the card's column table)."""
+
+    type: pa.DataType | None  # None: as the run that adds it writes it
+    meaning: str
+
+
+# Every optional column's type and meaning, in one place. Which stage adds a column is said by that stage's
+# class (`release_columns`, transforms/core/stage.py); the review columns come from review runs.
+ITEM_COLUMNS: dict[str, ItemColumn] = {
+    "goal_gloss": ItemColumn(pa.string(), "English gloss of the goal"),
+    "sol1_gloss": ItemColumn(pa.string(), "English gloss of sol1"),
+    "sol2_gloss": ItemColumn(pa.string(), "English gloss of sol2"),
+    "orig_line_no": ItemColumn(pa.int64(), "0-based line of the PIQA item it descends from"),
+    "is_translation": ItemColumn(pa.bool_(), "translated from an item in another language (J-PIQA: from PIQA; "
+                                 "XCOPA: from COPA)"),
+    "source_document": ItemColumn(pa.string(), "the document the item was built from"),
+    "grade": ItemColumn(pa.string(), "school grade or level of that document"),
+    "domain": ItemColumn(pa.string(), "PIndicQA taxonomy: domain"),
+    "core_principle": ItemColumn(pa.string(), "PIndicQA taxonomy: core physical principle"),
+    "key_properties_materials": ItemColumn(pa.string(), "PIndicQA taxonomy: key properties or materials"),
+    "action_type": ItemColumn(pa.string(), "PIndicQA taxonomy: type of action"),
+    "locale": ItemColumn(pa.string(), "the state or region the item is grounded in, e.g. IN-KA"),
+    # every generated row records its prompt and model (STYLE.md, convention 9)
+    "prompt_id": ItemColumn(pa.string(), "the prompt that generated or rewrote the item"),
+    "prompt_version": ItemColumn(pa.string(), "that prompt's version"),
+    "model": ItemColumn(pa.string(), "the model that generated or rewrote the item"),
+}
+# Added by review runs (transforms/review/consensus.py), not by a stage.
+REVIEW_COLUMNS: dict[str, ItemColumn] = {
+    "review_annotators": ItemColumn(None, "pseudonymous ids of the item's annotators "
+                                    "(annotator-1, ...), never names or e-mails"),
+    "review_labels": ItemColumn(None, "each annotator's verdict, in the order of review_annotators"),
+    "review_agreement": ItemColumn(None, "share of the item's annotators who gave the consensus verdict"),
+    "review_automatic": ItemColumn(None, "true when LLM annotators, not people, reviewed the item"),
 }
 
-ITEM_SCHEMA = pa.schema(COMMON_FIELDS + [f for fields in RECIPE_FIELDS.values() for f in fields])
+ITEM_SCHEMA = pa.schema(COMMON_FIELDS + [pa.field(n, c.type) for n, c in ITEM_COLUMNS.items() if c.type is not None])
 REQUIRED_COLUMNS = (ID, LANG, GOAL, SOL1, SOL2, LABEL)
 TEXT_COLUMNS = (GOAL, SOL1, SOL2)
 # Grouping columns the dataset card counts when present.

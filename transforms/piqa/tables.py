@@ -205,6 +205,13 @@ class ParseTableReply(ExpandStage):
     and a reply with no table at all drops its parent with `no_table`."""
 
     name: ClassVar[str] = "parse_table"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "empty_field": "a required cell is empty (empty_field:<column>)",
+        "partial_row": "fewer cells than the header (a row cut off)",
+        "too_many_fields": "more cells than the header (an unquoted delimiter)",
+        "csv_error": "the reply's table is not readable CSV",
+    }
+    release_columns: ClassVar[tuple[str, ...]] = ("goal_gloss", "sol1_gloss", "sol2_gloss")
     writes: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "correct", "category")
     empty_reason: ClassVar[str] = "no_table"
 

@@ -25,9 +25,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from transforms.piqa.schema import ITEM_COLUMNS, REVIEW_COLUMNS
+
 BENCHMARK_COLUMNS = ("id", "lang", "goal", "sol1", "sol2", "label")
 ANNOTATOR_COLUMNS = ("review_annotators",)
-# What each publishable column means (the card's column table); a column not here is not publishable by default.
+# What each publishable column means (the card's column table): the benchmark's, then the optional item columns
+# and the review columns from transforms/piqa/schema.py; a column not here is not publishable by default.
 COLUMN_DOCS: dict[str, str] = {
     "id": "item id, stable across releases",
     "lang": "ISO 639 code of the item's language",
@@ -37,25 +40,7 @@ COLUMN_DOCS: dict[str, str] = {
     "label": "the correct solution: 0 (sol1) or 1 (sol2)",
     "source": "where the item came from (source set or part of the recipe)",
     "is_cultural": "culturally specific to the language community (true), universal (false), unknown (null)",
-    "goal_gloss": "English gloss of the goal (J-PIQA)",
-    "sol1_gloss": "English gloss of sol1 (J-PIQA)",
-    "sol2_gloss": "English gloss of sol2 (J-PIQA)",
-    "orig_line_no": "0-based line of the PIQA item it descends from (J-PIQA)",
-    "is_translation": "translated from an item in another language (J-PIQA: from PIQA; XCOPA: from COPA)",
-    "source_document": "the document the item was built from (Russian PIQA)",
-    "grade": "school grade or level of that document (Russian PIQA)",
-    "domain": "PIndicQA taxonomy: domain",
-    "core_principle": "PIndicQA taxonomy: core physical principle",
-    "key_properties_materials": "PIndicQA taxonomy: key properties or materials",
-    "action_type": "PIndicQA taxonomy: type of action",
-    "locale": "the state or region the item is grounded in (PIndicQA)",
-    "prompt_id": "the prompt that generated or rewrote the item",
-    "prompt_version": "that prompt's version",
-    "model": "the model that generated or rewrote the item",
-    "review_annotators": "pseudonymous ids of the item's annotators (annotator-1, ...), never names or e-mails",
-    "review_labels": "each annotator's verdict, in the order of review_annotators",
-    "review_agreement": "share of the item's annotators who gave the consensus verdict",
-    "review_automatic": "true when LLM annotators, not people, reviewed the item",
+    **{name: column.meaning for name, column in {**ITEM_COLUMNS, **REVIEW_COLUMNS}.items()},
 }
 DEFAULT_PROVENANCE = tuple(c for c in COLUMN_DOCS if c not in BENCHMARK_COLUMNS)
 SPLIT = "test"  # an evaluation benchmark: everything is the test split

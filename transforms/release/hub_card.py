@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from transforms.release.hub import COLUMN_DOCS, SPLIT
+from transforms.piqa.schema import REVIEW_COLUMNS
+from transforms.release.hub import BENCHMARK_COLUMNS, COLUMN_DOCS, SPLIT
 from transforms.release.licences import SourceSpec
 
 
@@ -105,9 +106,17 @@ def usage_section(name: str, configs: dict[str, int], repo_id: str | None, group
     return "\n".join(lines) + "\n"
 
 
-def columns_section(columns: list[str]) -> str:
-    lines = ["## Columns", "", "| column | meaning |", "|---|---|"]
-    lines += [f"| `{c}` | {COLUMN_DOCS.get(c, 'declared by the recipe (release.columns)')} |" for c in columns]
+def columns_section(columns: list[str], added_by: dict[str, list[str]] | None = None) -> str:
+    """The card's column table; with `added_by` (column -> stages), the stages of the recipe that add each."""
+    def origin(column: str) -> str:
+        if column in REVIEW_COLUMNS:
+            return "the review"
+        stages = (added_by or {}).get(column)
+        return ", ".join(f"`{s}`" for s in stages) if stages else "the recipe (input or `set_columns`)"
+
+    lines = ["## Columns", "", "| column | meaning | added by |", "|---|---|---|"]
+    lines += [f"| `{c}` | {COLUMN_DOCS.get(c, 'declared by the recipe (release.columns)')} | "
+              f"{'—' if c in BENCHMARK_COLUMNS else origin(c)} |" for c in columns]
     lines += ["", "Nothing else is published: source posts, raw model output, annotators' names and comments "
               "stay in the lake."]
     return "\n".join(lines) + "\n"

@@ -39,6 +39,7 @@ class ItemsSource(SourceStage):
     """The items to release, from a lake folder or an item file; ids are added when missing."""
 
     name: ClassVar[str] = "read_items"
+    release_columns: ClassVar[tuple[str, ...]] = ("goal_gloss", "sol1_gloss", "sol2_gloss", "orig_line_no")
     path: str = Field(..., description="Curated folder, Parquet, PIQA/COPA JSONL, CSV ...")
 
     def rows(self) -> pa.Table:

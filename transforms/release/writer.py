@@ -53,6 +53,8 @@ class HubSettings(BaseModel):
         "expert-generated", description="annotations_creators when people reviewed the items.")
     agreement: dict[str, Any] | None = Field(None, description="The review's agreement figures "
                                              "(transforms.piqa.item_checks.agreement_figures).")
+    added_by: dict[str, list[str]] = Field(default_factory=dict, description="Column -> the recipe's stages that "
+                                           "declare it in `release_columns` (the card's column table).")
 
 
 class ReleaseError(RuntimeError):
@@ -188,7 +190,7 @@ def build_release(table: pa.Table, gate: dict[str, Any], *, out_dir: str | Path,
     if configs:
         prose.insert(0, hub_card.usage_section(dataset, {c: t.num_rows for c, t in configs.items()}, hub.repo_id,
                                                lm_eval["groups"], lm_eval["hub_groups"]))
-        prose.append(hub_card.columns_section(list(published.column_names)))
+        prose.append(hub_card.columns_section(list(published.column_names), hub.added_by))
     prose.append(hub_card.citation_section(hub.pretty_name or dataset, version, hub.repo_id, hub.sources))
     reasons = list(gate.get("reasons", [])) + audit_refusals(audit_result) + reasons
     released = bool(gate.get("success")) and not reasons

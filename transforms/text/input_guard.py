@@ -20,6 +20,9 @@ from transforms.text.guard import injection_flags, sanitize
 
 class InputGuard(Stage):
     name: ClassVar[str] = "input_guard"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "injection_suspected": "the text addresses a model reading it (an instruction, a role marker, a fence)",
+    }
     writes: ClassVar[tuple[str, ...]] = ("guard_flags",)
     column: str = Field("text", description="The crawled text a creating stage reads next.")
     sanitize_text: bool = Field(True, description="Hand the text on sanitized (what the model then reads).")

@@ -39,6 +39,10 @@ SINGLE_LANGUAGE_SCRIPTS = frozenset({"ko", "ta", "ml", "kn", "te", "gu", "pa", "
 
 class LanguageFilter(Stage):
     name: ClassVar[str] = "langid"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "wrong_language": "the text is not in one of the wanted languages",
+        "low_language_score": "fastText's confidence is under `min_score`",
+    }
     extras: ClassVar[tuple[str, ...]] = ("langid",)
     reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
     writes: ClassVar[tuple[str, ...]] = (LANG, LANG_SCORE, LANG_METHOD)

@@ -17,6 +17,11 @@ class LengthFilter(FilterStage):
     than `max_chars` (`too_long`). Counts Unicode code points, so a Hangul syllable is one char."""
 
     name: ClassVar[str] = "length_filter"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "empty": "the text is empty",
+        "too_short": "the text is shorter than `min_chars`",
+        "too_long": "the text is longer than `max_chars`",
+    }
     reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
 
     min_chars: int = Field(10, ge=1, description="Shortest text kept, in characters.")

@@ -30,6 +30,13 @@ ISSUE = "translation_issue"
 
 class TranslateStage(Stage):
     name: ClassVar[str] = "translate"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "source_empty": "nothing to translate",
+        "target_lang_missing": "the row names no target language",
+        "target_lang_unsupported": "the engine cannot translate into the target language",
+        "translation_empty": "the engine returned an empty translation",
+        "translation_failed": "the engine failed on the row (after the retries)",
+    }
     stateful: ClassVar[bool] = True
 
     engine: TranslatorConfig = Field(..., description="The translation backend (ctranslate2, llm, openai).")

@@ -51,6 +51,12 @@ class JapaneseConstraintFilter(Stage):
     """
 
     name: ClassVar[str] = "ja_constraints"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "invalid_correct": "the correct-answer cell is not 1 or 2",
+        "not_full_sentence": "a solution is not a full sentence",
+        "options_identical": "the two options are the same",
+        "particles_changed": "the options differ in more than the allowed words",
+    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("option_word_distance",)
@@ -89,6 +95,9 @@ class ParaphraseDuplicateFilter(GlobalStage):
     """
 
     name: ClassVar[str] = "paraphrase_duplicate"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "paraphrase_duplicate": "a paraphrase of an earlier item (duplicate_of names it)",
+    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
@@ -171,6 +180,9 @@ class UnchangedVariantFilter(Stage):
     (`changed` false) or its goal and solutions equal the translation's (`base_*` columns)."""
 
     name: ClassVar[str] = "unchanged_variant"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "no_lexical_change": "the lexical variant changed no word of the original",
+    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "base_goal", "base_sol1", "base_sol2")
 

@@ -146,6 +146,12 @@ class StructuralChecks(Stage):
     """Drop items that are not PIQA items; record the pair's distance and the lengths."""
 
     name: ClassVar[str] = "ko_structural_checks"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "empty_goal": "the goal is empty",
+        "identical_solutions": "the solutions are the same",
+        "missing_solution": "a solution is empty",
+        "not_minimal_pair": "the solutions differ in more words than a minimal pair",
+    }
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label")
     writes: ClassVar[tuple[str, ...]] = ("pair_word_distance", "pair_char_distance", "goal_chars", "solution_chars")
     max_word_distance: int | None = Field(None, ge=1, description="Drop pairs further apart than this "

@@ -111,6 +111,11 @@ class ReleaseChecks(Stage):
     """The checks a corrected item must pass before release: two different solutions, the language, the label."""
 
     name: ClassVar[str] = "release_checks"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "degenerate_text": "a text is degenerate (a repetition loop)",
+        "too_short": "a text is too short",
+        "wrong_script": "too few letters in the language's script",
+    }
     extras: ClassVar[tuple[str, ...]] = ("mt",)
     reads: ClassVar[tuple[str, ...]] = ("lang", "corrected_goal", "corrected_sol1", "corrected_sol2")
     writes: ClassVar[tuple[str, ...]] = ("script_share",)
@@ -152,6 +157,7 @@ class ReleaseColumns(Stage):
     """English source → en_*, the machine translation → translated_*, the corrected text → goal/sol1/sol2."""
 
     name: ClassVar[str] = "release_columns"
+    release_columns: ClassVar[tuple[str, ...]] = ("prompt_id", "prompt_version", "model")
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "corrected_goal", "corrected_sol1", "corrected_sol2",
                                         "near_text", "gen_model", "gen_prompt")
     writes: ClassVar[tuple[str, ...]] = ("en_goal", "en_sol1", "en_sol2", "nearest_goal", "model", "prompt_id",

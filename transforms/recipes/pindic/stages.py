@@ -133,6 +133,7 @@ class ClassifyItems(LLMTransform):
     """Classifies each English item into the taxonomy's closed classes (one label per category)."""
 
     name: ClassVar[str] = "classify_items"
+    release_columns: ClassVar[tuple[str, ...]] = ("domain", "core_principle", "key_properties_materials", "action_type")
 
     prompt: PromptRef = Field(default_factory=lambda: PromptRef(id="pindic/classify"))
     variables: dict[str, str] = Field(default_factory=lambda: {"goal": "goal", "sol1": "sol1", "sol2": "sol2"})
@@ -169,6 +170,7 @@ class GenerateItems(LLMGenerate):
     """Writes localised items for a state from the exemplars of one label combination (an expand stage)."""
 
     name: ClassVar[str] = "generate_items"
+    release_columns: ClassVar[tuple[str, ...]] = ("locale",)
 
     prompt: PromptRef = Field(default_factory=lambda: PromptRef(id="pindic/generate"))
     variables: dict[str, str] = Field(default_factory=lambda: {
@@ -189,6 +191,13 @@ class ValidateGenerated(FilterStage):
     """Two different solutions, label 0/1, enough words, and not a copy of an exemplar goal."""
 
     name: ClassVar[str] = "validate_items"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "copies_exemplar": "the item copies one of its exemplars",
+        "label_not_binary": "the label is not 0 or 1",
+        "same_solutions": "the solutions are the same",
+        "goal_too_short": "the goal is too short",
+        "solution_too_short": "a solution is too short",
+    }
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "exemplar_goals")
 
     min_goal_words: int = Field(4, ge=1, description="Shorter goals are `goal_too_short`.")

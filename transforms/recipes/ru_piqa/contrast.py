@@ -97,6 +97,11 @@ class RussianContrastFilter(ContrastClassifier):
     two phrases) and `invalid_label` (a label other than 0/1: exactly one solution must be right)."""
 
     name: ClassVar[str] = "ru_contrast"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "identical_solutions": "the solutions are the same",
+        "invalid_label": "the label is not 0 or 1",
+        "not_minimal_contrast": "the solutions do not differ in a minimal contrast",
+    }
     reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2", "label")
     writes: ClassVar[tuple[str, ...]] = ("contrast_type", "contrast_distance", "contrast_detail")
 
