@@ -49,11 +49,14 @@ class SemanticDedup(GlobalStage):
     threshold: float = Field(0.85, gt=0, le=1, description="Cosine at or above which two rows are duplicates.")
     representation: Literal["embedder", "char-ngrams"] = Field(
         "embedder", description="Sentence embeddings, or model-free character n-gram TF-IDF.")
-    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
-    knn: KnnConfig = Field(default_factory=KnnConfig)
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig, description="The embedding model and where it "
+                                     "runs (backend, model, prefix, batch_size, threads, device, dtype, languages).")
+    knn: KnnConfig = Field(default_factory=KnnConfig, description="Neighbour search (backend faiss-cpu, faiss-gpu, "
+                           "cuml or torch; k, threads, device).")
     method: Literal["auto", "exact", "clustered"] = Field("auto", description="auto: clustered above "
                                                           "`clustered_above` rows, exact below.")
-    clustered_above: int = Field(200_000, ge=1)
+    clustered_above: int = Field(200_000, ge=1, description="With method auto: rows above which the search is "
+                                 "clustered (k-means, `n_clusters`, `n_probe`) rather than exact.")
     n_clusters: int | None = Field(None, ge=1, description="k-means clusters (default √n).")
     n_probe: int = Field(1, ge=1, description="Clusters each row joins (more: higher recall, more work).")
     vector_column: str | None = Field(None, description="Column of precomputed unit vectors (list<float>); "
