@@ -35,7 +35,7 @@ from transforms.core import columns as C  # noqa: E402
 from transforms.llm.base import EngineConfig, LLMEngine, build_engine  # noqa: E402
 from transforms.llm.output import ChoiceOutput  # noqa: E402
 from transforms.llm.prompts import PromptTemplate, load_prompt  # noqa: E402
-from transforms.llm.stage import LLMTransform  # noqa: E402
+from transforms.llm.transform import LLMTransform  # noqa: E402
 
 PROMPT = "classify_piqa/ko"
 

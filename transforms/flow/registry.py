@@ -38,7 +38,7 @@ STAGES: dict[str, str] = {
     "ensemble": "transforms.judge.ensemble:EnsembleClassify",
     "cultural_tag": "transforms.llm.cultural:CulturalTagger",
     "sample": "transforms.llm.sampling:SampleGeneralAndCultural",
-    "llm_transform": "transforms.llm.stage:LLMTransform",
+    "llm_transform": "transforms.llm.transform:LLMTransform",
     "llm_generate": "transforms.llm.generate:LLMGenerate",
     "translate": "transforms.translate.stage:TranslateStage",
     # PIQA items (every recipe)

@@ -29,8 +29,9 @@ from transforms.llm.answers import match_choice
 from transforms.llm.asking import call_chat, call_option_logprobs
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams
 from transforms.llm.cache import answer_key, recorded_question
+from transforms.llm.call import PromptRef
 from transforms.llm.prompts import PromptTemplate
-from transforms.llm.stage import LLMStage, PromptRef
+from transforms.llm.stage import LLMStage
 from transforms.text.views import llm_views
 
 ANSWER_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("score", pa.float64()),

@@ -23,8 +23,9 @@ from transforms.core import columns as C
 from transforms.core.creating import ExpandStage
 from transforms.core.stage import put_column
 from transforms.llm.base import LLMEngine
+from transforms.llm.call import INVALID, LLMCall, Reply, provenance_fields
 from transforms.llm.output import JsonOutput
-from transforms.llm.stage import INVALID, LLMCall, LLMStage, Reply, provenance_fields
+from transforms.llm.stage import LLMStage
 
 SAMPLE = "_sample"
 

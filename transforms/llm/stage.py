@@ -5,12 +5,12 @@ stage that use the same model, or injected by tests), the answer cache (transfor
 keyed by what was asked, not by row id), chunked engine calls with retries, the engine-call
 counters, and the provenance columns `_prompt` (id@version), `_model` and `_gen_params` (JSON).
 
-`LLMCall` is what one kind of question is: an engine, a versioned prompt, which column fills each
-prompt variable, the output spec (text | choice | json, transforms/llm/output.py), sampling params
-and `on_invalid` (drop with `invalid_output`, the raw reply kept; or retry once with the problem
-shown to the model in a follow-up turn, then drop). `LLMStage.replies` asks it of a batch.
+`LLMCall` (transforms/llm/call.py) is what one kind of question is: an engine, a versioned prompt,
+which column fills each prompt variable, the output spec (text | choice | json, transforms/llm/output.py),
+sampling params and `on_invalid` (drop with `invalid_output`, the raw reply kept; or retry once with the
+problem shown to the model in a follow-up turn, then drop). `LLMStage.replies` asks it of a batch.
 
-* `LLMTransform` (row-wise): same rows, adds the output columns (refinement, classification...).
+* `LLMTransform` (transforms/llm/transform.py, row-wise): same rows, adds the output columns (refinement, classification...).
 * `LLMGenerate` (transforms/llm/generate.py, an ExpandStage): each row's replies become children.
 The ensemble and the cultural tagger are LLMStages whose parts are classifiers (ensemble.py).
 """
@@ -21,15 +21,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr
 
-from transforms.core import columns as C
 from transforms.core.accounting import write_ledgers
-from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
+from transforms.core.stage import Stage, StageError
 from transforms.llm.answers import REQUEST_FAILED, AnswerError
 from transforms.llm.base import (
     ChatMessage,
@@ -41,123 +39,19 @@ from transforms.llm.base import (
     build_engine,
 )
 from transforms.llm.cache import AnswerCache, Counters, answer_key, namespace, recorded_question
-from transforms.llm.output import ChoiceOutput, JsonOutput, OutputSpec, TextOutput
-from transforms.llm.prompts import PromptError, PromptTemplate, load_prompt
+from transforms.llm.call import INVALID, RETRY_MESSAGE, LLMCall, PromptRef, Reply, provenance_fields  # noqa: F401 (re-exported)
+from transforms.llm.output import ChoiceOutput, JsonOutput, TextOutput  # noqa: F401 (re-exported)
+from transforms.llm.prompts import PromptTemplate
 
 log = logging.getLogger("piqaforge.llm")
 T = TypeVar("T")
-INVALID = "invalid_output"
 REPLY_SCHEMA = pa.schema([("key", pa.string()), ("id", pa.string()), ("sample", pa.int32()),
                           ("reply", pa.string()), ("question", pa.string())])
 LEDGER_EVERY_S = 0.2  # request ledgers rewritten at most this often while answers arrive
-RETRY_MESSAGE = ("Your reply could not be used: {error}. Answer again, following the instructions exactly, "
-                 "and write nothing but the answer.")
 
 
 class EngineUnavailableError(RuntimeError):
     """An engine kept failing after its retries; the stage stops with what to do next."""
-
-
-class PromptRef(BaseModel):
-    """A prompt file: 'task/lang', 'task/lang@version' or {id, version, root}."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str = Field(..., description="Prompt id, the file's path under prompts/ without .yaml.")
-    version: str | None = Field(None, description="When set, the file must have this version (else a clear error).")
-    root: str | None = Field(None, description="Prompts folder; unset: the project's prompts/.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            pid, _, version = value.partition("@")
-            return {"id": pid, "version": version or None}
-        return value
-
-    def load(self) -> PromptTemplate:
-        prompt = load_prompt(self.id, self.root)
-        if self.version is not None and prompt.version != self.version:
-            raise PromptError(f"prompt {self.id!r} is at version {prompt.version!r}, the config pins "
-                              f"{self.version!r}: update the config or restore that version")
-        return prompt
-
-
-@dataclass
-class Reply:
-    """One sample's answer: the text parsed (the retry's after a retry), its value or the error."""
-
-    text: str | None
-    value: Any
-    error: str | None
-    attempts: int
-    sample: int
-    failed: bool = False  # no answer at all (request_failed), not an answer that was invalid
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def drop_reason(self) -> str | None:
-        return None if self.ok else REQUEST_FAILED if self.failed else INVALID
-
-
-class LLMCall(BaseModel):
-    """One kind of question to an LLM (the fields every LLM stage shares)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    engine: EngineConfig = Field(default_factory=EngineConfig, description="Which model, served how.")
-    prompt: PromptRef = Field(..., description="Versioned prompt (prompts/<task>/<lang>.yaml).")
-    variables: dict[str, str] = Field(default_factory=lambda: {"text": C.TEXT},
-                                      description="Prompt variable → column that fills it.")
-    output: OutputSpec = Field(default_factory=TextOutput, description="text | choice | json.")
-    params: GenerationParams = Field(default_factory=lambda: GenerationParams(max_tokens=256),
-                                     description="Sampling: n, temperature, top_p, seed, max_tokens, stop.")
-    on_invalid: Literal["drop", "retry"] = Field(
-        "drop", description="drop: reason invalid_output, the raw reply kept in `raw_column`; retry: once "
-        "more with the problem shown to the model, then drop.")
-    raw_column: str = Field("llm_raw", description="Holds the raw reply of rows (or items) that were invalid.")
-    retry_message: str = Field(RETRY_MESSAGE, description="The follow-up turn of a retry; {error} is filled in.")
-
-    def choices(self, prompt: PromptTemplate) -> tuple[list[str], dict[str, list[str]]]:
-        out = self.output
-        assert isinstance(out, ChoiceOutput)
-        choices = out.choices or list(prompt.options)
-        if not choices:
-            raise PromptError(f"choice output needs `choices` in the config or `options` in {prompt.ref}")
-        return choices, out.aliases if out.aliases is not None else dict(prompt.aliases)
-
-    def generation_params(self, prompt: PromptTemplate) -> GenerationParams:
-        """The sampling params with the output's constraint (engines constrain decoding where they can)."""
-        update: dict[str, Any] = {"json_schema": None, "choices": None}
-        if isinstance(self.output, JsonOutput):
-            update["json_schema"] = self.output.json_schema()
-        elif isinstance(self.output, ChoiceOutput):
-            update["choices"] = self.choices(prompt)[0]
-        return self.params.model_copy(update=update)
-
-    def parse(self, reply: str, prompt: PromptTemplate) -> Any:
-        out = self.output
-        if isinstance(out, ChoiceOutput):
-            return out.parse(reply, *self.choices(prompt))
-        return out.parse(reply)
-
-    def provenance(self, prompt: PromptTemplate, sample: int | None = None) -> dict[str, str]:
-        p = self.params
-        gen: dict[str, Any] = {"temperature": p.temperature, "top_p": p.top_p, "max_tokens": p.max_tokens,
-                               "n": p.n, "seed": p.seed}
-        if sample is not None:
-            gen["sample"] = sample  # sample k of a request with seed s (the engines' default: seed s + k)
-        return {C.PROMPT: prompt.ref, C.MODEL: self.engine.model, C.GEN_PARAMS: json.dumps(gen, sort_keys=True)}
-
-    def output_fields(self) -> list[pa.Field]:
-        return [*self.output.arrow_fields(), pa.field(self.raw_column, pa.string())]
-
-
-def provenance_fields() -> list[pa.Field]:
-    return [pa.field(C.PROMPT, pa.string()), pa.field(C.MODEL, pa.string()), pa.field(C.GEN_PARAMS, pa.string())]
 
 
 class LLMStage(Stage):
@@ -385,53 +279,15 @@ class answers_to:  # noqa: N801 - used as a context manager, reads as one
             self.engine.on_answer = None
 
 
-class LLMTransform(LLMStage, LLMCall):
-    """Row-wise: the same rows, plus the output columns; a row whose reply is invalid is dropped
-    (`invalid_output`) with the raw reply in `raw_column`. One reply per row (n = 1)."""
+def __getattr__(name: str) -> Any:
+    # LLMTransform moved to transforms/llm/transform.py, which imports this module: re-exported lazily for
+    # one release (an import at the top would be a circle).
+    if name == "LLMTransform":
+        from transforms.llm.transform import LLMTransform
 
-    name: ClassVar[str] = "llm_transform"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "invalid_output": "the model's answer did not parse as the output asks (after the retries)",
-    }
-    reads: ClassVar[tuple[str, ...]] = (C.ID,)
-
-    @model_validator(mode="after")
-    def _one_reply(self) -> LLMTransform:
-        if self.params.n != 1:
-            raise ValueError("LLMTransform makes one reply per row (params.n = 1); use LLMGenerate for samples")
-        if isinstance(self.output, JsonOutput) and self.output.items:
-            raise ValueError("LLMTransform writes one object per row; a list of items needs LLMGenerate")
-        return self
-
-    def setup(self) -> None:
-        # The prompt fails fast; the engine loads at the first question the cache cannot answer, so a
-        # resumed run whose answers are all cached never loads the model.
-        self.load_call_prompt(self)
-
-    def use_engine(self, engine: LLMEngine) -> LLMTransform:
-        self.attach_engine("main", engine)
-        return self
-
-    def process_empty(self, batch: pa.Table) -> pa.Table:
-        for f in [*self.output_fields(), *provenance_fields()]:
-            batch = put_column(batch, f.name, pa.array([], f.type))
-        return batch
-
-    def process(self, batch: pa.Table) -> pa.Table:
-        ids = [str(x) for x in batch.column(C.ID).to_pylist()]
-        replies = [row[0] for row in self.replies(self, "main", self.row_variables(self, batch), ids)]
-        prompt = self.load_call_prompt(self)
-        out = batch
-        if isinstance(self.output, JsonOutput):
-            for name, values in self.output.columns([r.value[0] if r.ok else None for r in replies]).items():
-                out = put_column(out, name, values)
-        else:
-            out = put_column(out, self.output.column, pa.array([r.value for r in replies], pa.string()))
-        out = put_column(out, self.raw_column, pa.array([None if r.ok else r.text for r in replies], pa.string()))
-        for name, value in self.provenance(prompt).items():
-            out = put_column(out, name, pa.array([value] * batch.num_rows, pa.string()))
-        return set_drop_reason(out, pa.array([r.drop_reason for r in replies], pa.string()))
+        return LLMTransform
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["INVALID", "REQUEST_FAILED", "ChoiceOutput", "EngineUnavailableError", "JsonOutput", "LLMCall", "LLMStage", "LLMTransform",
+__all__ = ["INVALID", "REQUEST_FAILED", "ChoiceOutput", "EngineUnavailableError", "JsonOutput", "LLMCall", "LLMStage",
            "PromptRef", "Reply", "TextOutput"]

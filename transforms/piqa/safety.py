@@ -32,8 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core import columns as C
 from transforms.core.stage import put_column
+from transforms.llm.call import LLMCall, PromptRef, provenance_fields
 from transforms.llm.output import JsonOutput
-from transforms.llm.stage import LLMCall, LLMStage, PromptRef, provenance_fields
+from transforms.llm.stage import LLMStage
 
 CATEGORIES = ("offensive", "unsafe_instruction", "harmful_stereotype")
 LEXICON_PATH = Path(__file__).resolve().parents[2] / "lake" / "samples" / "safety_lexicon.yaml"

@@ -65,7 +65,7 @@ def _call_plans(rec: StageRecord, inputs: list[dict[str, Any]]) -> list[CallPlan
         return []
     plans = []
     if all(k in cfg for k in ("engine", "prompt", "variables", "params", "output")):
-        from transforms.llm.stage import LLMCall
+        from transforms.llm.call import LLMCall
 
         call = LLMCall.model_validate({k: cfg[k] for k in LLMCall.model_fields if k in cfg})
         prompt = call.prompt.load()

@@ -25,8 +25,9 @@ from pydantic import Field
 
 from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
 from transforms.llm.base import GenerationParams
+from transforms.llm.call import PromptRef
 from transforms.llm.output import JsonOutput, OutputSpec
-from transforms.llm.stage import LLMTransform, PromptRef
+from transforms.llm.transform import LLMTransform
 from transforms.recipes.pindic.schemas import INDIC
 from transforms.text.textcheck import script_share
 from transforms.translate.languages import language_name

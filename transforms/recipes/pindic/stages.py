@@ -29,9 +29,10 @@ from transforms.core.lake import parquet_files, read_table
 from transforms.core.manifest import fingerprint_file
 from transforms.core.stage import FilterStage
 from transforms.llm.base import GenerationParams
+from transforms.llm.call import PromptRef
 from transforms.llm.generate import LLMGenerate
 from transforms.llm.output import FieldSpec, JsonOutput, OutputSpec
-from transforms.llm.stage import LLMTransform, PromptRef
+from transforms.llm.transform import LLMTransform
 from transforms.recipes.pindic.taxonomy import CATEGORIES, COLUMN, Taxonomy
 
 OPEN_PREFIX = "open_"
