@@ -26,7 +26,9 @@ from transforms.core.manifest import RunManifest
 from transforms.llm.answers import REQUEST_FAILED
 from transforms.llm.base import EngineConfig
 from transforms.review.batch import VERDICTS, ReviewError, batch_dir, load_batch
-from transforms.review.importing import ImportResult, import_judgments, read_judgment_files, write_import
+from transforms.review.import_run import write_import
+from transforms.review.judgment_files import read_judgment_files
+from transforms.review.validate import ImportResult, import_judgments
 
 
 class AutoReviewConfig(BaseModel):
