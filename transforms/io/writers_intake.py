@@ -18,20 +18,19 @@ The writer is the mapped `writer` column when a row has it, else the file's name
 A `malformed_row` (a line cut in the middle, a broken JSON line) means the file itself is damaged, so by
 default the files are refused whole (`RefusedInputError`, exit 2) naming every such file:line, before
 anything is written; `allow_malformed: true` keeps the rest and says how many lines were set aside.
+
+Reading the files is in writer_files.py, the checks of one item in writer_checks.py, the writers'
+feedback files in writer_feedback.py; here the stage turns records into item rows.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
-from collections import Counter
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from transforms.core import columns as C
 from transforms.core.creating import SourceStage
@@ -42,33 +41,21 @@ from transforms.io.common import (
     InputFormatError,
     RefusedInputError,
 )
-from transforms.text import textcheck as tc
+from transforms.io.writer_checks import form_problems, has_surrogates, text_problems, unmojibake  # noqa: F401 (re-exported)
+from transforms.io.writer_feedback import FILE_NOTE, write_feedback  # noqa: F401 (re-exported)
+from transforms.io.writer_files import (  # noqa: F401 (re-exported)
+    CUT_SHORT,
+    FORMATS,
+    SOURCE_FILE,
+    SOURCE_ROW,
+    WRITER,
+    WriterColumns,
+    decode_bytes,
+    read_writer_file,
+    record_positions,
+)
 
 log = logging.getLogger("piqaforge")
-
-FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".xlsx": "xlsx"}
-WRITER, SOURCE_FILE, SOURCE_ROW = "writer_id", "source_file", "source_row"
-FILE_NOTE = "file_note"
-_CP1252 = {ch: b for b in range(0x80, 0xA0) for ch in [bytes([b]).decode("cp1252", errors="ignore")] if ch}
-
-
-class WriterColumns(BaseModel):
-    """Which column of a writer file holds each item field."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    goal: str = Field("goal", description="Column with the prompt (goal).")
-    sol1: str = Field("sol1", description="Column with the first solution.")
-    sol2: str = Field("sol2", description="Column with the second solution.")
-    label: str = Field("label", description="Column with the correct solution: 0 (sol1) or 1 (sol2).")
-    id: str | None = Field(None, description="Column with the writer's own item number; unset uses the row number.")
-    writer: str | None = Field("writer", description="Column with the writer id; rows without one take the "
-                               "file name (without extension).")
-    source: str | None = Field(None, description="Column naming where the item came from; unset uses `source`.")
-    keep: list[str] = Field(default_factory=list, description="Other columns to carry through unchanged.")
-
-    def required(self) -> dict[str, str]:
-        return {"goal": self.goal, "sol1": self.sol1, "sol2": self.sol2, "label": self.label}
 
 
 class WritersIntake(SourceStage):
@@ -192,185 +179,6 @@ class WritersIntake(SourceStage):
         return item
 
 
-# -- reading files -------------------------------------------------------------------------------------
-def read_writer_file(path: Path, mapping: WriterColumns, sheet: str | None = None
-                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
-    """(records, file notes, header has the mapped columns). A record: row number, values, problems."""
-    fmt = FORMATS[path.suffix.lower()]
-    notes: list[dict[str, Any]] = []
-    if fmt == "xlsx":
-        header, raw_rows = _xlsx_rows(path, sheet)
-    else:
-        data = path.read_bytes()
-        text, note = decode_bytes(data)
-        if note:
-            notes.append({"file": path.name, "note": note})
-        if fmt == "jsonl":
-            records = _jsonl_records(text, path, mapping)
-            mapped = any(r["values"] and all(p[0] != "missing_column" for p in r["problems"]) for r in records)
-            return records, notes, mapped or not records
-        header, raw_rows = _delimited_rows(text, "\t" if fmt == "tsv" else ",")
-    wanted = [*mapping.required().values()]
-    missing = [c for c in wanted if c not in header]
-    records = []
-    for row_no, cells in raw_rows:
-        problems: list[tuple[str, str]] = []
-        if missing:
-            problems.append(("missing_column", f"the file has no column(s) {missing}; its header is {header}"))
-        elif cells and cells[-1] is CUT_SHORT:
-            cells = cells[:-1]
-            problems.append(("malformed_row", f"{path.name}:{row_no}: a quoted field is not closed at the end of "
-                                              f"the file (the file looks cut short)"))
-        elif len(cells) != len(header):
-            problems.append(("malformed_row", f"expected {len(header)} fields, got {len(cells)}"))
-        values = dict(zip(header, cells, strict=False))
-        records.append({"row": row_no, "values": values, "problems": problems})
-    return records, notes, not missing
-
-
-CUT_SHORT = "\x00cut-short"  # marks a row that ends inside an unclosed quote (identity-compared)
-
-
-def decode_bytes(data: bytes) -> tuple[str, str | None]:
-    """Text of a file, invalid UTF-8 kept as surrogate escapes (found per row later), BOM handled."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return data.decode("utf-16"), "the file is UTF-16 (read as such); please save as UTF-8"
-    if data.startswith(b"\xef\xbb\xbf"):
-        return data[3:].decode("utf-8", errors="surrogateescape"), "byte-order mark at the start removed"
-    if len(data) >= 4 and (data[1] == data[3] == 0) != (data[0] == data[2] == 0):  # UTF-16 without its BOM
-        enc = "utf-16-le" if data[1] == 0 else "utf-16-be"
-        try:
-            return data.decode(enc), "the file is UTF-16 without a byte-order mark (read as such); please save as UTF-8"
-        except UnicodeDecodeError:
-            pass
-    return data.decode("utf-8", errors="surrogateescape"), None
-
-
-def _delimited_rows(text: str, delimiter: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    header = [h.strip().lstrip("\ufeff") for h in next(reader, [])]
-    rows: list[tuple[int, list[str]]] = []
-    start = reader.line_num + 1
-    for cells in reader:
-        if any(c.strip() for c in cells):
-            rows.append((start, cells))  # the line a spreadsheet user would look at
-        start = reader.line_num + 1
-    if text.count('"') % 2 and rows:  # cut inside a quoted field: the last row swallowed the rest of the file
-        rows[-1] = (rows[-1][0], [*rows[-1][1], CUT_SHORT])
-    return header, rows
-
-
-def _jsonl_records(text: str, path: Path, mapping: WriterColumns) -> list[dict[str, Any]]:
-    records = []
-    for line_no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        problems: list[tuple[str, str]] = []
-        values: dict[str, Any] = {}
-        if _has_surrogates(line):
-            problems.append(("invalid_utf8", f"line {line_no} has bytes that are not UTF-8"))
-        else:
-            try:
-                parsed = json.loads(line)
-            except json.JSONDecodeError as err:
-                parsed = None
-                problems.append(("malformed_row", f"not JSON ({err.msg} at column {err.colno})"))
-            if parsed is not None and not isinstance(parsed, dict):
-                problems.append(("malformed_row", "a JSON value that is not an object"))
-            elif isinstance(parsed, dict):
-                values = {k: v if v is None or isinstance(v, str) else json.dumps(v) for k, v in parsed.items()}
-                missing = [c for c in mapping.required().values() if c not in values]
-                if missing:
-                    problems.append(("missing_column", f"the record has no field(s) {missing}"))
-        records.append({"row": line_no, "values": values, "problems": problems})
-    return records
-
-
-def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    from transforms.core.deps import require
-
-    openpyxl = require("openpyxl", "review", "reading XLSX writer files")
-    wb = openpyxl.load_workbook(path, read_only=True, data_only=True)
-    try:
-        ws = wb[sheet] if sheet else wb.worksheets[0]
-        it = ws.iter_rows(values_only=True)
-        header = [str(h).strip() if h is not None else "" for h in next(it, ())]
-        rows = []
-        for row_no, cells in enumerate(it, 2):
-            values = ["" if c is None else (str(int(c)) if isinstance(c, float) and c.is_integer() else str(c))
-                      for c in cells]
-            if any(v.strip() for v in values):
-                rows.append((row_no, values[:len(header)] + [""] * (len(header) - len(values))))
-        return header, rows
-    finally:
-        wb.close()
-
-
-def record_positions(spec: str) -> set[int]:
-    """'1-30,151-159' → {1..30, 151..159} (1-based record positions)."""
-    out: set[int] = set()
-    for part in (p.strip() for p in str(spec).split(",") if p.strip()):
-        lo, _, hi = part.partition("-")
-        if not lo.strip().isdigit() or (hi and not hi.strip().isdigit()) or int(lo) < 1:
-            raise ValueError(f"record selection {spec!r}: expected positions like '1-30,151-159'")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
-# -- checks (pure) -------------------------------------------------------------------------------------
-def _has_surrogates(text: str) -> bool:
-    return any(0xDC80 <= ord(ch) <= 0xDCFF for ch in text)
-
-
-def unmojibake(text: str) -> str | None:
-    """What `text` reads as when it is UTF-8 that was decoded as cp1252 (or latin-1); None if it is not."""
-    if text.isascii() or not any(0x80 <= ord(ch) <= 0xFF or ch in _CP1252 for ch in text):
-        return None
-    raw = bytearray()
-    for ch in text:
-        if ch in _CP1252:
-            raw.append(_CP1252[ch])
-        elif ord(ch) <= 0xFF:
-            raw.append(ord(ch))
-        else:
-            return None
-    try:
-        fixed = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return fixed if fixed != text else None
-
-
-def text_problems(field: str, text: str, lang: str, min_share: float) -> list[tuple[str, str]]:
-    """Encoding and script problems of one text field."""
-    if _has_surrogates(text):
-        bad = next(i for i, ch in enumerate(text) if 0xDC80 <= ord(ch) <= 0xDCFF)
-        return [("invalid_utf8", f"{field}: bytes that are not UTF-8 at character {bad}")]
-    if "\ufeff" in text:
-        return [("stray_bom", f"{field}: a byte-order mark (U+FEFF) inside the text")]
-    if "\ufffd" in text:
-        return [("replacement_char", f"{field}: U+FFFD (the text was damaged by an earlier conversion)")]
-    fixed = unmojibake(text)
-    if fixed is not None:
-        return [("mojibake", f"{field}: UTF-8 read as cp1252/latin-1; it should read {fixed[:60]!r}")]
-    if lang in tc.SCRIPT_RANGES:
-        share = tc.script_share(text, lang)
-        if share < min_share:
-            return [("not_in_script", f"{field}: {share:.0%} of its letters are in the {lang} script "
-                                      f"(at least {min_share:.0%} needed)")]
-    return []
-
-
-def form_problems(item: dict[str, Any], label: Any) -> list[tuple[str, str]]:
-    problems = [("empty_field", f"{k} is empty") for k in ("goal", "sol1", "sol2") if not item.get(k)]
-    text = "" if label is None else str(label).strip()
-    if text not in ("0", "1", "0.0", "1.0"):
-        problems.append(("bad_label", f"label {text!r} is not 0 (sol1 correct) or 1 (sol2 correct)"))
-    if item.get("sol1") and item.get("sol1") == item.get("sol2"):
-        problems.append(("identical_solutions", "sol1 and sol2 are the same text"))
-    return problems
-
-
 def _mark_duplicate_ids(records: list[dict[str, Any]]) -> None:
     seen: dict[str, str] = {}
     for r in records:
@@ -391,37 +199,8 @@ def items_table(records: list[dict[str, Any]], keep: list[str]) -> pa.Table:
     schema = pa.schema(fields)
     for r in records:  # surrogate escapes cannot go into Arrow strings: they are replaced, the row is rejected
         for k, v in r.items():
-            if isinstance(v, str) and _has_surrogates(v):
+            if isinstance(v, str) and has_surrogates(v):
                 r[k] = v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return pa.Table.from_pylist(records, schema=schema)
 
 
-# -- feedback -------------------------------------------------------------------------------------------
-def write_feedback(table: pa.Table, notes: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Any]:
-    """One `<writer>.csv` per writer (file, row, item id, reason, detail) and `summary.json`.
-
-    The CSVs start with a byte-order mark so that spreadsheet programs show Tamil text correctly.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = table.select([WRITER, SOURCE_FILE, SOURCE_ROW, C.ID, C.DROP_REASON, DROP_DETAIL]).to_pylist()
-    writers = sorted({r[WRITER] for r in rows})
-    file_writers: dict[str, set[str]] = {}
-    for r in rows:
-        file_writers.setdefault(r[SOURCE_FILE], set()).add(r[WRITER])
-    summary: dict[str, Any] = {}
-    for writer in writers:
-        mine = [r for r in rows if r[WRITER] == writer]
-        bad = [r for r in mine if r[C.DROP_REASON]]
-        with open(out / f"{writer}.csv", "w", encoding="utf-8-sig", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["file", "row", "item_id", "reason", "detail"])
-            for note in notes:
-                if writer in file_writers.get(note["file"], set()):
-                    w.writerow([note["file"], "", "", FILE_NOTE, note["note"]])
-            for r in bad:
-                w.writerow([r[SOURCE_FILE], r[SOURCE_ROW], r[C.ID], r[C.DROP_REASON], r[DROP_DETAIL]])
-        summary[writer] = {"rows": len(mine), "accepted": len(mine) - len(bad), "rejected": len(bad),
-                           "reasons": dict(Counter(r[C.DROP_REASON] for r in bad))}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", "utf-8")
-    return summary
