@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace, extra: list[str]) -> int:
     module = load_job_module(args.job)
     config = resolve_config(args.job, args.config, overrides)
     if os.environ.get("PIQAFORGE_VERBOSE") != "1":
-        from transforms.core.console import hold_ray_logs
+        from transforms.core.ray_logs import hold_ray_logs
 
         hold_ray_logs()  # Ray's start-up lines go to the run's logs/ray.log, not the console
     result = module.run(config, run_id=args.run_id or args.resume, resume=bool(args.resume))
@@ -59,8 +59,8 @@ def _print_result(job: str, result: dict[str, Any]) -> int:
         # the funnel, outputs, report and judges' figures of the job's (last) run
         from pathlib import Path
 
-        from transforms.core.console import run_summary
         from transforms.core.manifest import RunManifest
+        from transforms.core.run_listing import run_summary
 
         manifest = RunManifest.load(Path(str(result["manifest"])))
         report = Path(str(result["report"])) if result.get("report") else None
@@ -135,7 +135,7 @@ def _run_recipe(args: argparse.Namespace, extra: list[str]) -> int:
     apply_secrets_env(secret_names_of(recipe))
     bind_fingerprint_key(args.lake or "lake")
     if os.environ.get("PIQAFORGE_VERBOSE") != "1":
-        from transforms.core.console import hold_ray_logs
+        from transforms.core.ray_logs import hold_ray_logs
 
         hold_ray_logs()
     command = ["piqaforge", "run", args.job, *(a for s in args.set or [] for a in ("--set", s)),
@@ -308,9 +308,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return _run(args, extra)
         if args.command in ("runs", "show"):
-            from transforms.core.console import list_runs, show_run
             from transforms.core.lake import Lake
             from transforms.core.manifest import RunManifest
+            from transforms.core.run_listing import list_runs, show_run
 
             lake = Lake(args.lake)
             if args.command == "runs":
