@@ -6,87 +6,43 @@
     review.csv            one row per item x annotator slot, to fill in a spreadsheet  (--to csv)
     README.md             what to fill: the verdict values, the columns, the exact import command
 
-Exporting marks the parent run's manifest `awaiting_review`.
+Exporting marks the parent run's manifest `awaiting_review`. The record is review/batch_record.py, the
+CSV and README review/batch_files.py (both re-exported here for one release); here: exporting a run's
+items, or a batch's disagreement queue, as a batch.
 """
 
 from __future__ import annotations
 
-import csv
-import datetime as dt
-import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, Field
 
 from transforms.core.lake import Lake, read_table
 from transforms.core.manifest import RunManifest
+from transforms.review.batch_files import (  # noqa: F401 (re-exported)
+    CSV_COLUMNS,
+    EARLIER,
+    SOURCE,
+    SOURCE_TEXT,
+    import_command,
+    source_columns,
+    spreadsheet_safe,
+    write_readme,
+    write_review_csv,
+)
+from transforms.review.batch_record import (  # noqa: F401 (re-exported)
+    SHOWN,
+    BatchRecord,
+    batch_dir,
+    fingerprint,
+    judgment_id,
+    load_batch,
+)
 from transforms.review.consensus import ConsensusRule
 from transforms.review.vocabulary import EDIT_FIELDS, VERDICTS, ReviewError  # noqa: F401 (re-exported)
-
-# The verdicts an annotator can give a PIQA item (stored value → what the annotator reads).
-SHOWN = ("goal", "sol1", "sol2")
-CSV_COLUMNS = ["judgment_id", "item_id", "annotator", "goal", "sol1", "sol2", "verdict",
-               "goal_edit", "sol1_edit", "sol2_edit", "comment"]
-
-
-class BatchRecord(BaseModel):
-    batch: str = Field(..., description="Batch name: the folder under <lake>/review/.")
-    created_at: str = Field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
-    parent_run: str | None = Field(None, description="Run whose curated items were exported.")
-    parent_batch: str | None = Field(None, description="Batch whose disagreement queue this batch re-exports.")
-    parent_review_run: str | None = Field(None, description="For a requeued batch: the review run of the batch it "
-                                          "came from; the import's run has it as parent (adjudication round).")
-    dataset: str = ""
-    recipe: str = ""
-    format: Literal["labelstudio", "csv"] = "labelstudio"
-    annotators: list[str] = Field(default_factory=list, description="Annotator names (or slots ann_1..ann_N).")
-    named_annotators: bool = Field(False, description="True when `annotators` are real names: judgments by "
-                                   "anyone else are rejected. Slots accept any name, up to N per item.")
-    rule: ConsensusRule = Field(default_factory=ConsensusRule)
-    automatic: bool = Field(False, description="Filled by LLM annotators (review=auto), not people.")
-    n_items: int = 0
-    item_ids: list[str] = Field(default_factory=list)
-    fingerprint: str = Field("", description="sha256 of the exported rows (id, goal, sol1, sol2, label).")
-    verdicts: list[str] = Field(default_factory=lambda: list(VERDICTS))
-    files: dict[str, str] = Field(default_factory=dict)
-    labelstudio: dict[str, Any] = Field(default_factory=dict, description="url and project id after push.")
-    imports: list[dict[str, Any]] = Field(default_factory=list, description="One entry per import.")
-
-    def write(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / "batch.json.tmp"
-        tmp.write_text(self.model_dump_json(indent=2), encoding="utf-8")
-        tmp.replace(folder / "batch.json")
-
-
-def batch_dir(lake: Lake, batch: str) -> Path:
-    return lake.root / "review" / batch
-
-
-def load_batch(lake: Lake, batch: str) -> tuple[BatchRecord, pa.Table]:
-    folder = batch_dir(lake, batch)
-    if not (folder / "batch.json").exists():
-        known = sorted(p.name for p in (lake.root / "review").glob("*") if (p / "batch.json").exists())
-        raise ReviewError(f"no review batch {batch!r} under {lake.root / 'review'}; batches: {known}")
-    record = BatchRecord.model_validate_json((folder / "batch.json").read_text(encoding="utf-8"))
-    items = pq.read_table(folder / "items.parquet")
-    if fingerprint(items) != record.fingerprint:
-        raise ReviewError(f"{folder / 'items.parquet'} no longer matches the batch's fingerprint: the exported "
-                          "rows were changed after export")
-    return record, items
-
-
-def fingerprint(items: pa.Table) -> str:
-    """sha256 over the exported rows in order, as canonical JSON lines of the reviewed fields."""
-    cols = [c for c in ("id", *SHOWN, "label") if c in items.schema.names]
-    h = hashlib.sha256()
-    for row in items.select(cols).to_pylist():
-        h.update(json.dumps(row, sort_keys=True, ensure_ascii=False).encode() + b"\n")
-    return h.hexdigest()
 
 
 def annotator_names(spec: str | int | list[str]) -> tuple[list[str], bool]:
@@ -153,107 +109,6 @@ def write_batch(lake: Lake, items: pa.Table, record: BatchRecord) -> Path:
     write_readme(folder, record, lake.root, translated=bool(source_columns(items)))
     record.write(folder)
     return folder
-
-
-def import_command(record: BatchRecord, lake_root: Path) -> str:
-    return f"piqaforge review import {record.batch} --from FILLED --lake {lake_root}"
-
-
-def write_readme(folder: Path, record: BatchRecord, lake_root: Path, *, about: str = "", then: str = "",
-                 translated: bool = False) -> None:
-    """The batch's README.md: what to fill, the verdict values a reviewer may write, the import command.
-    `about` (who made the batch) and `then` (what comes after the import) are the recipe's lines."""
-    rule = record.rule.rule + (f" ({record.rule.k} of {len(record.annotators)})" if record.rule.rule == "k_of_n" else "")
-    if record.format == "csv":
-        fill = ("Fill `review.csv` (UTF-8; one row per item and annotator slot). Write one verdict value from the "
-                "table below in `verdict`, exactly as written; for `needs_edit` write the corrected text in "
-                "`goal_edit`, `sol1_edit`, `sol2_edit`; `comment` is free. Leave `judgment_id`, `item_id` and the "
-                "item's text as they are; `annotator` may be replaced by the reviewer's name. Several reviewers "
-                "may each fill a copy: import all of them at once.")
-        filled = "FILLED: the filled review.csv (or the copies, one per reviewer)"
-    else:
-        fill = ("Import `tasks.json` into Label Studio with `labeling_config.xml` (or `piqaforge review push "
-                f"{record.batch}`), judge every task, and export the annotations as JSON (or `piqaforge review "
-                f"pull {record.batch}`, which imports them itself).")
-        filled = "FILLED: Label Studio's JSON export"
-    source = ("\n\nTranslated or recast items show what they were made from: `source_goal`, `source_sol1`, "
-              "`source_sol2` (the source's text, in the item's order) and `source_label` (which of the source's "
-              "solutions is correct). Judge the item itself; the source tells you what it should say.") \
-        if translated and record.format == "csv" else ""
-    verdicts = "\n".join(f"| `{v}` | {meaning} |" for v, meaning in VERDICTS.items())
-    text = (f"# Review batch {record.batch}\n\n"
-            + (f"{about}\n\n" if about else "")
-            + f"{record.n_items} items, {len(record.annotators)} annotator(s) per item "
-            f"({', '.join(record.annotators)}), consensus {rule}.\n\n## What to fill\n\n{fill}{source}\n\n"
-            f"## Verdicts\n\n| verdict | meaning |\n|---|---|\n{verdicts}\n\n## Import\n\n"
-            f"```bash\n{import_command(record, lake_root)}\n```\n\n{filled}. `--dry-run` checks the files "
-            "and shows what the import would do without writing anything.\n"
-            + (f"\nThen: {then}\n" if then else ""))
-    (folder / "README.md").write_text(text, encoding="utf-8")
-
-
-def judgment_id(batch: str, item_id: str, annotator: str) -> str:
-    return f"{batch}/{item_id}/{annotator}"
-
-
-def spreadsheet_safe(value: object) -> object:
-    """A cell a spreadsheet shows as text: one starting with = + - @ (or a tab / carriage return) gets
-    Excel's text marker ', so crawled or generated text cannot run as a formula on the reviewer's
-    machine; the import strips the marker again (transforms/io/input_files.py)."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
-
-
-EARLIER = ("earlier_verdicts", "earlier_comments")  # a requeued batch shows the first round beside each item
-
-# Where a translated or recast item keeps the text it was made from, in order of preference: the English
-# glosses (zh-piqa, J-PIQA), PIndicQA's English source, the item a J-PIQA lexical variant was made from.
-SOURCE_TEXT: tuple[tuple[str, str, str], ...] = (("goal_gloss", "sol1_gloss", "sol2_gloss"),
-                                                 ("en_goal", "en_sol1", "en_sol2"),
-                                                 ("base_goal", "base_sol1", "base_sol2"))
-SOURCE = ("source_goal", "source_sol1", "source_sol2", "source_label")  # review.csv, beside the item
-
-
-def source_columns(items: pa.Table) -> dict[str, list[str | None]]:
-    """Per item, the text it was translated or recast from and which of that text's solutions is correct
-    ("sol1"/"sol2": a translation keeps the source's order and label); {} for a batch of original items.
-    A reviewer of a translation judges the item against its source: same meaning, same answer."""
-    names = items.column_names
-    found = [t for t in SOURCE_TEXT if all(c in names for c in t)]
-    if not found:
-        return {}
-    cols = {c: items.column(c).to_pylist() for t in found for c in t}
-    labels = items.column("label").to_pylist() if "label" in names else [None] * items.num_rows
-    out: dict[str, list[str | None]] = {c: [] for c in SOURCE}
-    for i in range(items.num_rows):
-        triple = next((t for t in found if cols[t[0]][i] or cols[t[1]][i]), None)
-        texts = [cols[c][i] for c in triple] if triple else [None, None, None]
-        label = labels[i] if triple else None
-        for name, value in zip(SOURCE, [*texts, None if label is None else f"sol{int(label) + 1}"], strict=True):
-            out[name].append(value)
-    return out
-
-
-def write_review_csv(items: pa.Table, record: BatchRecord, path: Path) -> None:
-    """One row per item x annotator; UTF-8 with a BOM (Excel then reads Korean and Tamil text right)."""
-    source = source_columns(items)
-    extra = [c for c in EARLIER if c in items.column_names]
-    rows = items.select(["id", *SHOWN, *extra]).to_pylist()
-    for name, values in source.items():
-        for row, value in zip(rows, values, strict=True):
-            row[name] = value
-    extra = [*source, *extra]
-    at = CSV_COLUMNS.index("verdict")
-    columns = [*CSV_COLUMNS[:at], *extra, *CSV_COLUMNS[at:]]
-    with open(path, "w", newline="", encoding="utf-8-sig") as f:
-        writer = csv.DictWriter(f, columns)
-        writer.writeheader()
-        for row in rows:
-            for ann in record.annotators:
-                writer.writerow({k: spreadsheet_safe(v) for k, v in {
-                    "judgment_id": judgment_id(record.batch, str(row["id"]), ann), "item_id": row["id"],
-                    "annotator": ann, **{k: row[k] for k in [*SHOWN, *extra]}}.items()})
 
 
 def export_run(lake: Lake, run_id: str, *, to: Literal["labelstudio", "csv"] = "labelstudio",

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, fingerprint_file
 from transforms.io.sources import TableSource
-from transforms.review.batch import batch_dir
+from transforms.review.batch_record import batch_dir
 from transforms.review.validate import ImportResult
 
 

@@ -21,7 +21,7 @@ from transforms.core.creating import SourceStage
 from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, fingerprint_file
 from transforms.io.input_files import InputFileError
-from transforms.review.batch import ReviewError, batch_dir, load_batch
+from transforms.review.batch_record import batch_dir, load_batch
 from transforms.review.consensus import ConsensusRule
 from transforms.review.import_run import ReviewedItems, write_import  # noqa: F401 (re-exported)
 from transforms.review.judgment_files import (  # noqa: F401 (re-exported)
@@ -37,6 +37,7 @@ from transforms.review.validate import (  # noqa: F401 (re-exported)
     per_file_counts,
     validate_judgments,
 )
+from transforms.review.vocabulary import ReviewError
 
 
 def check_import(lake: Lake, batch: str, files: list[str | Path], rule: ConsensusRule | None = None,

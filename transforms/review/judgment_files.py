@@ -23,7 +23,7 @@ from transforms.io.input_files import (
     require_columns,
     unformat,
 )
-from transforms.review.batch import BatchRecord
+from transforms.review.batch_record import BatchRecord
 
 LONG_COLUMNS = ["judgment_id", "item_id", "annotator", "label", "goal_edit", "sol1_edit", "sol2_edit",
                 "comment", "skipped", "origin"]

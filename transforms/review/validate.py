@@ -18,9 +18,10 @@ from typing import Any
 import pyarrow as pa
 
 from transforms.core.lake import Lake
-from transforms.review.batch import VERDICTS, BatchRecord, judgment_id, load_batch
+from transforms.review.batch_record import BatchRecord, judgment_id, load_batch
 from transforms.review.consensus import ConsensusRule, apply_review
 from transforms.review.judgment_files import file_of
+from transforms.review.vocabulary import VERDICTS
 
 
 def _pl() -> Any:
