@@ -47,14 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import build_crawl  # noqa: E402
-from transforms.dedup.minhash import (  # noqa: E402
-    SIGNATURE,
-    MinHashDedup,
-    _band_partitions,
-    _candidates,
-    _cluster,
-    _reduce_edges,
-)
+from transforms.dedup.minhash import SIGNATURE, MinHashDedup  # noqa: E402
 from transforms.dedup.minhash_cluster import (  # noqa: E402
     ROW_ID,
     CandidateSet,
@@ -63,6 +56,12 @@ from transforms.dedup.minhash_cluster import (  # noqa: E402
     cluster_duplicates,
     unique_edges,
     verify_edges,
+)
+from transforms.dedup.minhash_tasks import (  # noqa: E402
+    _band_partitions,
+    _candidates,
+    _cluster,
+    _reduce_edges,
 )
 
 MiB = 2**20

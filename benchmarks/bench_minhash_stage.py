@@ -38,7 +38,7 @@ from benchmarks.common import build_crawl  # noqa: E402
 from transforms.core import columns as C  # noqa: E402
 from transforms.dedup import minhash as after  # noqa: E402
 
-MODULES = ("minhash", "minhash_cluster", "minhash_signature", "minhash_numba")
+MODULES = ("minhash", "minhash_cluster", "minhash_signature", "minhash_numba", "minhash_tasks")
 BEFORE_PACKAGE = "_piqaforge_minhash_before"
 # The last commit before the issue-34 changes to the stage (lsh_params cached, numba shared-key
 # search, one id gather per map task, hashed duplicate lookup).
@@ -51,8 +51,12 @@ def import_before(rev: str, into: Path) -> ModuleType:
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text("")
     for name in MODULES:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:transforms/dedup/{name}.py"],
-                             capture_output=True, text=True, check=True).stdout
+        shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:transforms/dedup/{name}.py"],
+                               capture_output=True, text=True)
+        if shown.returncode and name == "minhash_tasks":  # split out of minhash.py after `rev`
+            continue
+        shown.check_returncode()
+        src = shown.stdout
         for other in MODULES:  # its own siblings, not the current ones
             src = src.replace(f"transforms.dedup.{other} ", f"{BEFORE_PACKAGE}.{other} ")
             src = src.replace(f"transforms.dedup.{other}\n", f"{BEFORE_PACKAGE}.{other}\n")
