@@ -85,6 +85,7 @@ class GroupByKey(AggregateStage):
 
 class DropEveryNth(FilterStage):
     name: ClassVar[str] = "drop_nth"
+    drop_reasons: ClassVar[dict[str, str]] = {"nth": "every n-th row (the test double)"}
     reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
     modulus: int = 3
 

@@ -44,6 +44,7 @@ class DropQuestionMarks(FilterStage):
     """Drops texts ending in '?', logs the ids it saw, and crashes on `fail_id` while armed."""
 
     name: ClassVar[str] = "drop_question_marks"
+    drop_reasons: ClassVar[dict[str, str]] = {"question_mark": "the text holds a question mark (the test double)"}
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     log_dir: str
     arm_file: str

@@ -19,6 +19,7 @@ from transforms.text.normalize import NormalizeText
 
 class DropShort(FilterStage):
     name: ClassVar[str] = "drop_short"
+    drop_reasons: ClassVar[dict[str, str]] = {"too_short": "the text is shorter than the minimum (the test double)"}
     reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
     min_chars: int = 3
 

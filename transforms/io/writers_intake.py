@@ -70,6 +70,10 @@ class WritersIntake(SourceStage):
         "bad_label": "the label is not 0 or 1",
         "identical_solutions": "sol1 and sol2 are the same text",
         "duplicate_id": "an id already used by an earlier row",
+        "invalid_utf8": "bytes that are not UTF-8",
+        "stray_bom": "a byte-order mark inside the text",
+        "replacement_char": "U+FFFD: the text was damaged by an earlier lossy conversion",
+        "missing_column": "the file or record lacks a required column",
     }
     extras: ClassVar[tuple[str, ...]] = ("review",)
 

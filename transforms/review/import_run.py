@@ -62,6 +62,11 @@ class ReviewedItems(TableSource):
     its content hash, with the batch as its label)."""
 
     name: ClassVar[str] = "review_import"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "not_reviewed": "no annotator judged the item",
+        "no_consensus": "the annotators' verdicts do not meet the consensus rule",
+        "rejected_by_annotators": "the annotators' consensus rejects the item",
+    }
 
     def __init__(self, table: pa.Table | None = None, **data: Any):  # (pydantic's plugin would hide the base's)
         super().__init__(table, **data)

@@ -83,6 +83,7 @@ class ReviewImportSource(SourceStage):
     holds the counts and agreement for the run's manifest."""
 
     name: ClassVar[str] = "review_import"
+    drop_reasons: ClassVar[dict[str, str]] = ReviewedItems.drop_reasons
     lake: str = Field(..., description="Lake root holding review/<batch>/.")
     batch: str = Field(..., description="The review batch to import into.")
     files: list[str] = Field(..., description="Label Studio JSON exports, filled CSVs or long-format files.")
