@@ -10,4 +10,4 @@ cd "$ROOT"
 # the packaged Gemma checkpoint every vLLM role is swapped for (idempotent)
 .venv/bin/python -m transforms.llm.prepare gemma3-270m >/dev/null
 export RAY_AUTH_MODE=token
-exec .venv/bin/python -m jobs.rehearsal "$@"
+exec .venv/bin/python -m harness.rehearsal "$@"

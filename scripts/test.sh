@@ -29,7 +29,7 @@ bash scripts/setup.sh
 # So does the lm-eval comparison (lm-evaluation-harness in .venv-lmeval).
 if [[ "$MARK" != "not slow and not recipes and not vllm and not gpu and not storm and not rehearsal" && "$MARK" != "storm" \
       && "$MARK" != "rehearsal" ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
-echo "== ruff"; .venv/bin/ruff check transforms jobs expectations tests benchmarks
+echo "== ruff"; .venv/bin/ruff check transforms jobs expectations harness tests benchmarks
 echo "== mypy transforms/"; .venv/bin/mypy
 echo "== import layers (lint-imports)"; .venv/bin/lint-imports
 echo "== pytest -m '$MARK'"

@@ -1,0 +1,1 @@
+"""Test harnesses that run the project as a cluster would (not part of the installed package)."""

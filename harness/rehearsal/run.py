@@ -1,0 +1,92 @@
+"""The cluster rehearsal: cluster.yaml's Ray cluster on this one machine, every recipe submitted to it.
+
+The steps are in harness/rehearsal/__init__.py.
+
+    bash scripts/cluster_rehearsal.sh [--recipes ko-piqa,zh-piqa] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.rehearsal.envs import REPO, build_env, read_cluster
+from harness.rehearsal.nodes import Cluster, say, start_cluster, start_server
+from harness.rehearsal.recipes import Outcome, refusal_check, run_recipe
+
+CONFIG = REPO / "cluster" / "rehearsal.yaml"
+RECIPES = ["ko-piqa", "zh-piqa", "ta-piqa", "j-piqa", "ru-piqa", "pindic"]
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cluster_rehearsal", description=__doc__.split("\n")[0])
+    parser.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated (default: all)")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
+    parser.add_argument("--root", default=str(REPO / ".rehearsal"), help="venvs, lake and logs (default .rehearsal)")
+    args = parser.parse_args(argv)
+
+    def stop_on_term(signum: int, frame: Any) -> None:  # `timeout`, `kill`: clean up as on any failure
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop_on_term)
+    conf = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    names = [r.strip() for r in args.recipes.split(",") if r.strip()]
+    unknown = [r for r in names if r not in RECIPES]
+    if unknown:
+        print(f"cluster_rehearsal: unknown recipe(s) {unknown}; recipes: {', '.join(RECIPES)}", file=sys.stderr)
+        return 2
+    root = Path(args.root)
+    logs = root / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    lake = root / "lake"
+    shutil.rmtree(lake, ignore_errors=True)  # a fresh shared file system for a fresh cluster
+    t0 = time.time()
+    nodes = read_cluster()
+    venvs: dict[str, Path] = {}
+    for node in nodes:
+        if node.setup_env not in venvs:
+            venvs[node.setup_env] = build_env(node, root / "venvs", log=say)
+    say(f"environments ready in {time.time() - t0:.0f} s")
+    from transforms.llm.prepare import resolve_model
+
+    model_path = resolve_model(conf["models"]["model"])
+    say(f"substitution on every vLLM role: the cluster's models -> {conf['models']['model']} ({model_path}); "
+        f"served through vLLM's OpenAI server: {', '.join(conf['models'].get('served') or []) or 'none'}")
+    outcomes: list[Outcome] = []
+    cluster = Cluster(temp=Path(tempfile.mkdtemp(prefix="pfr", dir="/tmp")))
+    try:
+        cluster = start_cluster(nodes, venvs, conf.get("nodes") or {}, logs, cluster)
+        if conf["models"].get("served"):
+            start_server(cluster, venvs["vllm"], model_path, conf["models"].get("server") or {}, logs)
+        for name in names:
+            outcome = run_recipe(name, cluster, lake, conf, model_path, logs)
+            outcomes.append(outcome)
+            say(f"{name}: {'OK' if outcome.ok else 'FAILED'} ({outcome.status}) in {outcome.seconds:.0f} s")
+            for line in outcome.lines:
+                print(f"    {line}", flush=True)
+        outcomes.append(refusal_check(cluster, lake, logs))
+        say(f"refusal check: {'OK' if outcomes[-1].ok else 'FAILED'}")
+        for line in outcomes[-1].lines:
+            print(f"    {line}", flush=True)
+    finally:
+        if args.keep:
+            say(f"--keep: the cluster stays up at {cluster.address}; stop it with: "
+                f"pkill -9 -s {','.join(str(p.pid) for p in cluster.procs)}; rm -rf {cluster.temp}")
+        else:
+            cluster.stop()
+            say("cluster stopped, temp dirs removed")
+    total = time.time() - t0
+    say("summary: " + "; ".join(f"{o.recipe} {'ok' if o.ok else 'FAILED'} {o.seconds:.0f} s" for o in outcomes)
+        + f"; total {total:.0f} s")
+    return 0 if outcomes and all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
