@@ -30,14 +30,15 @@ is called as each question is answered, so callers persist answers as they arriv
 starts and is only ever placed in the Authorization header: it is not stored on the engine, not
 logged and not put in error messages. The HTTP transport is injectable (`transport=`), so tests
 drive the client with httpx.MockTransport or a local stub server.
+
+One module over 300 lines because it is one responsibility: the HTTP client's request loop, retries,
+ledger and failure judgement share the engine's state; the pure wire format is in openai_wire.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import os
 import random
 import threading
@@ -57,16 +58,20 @@ from transforms.llm.base import (
     LLMEngine,
     QuestionsFailed,
 )
+from transforms.llm.openai_wire import (  # noqa: F401 (CHOICE_KEY re-exported)
+    CHOICE_KEY,
+    EngineRequestError,
+    chat_body,
+    continuation_logprob,
+    reply_text,
+    retry_after_seconds,
+)
 from transforms.llm.prompts import compile_template
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 ENDPOINT_REFUSES = {401, 403, 404}  # a wrong key, no access, a wrong URL or model name: stop at the first one
-
-
-class EngineRequestError(EndpointError):
-    """The endpoint refused a request (non-retryable status, no key) or sent what cannot be read."""
 
 
 class _Failed:
@@ -143,7 +148,7 @@ class OpenAIEngine(LLMEngine):
         mode = self.options.structured_outputs
 
         def texts(r: dict[str, Any]) -> list[str]:
-            return [_reply_text(c, params, mode) for c in sorted(r["choices"], key=lambda c: c.get("index", 0))]
+            return [reply_text(c, params, mode) for c in sorted(r["choices"], key=lambda c: c.get("index", 0))]
 
         return self._post_all("chat/completions", [chat_body(c, params, mode) for c in conversations], texts)
 
@@ -175,7 +180,7 @@ class OpenAIEngine(LLMEngine):
             responses, reasons = err.answers, {todo[j]: why for j, why in err.reasons.items()}
         for i, r in zip(todo, responses, strict=True):
             ctx, cont = requests[i]
-            results[i] = None if r is None else _continuation_logprob(r, len(ctx), len(ctx) + len(cont))
+            results[i] = None if r is None else continuation_logprob(r, len(ctx), len(ctx) + len(cont))
         if reasons:
             raise QuestionsFailed(results, reasons, self.endpoint)
         return results
@@ -314,7 +319,7 @@ class OpenAIEngine(LLMEngine):
                                         f"{detail}", endpoint=opts.base_url.rstrip("/"),
                                         cause=f"HTTP {resp.status_code}")
                 last, cause = f"HTTP {resp.status_code}: {detail}", f"http_{resp.status_code}"
-                retry_after = _retry_after_seconds(resp.headers.get("retry-after"))
+                retry_after = retry_after_seconds(resp.headers.get("retry-after"))
             if attempt + 1 == attempts:
                 break
             delay = min(opts.backoff_max, opts.backoff_base * 2**attempt) * random.uniform(0.5, 1.0)
@@ -334,34 +339,6 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     for e in group.exceptions:
         out.extend(_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
     return out
-
-
-def _retry_after_seconds(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
-
-
-def _continuation_logprob(response: dict[str, Any], start: int, end: int) -> tuple[float, int]:
-    """Sum the echoed prompt-token logprobs whose character offset lies in [start, end)."""
-    lp = response["choices"][0].get("logprobs") or {}
-    offsets, values = lp.get("text_offset"), lp.get("token_logprobs")
-    if not offsets or values is None:
-        raise EngineRequestError("the endpoint returned no echoed prompt logprobs (needs echo=True "
-                                 "and logprobs support on /completions)")
-    total, n = 0.0, 0
-    for off, v in zip(offsets, values, strict=False):
-        if start <= off < end:
-            if v is None:
-                raise EngineRequestError("a continuation token has no logprob in the echoed prompt")
-            total += float(v)
-            n += 1
-    if n == 0:
-        return -math.inf, 0
-    return total, n
 
 
 def _run_sync(coro: Awaitable[T]) -> T:
@@ -384,44 +361,3 @@ def _run_sync(coro: Awaitable[T]) -> T:
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]
-
-
-
-CHOICE_KEY = "choice"
-
-
-def chat_body(conv: list[ChatMessage], params: GenerationParams, mode: str) -> dict[str, Any]:
-    """The /chat/completions body for one conversation: sampling, n, seed and the output constraint."""
-    body: dict[str, Any] = {"messages": conv, "max_tokens": params.max_tokens, "temperature": params.temperature,
-                            "top_p": params.top_p}
-    if params.n > 1:
-        body["n"] = params.n
-    if params.stop:
-        body["stop"] = params.stop
-    if params.seed is not None:
-        body["seed"] = params.seed
-    if mode == "vllm":
-        if params.json_schema is not None:
-            body["structured_outputs"] = {"json": params.json_schema}
-        elif params.choices:
-            body["structured_outputs"] = {"choice": list(params.choices)}
-    elif mode == "response_format":
-        schema = params.json_schema
-        if schema is None and params.choices:  # OpenAI wants an object at the root: {"choice": one of them}
-            schema = {"type": "object", "properties": {CHOICE_KEY: {"type": "string", "enum": list(params.choices)}},
-                      "required": [CHOICE_KEY], "additionalProperties": False}
-        if schema is not None:
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "reply", "schema": schema, "strict": True}}
-    return body
-
-
-def _reply_text(choice: dict[str, Any], params: GenerationParams, mode: str) -> str:
-    text: str = (choice.get("message") or {}).get("content") or ""
-    if mode == "response_format" and params.json_schema is None and params.choices:
-        try:  # the choice, unwrapped from {"choice": ...}; anything else goes to the stage as is
-            value = json.loads(text).get(CHOICE_KEY)
-            return value if isinstance(value, str) else text
-        except (ValueError, AttributeError):
-            return text
-    return text
