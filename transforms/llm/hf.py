@@ -24,17 +24,18 @@ similar lengths, and a batch grows until either limit is reached. The log-probab
 are gathered on the device and copied to the host once per batch (a per-row read would stall the GPU
 at every row).
 
-Options (`EngineConfig.options`, checked by `HFOptions`): device, dtype, batch_size,
+Options (`EngineConfig.options`, checked by `HFOptions` in hf_options.py): device, dtype, batch_size,
 max_batch_tokens, gen_batch_size, prefix_cache, min_prefix_tokens, threads, chat_template, gguf_file.
+
+One module over 300 lines because it is one responsibility: loading the model, the shared-prefix
+scoring and generation share the engine's model, tokenizer and batch sizes.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from transforms.core.deps import require
 from transforms.llm.base import (
@@ -45,42 +46,12 @@ from transforms.llm.base import (
     encode_prompt,
     render_with_tokenizer,
 )
+from transforms.llm.hf_options import CPU_SIZES, GPU_SIZES, HFOptions, device_sizes  # noqa: F401 (re-exported)
 from transforms.llm.prepare import resolve_model
 
 # One scoring request: a token sequence and, per position to read, the token ids whose
 # log-probability as the *next* token is wanted.
 ScoreItem = tuple[list[int], list[tuple[int, list[int]]]]
-
-
-class HFOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    device: str | None = Field(None, description="'cpu', 'cuda', 'cuda:1'...; unset: cuda when available.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="auto: float32 on CPU (bf16 matmuls are slow there), bfloat16 on GPU.")
-    batch_size: int | None = Field(None, ge=1, description="Max sequences per forward pass; unset: "
-                                   "16 on CPU, 256 on a GPU.")
-    max_batch_tokens: int | None = Field(None, ge=1, description="Max padded suffix tokens per forward "
-                                         "pass; unset: 8,192 on CPU, 131,072 on a GPU.")
-    gen_batch_size: int | None = Field(None, ge=1, description="Conversations per generate() call; "
-                                       "unset: 8 on CPU, 64 on a GPU.")
-    prefix_cache: bool = Field(True, description="Reuse the KV cache of the prompts' common prefix.")
-    min_prefix_tokens: int = Field(8, ge=1, description="Shorter common prefixes are not worth caching.")
-    threads: int | None = Field(None, ge=1, description="torch intra-op threads (CPU).")
-    chat_template: Literal["auto", "plain"] = Field(
-        "auto", description="auto: the tokenizer's chat template when it has one, else plain text "
-        "(message contents separated by blank lines, for base models).")
-    gguf_file: str | None = Field(None, description="Load this GGUF file inside `model` (a folder).")
-
-
-# (batch_size, max_batch_tokens, gen_batch_size) when the options leave them unset.
-CPU_SIZES = (16, 8192, 8)
-GPU_SIZES = (256, 131072, 64)
-
-
-def device_sizes(device: str) -> tuple[int, int, int]:
-    """Default batch sizes for a torch device string ('cpu', 'cuda', 'cuda:1', 'mps'...)."""
-    return CPU_SIZES if device == "cpu" else GPU_SIZES
 
 
 class TransformersEngine(LLMEngine):
