@@ -133,6 +133,7 @@ class CrawlSource(SourceStage):
         "malformed_json": "a line that is not JSON",
         "malformed_csv_row": "a CSV row that cannot be read",
         "blank_line": "an empty line",
+        "invalid_utf8": "bytes that are not UTF-8",
     }
     spec: CrawlInput = Field(..., description="The crawl to read.")
 
