@@ -204,8 +204,6 @@ def check_drop_reasons(stage: Any, reasons: list[str]) -> None:
                 example = next(r for r in reasons if r and reason_kind(r) == kind)
                 fh.write(f"{type(stage).__module__}:{type(stage).__name__}\t{stage.name}\t{kind}\t{example[:80]}\n")
         return
-    if not os.environ.get("PIQAFORGE_DROP_REASONS_STRICT"):  # TEMPORARY while the classes are declared
-        return
     cls = type(stage)
     raise StageError(f"stage '{stage.name}' dropped rows for reason(s) {undeclared} that its class "
                      f"{cls.__module__}.{cls.__name__} does not declare (it declares {sorted(declared) or 'none'}): "
