@@ -9,7 +9,7 @@
 #   vllm   GPU workers of docker/vllm.Dockerfile's image: LLM stages (in-process vLLM), torch embeddings
 #   cuml   GPU workers of docker/cuml.Dockerfile's image: clustering (cuML) of embeddings
 # Which extras each environment needs is derived from the recipes' stage placement by
-# transforms/flow/placement.py; tests/test_cluster_placement.py fails when this file disagrees.
+# transforms/flow/placement.py; tests/flow/test_cluster_placement.py fails when this file disagrees.
 #
 # The image's own packages (Ray, vLLM, torch, cuML, numba) are pinned while piqaforge is installed:
 # `pip freeze` of the image becomes a constraints file, so no extra can upgrade or replace them.

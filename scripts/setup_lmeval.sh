@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # lm-evaluation-harness lives in its own environment, .venv-lmeval: it pulls datasets, evaluate,
 # accelerate and their pins, which must not share .venv with the project. Only the slow test that
-# runs our exported Global-PIQA-shaped tasks through a real `lm_eval` (tests/test_lm_eval_run.py)
+# runs our exported Global-PIQA-shaped tasks through a real `lm_eval` (tests/eval/test_lm_eval_run.py)
 # and people checking an export by hand use it. The CPU torch wheel goes in first (from
 # /opt/wheels when present) so nothing pulls CUDA wheels; never a bare `torch`.
 # Idempotent: a second run with unchanged inputs is a no-op.

@@ -13,4 +13,4 @@ PREP_PY=".venv/bin/python"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-2}"  # GiB of KV cache on CPU
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 echo "== pytest -m vllm (in .venv-vllm)"
-exec .venv-vllm/bin/python -m pytest -m vllm tests/test_vllm_cpu.py -p no:cacheprovider "$@"
+exec .venv-vllm/bin/python -m pytest -m vllm tests/llm/test_vllm_cpu.py -p no:cacheprovider "$@"

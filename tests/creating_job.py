@@ -1,4 +1,4 @@
-"""A small creating job for the kill -9 / resume test (run as a script by tests/test_resume_creating.py).
+"""A small creating job for the kill -9 / resume test (run as a script by tests/core/test_resume_creating.py).
 
     python tests/creating_job.py LAKE RUN_ID PROMPTS LOG [--resume]
 

@@ -1,4 +1,4 @@
-"""The driver the kill-and-resume storm runs as a subprocess (tests/test_recipe_storm.py).
+"""The driver the kill-and-resume storm runs as a subprocess (tests/recipes/test_recipe_storm.py).
 
     python tests/recipe_storm_driver.py LAKE RUN_ID [--resume] [--questions FILE]
 

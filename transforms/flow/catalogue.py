@@ -176,7 +176,7 @@ def stage_text(name: str) -> str:
 
 def reference_markdown() -> str:
     head = ("# Stage reference\n\n"
-            "Generated from the stage classes by `piqaforge stages --markdown` (tests/test_stage_catalogue.py "
+            "Generated from the stage classes by `piqaforge stages --markdown` (tests/flow/test_stage_catalogue.py "
             "keeps it current): every stage a recipe can name, what it reads and writes, the extras it needs, "
             "why it drops rows (a drop reason is `kind` or `kind:detail`), the item columns it adds to a release "
             "and every field with its type, default and description. A recipe entry is `{stage: NAME, when: "

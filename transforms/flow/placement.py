@@ -4,7 +4,7 @@ refuses a recipe a cluster cannot run before any stage starts.
 * `recipe_stages(recipe)`: every stage of a recipe as its runs build them, with where it stands.
 * `needed_extras(...)`: per node set-up (`cluster/setup_node.sh <env>`), the union over the recipes'
   stages placed there; the head runs the driver, which builds every stage (so it imports every stage
-  module) and the review steps. tests/test_cluster_placement.py compares this with setup_node.sh.
+  module) and the review steps. tests/flow/test_cluster_placement.py compares this with setup_node.sh.
 * `preflight(...)`: on a cluster, before the first run: every stage placeable (live nodes, plus the node
   types the autoscaler may start, from the head's ~/ray_bootstrap_config.yaml), and on each kind of node
   a stage lands on, a probe task importing the modules of the extras it needs: a missing module fails the

@@ -2,7 +2,7 @@
 
 A recipe file names a stage by one of these names (`stage: langid`) or by its own "module:Class"
 string (a team's stage outside this repository). Nothing here imports a stage module, so listing or
-checking a recipe file is cheap (tests/test_import_light.py).
+checking a recipe file is cheap (tests/flow/test_import_light.py).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ STAGES: dict[str, str] = {
     "attach_chunks": "transforms.io.documents:AttachChunks",
 }
 
-# A stage's registered name is its class's `name` (tests/test_stage_catalogue.py holds every entry to it).
+# A stage's registered name is its class's `name` (tests/flow/test_stage_catalogue.py holds every entry to it).
 # Until 2026-11-28 eleven classes called themselves otherwise in run manifests; readers of older manifests
 # accept these names for one more release (`current_name`).
 OLD_MANIFEST_NAMES: dict[str, tuple[str, ...]] = {

@@ -8,7 +8,7 @@ out of fold: positives the embedder would drop anyway cost nothing. Rows under t
 not embedded and score 0 (rejected).
 
 A row's tier score is the minimum over the same views the judge reads (transforms/text/views.py), so
-text added to a crawled question cannot lift it over the tier either (tests/test_injection.py).
+text added to a crawled question cannot lift it over the tier either (tests/judge/test_injection.py).
 """
 
 from __future__ import annotations

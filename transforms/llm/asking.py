@@ -12,7 +12,7 @@ Two layers over an `LLMStage` (its engines, answer cache, retries with backoff a
 `Asker` is the LLM stage for callers that are not row stages: the automatic review annotators, the
 evaluated models and the solution-only audit, LLM translation. It records the questions it asked
 (`questions`: prompt ref → first rendered conversation), which reports read instead of rebuilding
-them. tests/test_llm_calls_through_base.py greps that no other module calls an engine directly.
+them. tests/llm/test_llm_calls_through_base.py greps that no other module calls an engine directly.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ continuation token for `loglikelihood`).
 Rows of a classifier batch share a long instruction prefix, so each call tokenizes all its
 sequences, takes their longest common token prefix, runs it once and hands a copy of that KV cache,
 repeated along the batch, to every batch of row suffixes (right-padded, so positions stay those of
-the unpadded sequence). tests/test_llm_engines.py checks both tricks against a plain full forward.
+the unpadded sequence). tests/llm/test_llm_engines.py checks both tricks against a plain full forward.
 
 Structured output: a `choices` constraint is met by scoring the options after the rendered chat
 (`option_logprobs`, with the shared-prefix cache) and taking the best, or sampling among them;

@@ -14,7 +14,7 @@ Everything that names a solution by position must then move with it, or the item
   sol1 becomes an edit of sol2, a label change is flipped.
 
 `swap_solutions(table, mask)` applies all four to the rows of `mask`; every stage that exchanges
-solutions calls it, and `tests/test_positions.py` fails when a column that looks positional (its name
+solutions calls it, and `tests/piqa/test_positions.py` fails when a column that looks positional (its name
 or its documented meaning names a solution) is neither declared here nor in `NOT_POSITIONAL` with a reason.
 """
 

@@ -1,0 +1,169 @@
+"""`piqaforge submit`: the request it builds, and a real submission to a Ray head started here.
+
+The real test starts `ray start --head --block` with the dashboard (the Jobs API) on free local
+ports and its own short temp dir (so no other Ray user on this machine is redirected to it),
+submits ko-piqa on a 60-row slice of the sample, streams the logs and checks the run's manifest.
+It is killed by process group at the end: never `ray stop`, which would stop every Ray here.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from jobutil import FRONT_HALF_ONLY
+from netutil import free_ports
+
+from jobs.submit import EXCLUDES, build_request, submit
+from transforms.core.manifest import RunManifest
+from transforms.core.runner import conservation_errors
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"
+
+
+def test_request_runs_the_submitted_code_with_the_run_options():
+    req = build_request("ko-piqa", ["--lake", "/mnt/lake", "--set", "langid.min_score=0.5"], run_id="ko-7")
+    assert shlex.split(req["entrypoint"]) == ["python", "-m", "jobs.cli", "run", "ko-piqa", "--lake", "/mnt/lake",
+                                              "--set", "langid.min_score=0.5", "--run-id", "ko-7"]
+    env = req["runtime_env"]
+    assert env["working_dir"] == str(ROOT)
+    assert {".venv", ".cache", ".git", "lake/raw", "lake/staged", "lake/runs"} <= set(env["excludes"])
+    assert "lake" not in env["excludes"]  # lake/samples holds the jobs' default inputs
+    assert req["submission_id"].startswith("ko-7-")
+    resumed = build_request("ko-piqa", ["--resume", "ko-7"])
+    assert "--run-id" not in resumed["entrypoint"] and resumed["submission_id"].startswith("ko-7-")
+
+
+class RecordingClient:
+    """An in-memory stand-in for the Jobs API server, to test the CLI flow without a cluster."""
+
+    def __init__(self):
+        self.requests = []
+
+    def submit_job(self, **kwargs):
+        self.requests.append(kwargs)
+        return "raysubmit_1"
+
+    def get_job_status(self, job_id):
+        return "SUCCEEDED"
+
+    async def tail_job_logs(self, job_id):
+        for chunk in ("line 1\n", "ko-piqa: done\n"):
+            yield chunk
+
+
+def test_submit_prints_the_job_id_and_streams_logs():
+    out = io.StringIO()
+    client = RecordingClient()
+    job_id, status = submit("ko-piqa", ["--lake", "/mnt/lake"], address="http://head:8265", client=client, out=out)
+    assert (job_id, status) == ("raysubmit_1", "SUCCEEDED")
+    text = out.getvalue()
+    assert "submitted raysubmit_1" in text and "ko-piqa: done" in text and text.rstrip().endswith("SUCCEEDED")
+    assert client.requests[0]["entrypoint"].endswith("run ko-piqa --lake /mnt/lake")
+
+
+@pytest.fixture
+def ray_head(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # head, client and job driver share ~/.ray/auth_token
+    pytest.importorskip("aiohttp", reason="the Jobs API needs ray[default]: pip install -e .[cluster]")
+    temp = tempfile.mkdtemp(prefix="rzs", dir="/tmp")  # short: Ray's socket paths have a length limit
+    gcs, dash, client, agent_http, agent_grpc, metrics, env_agent, nm, om = free_ports(9)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
+    env["RAY_TMPDIR"] = temp
+    # as if the venv were activated before `ray start`: the job's `python` is the project's
+    env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    cmd = [str(ROOT / ".venv" / "bin" / "ray"), "start", "--head", "--block", f"--temp-dir={temp}",
+           "--node-ip-address=127.0.0.1", f"--port={gcs}", "--include-dashboard=true",
+           "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--ray-client-server-port={client}",
+           f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
+           f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={env_agent}",
+           f"--node-manager-port={nm}", f"--object-manager-port={om}", "--num-cpus=2",
+           "--object-store-memory=500000000", "--disable-usage-stats"]
+    proc = subprocess.Popen(cmd, env=env, cwd=temp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    address = f"http://127.0.0.1:{dash}"
+    try:
+        from ray.job_submission import JobSubmissionClient
+
+        deadline = time.time() + 120
+        while True:
+            try:
+                JobSubmissionClient(address).list_jobs()
+                break
+            except Exception:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(1)
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        # workers and agents were started by the raylet in the same session; sweep what is left
+        subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+        shutil.rmtree(temp, ignore_errors=True)  # ~1 GiB of session files and object-store spill per head
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_submit_to_a_real_ray_head(ray_head, tmp_path):
+    small = tmp_path / "ko_small.jsonl"
+    small.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[:60]), encoding="utf-8")
+    lake = tmp_path / "lake"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run([str(ROOT / ".venv" / "bin" / "piqaforge"), "submit", "ko-piqa", "--address", ray_head,
+                             "--lake", str(lake), "--input", str(small), "--run-id", "sub-1", *FRONT_HALF_ONLY],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert "submitted sub-1-" in out and "ko-piqa: done" in out and "SUCCEEDED" in out
+    manifest = RunManifest.load(lake / "runs" / "sub-1-crawl" / "manifest.json")
+    assert manifest.status == "succeeded" and manifest.stages[0].rows_created == 60
+    assert not conservation_errors(manifest)
+    # the driver ran from the uploaded working_dir, not from this checkout
+    assert "/runtime_resources/" in out or "working_dir" in out or manifest.code_version
+
+
+def test_the_working_dir_package_holds_the_code_and_samples_only(tmp_path):
+    # the zip Ray would upload, built by Ray's own packager with our excludes (submit turns off
+    # Ray's .gitignore reading, which mishandles `!lake/samples/`)
+    import zipfile
+
+    from ray._private.runtime_env.packaging import create_package
+
+    target = tmp_path / "pkg.zip"
+    create_package(str(ROOT), target, include_gitignore=False, excludes=list(EXCLUDES))
+    names = zipfile.ZipFile(target).namelist()
+    assert "jobs/cli.py" in names and "transforms/core/runner.py" in names
+    assert "lake/samples/ko_crawl_sample.jsonl" in names
+    assert not [n for n in names if n.startswith((".venv", ".git/", ".cache", "lake/runs", "lake/staged"))]
+    assert target.stat().st_size < 50 * 2**20
+
+
+def test_a_recipe_file_outside_the_repository_travels_with_the_job(tmp_path, monkeypatch):
+    """A team's own recipe file is sent in the job's environment and run from there by the driver."""
+    import base64
+
+    from jobs.submit import RECIPE_FROM_ENV, RECIPE_TEXT_VAR
+
+    mine = tmp_path / "vi-piqa.yaml"
+    mine.write_text((ROOT / "jobs" / "recipes" / "zh-piqa.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    req = build_request(str(mine), ["--lake", "/mnt/lake"], run_id="vi-1")
+    assert shlex.split(req["entrypoint"])[4] == RECIPE_FROM_ENV
+    assert base64.b64decode(req["runtime_env"]["env_vars"][RECIPE_TEXT_VAR]) == mine.read_bytes()
+    inside = build_request(str(ROOT / "jobs" / "recipes" / "zh-piqa.yaml"), [], run_id="zh-1")
+    assert shlex.split(inside["entrypoint"])[4] == "jobs/recipes/zh-piqa.yaml"  # its path in the working dir
+    # the driver's side: the recipe comes out of the environment and is checked like any file
+    from jobs.cli import main
+
+    monkeypatch.setenv(RECIPE_TEXT_VAR, base64.b64encode(b"recipe: broken\n").decode())
+    assert main(["run", RECIPE_FROM_ENV, "--lake", str(tmp_path / "lake")]) == 2
