@@ -1,11 +1,9 @@
 """Run a chain of stages on Ray Data, one materialised checkpoint per stage.
 
-The first stage is a source (rows from nothing); every later stage filters, rewrites, expands or
-aggregates. Each stage's output is written once, split into `staged/.../NN_<stage>/` (kept),
-`rejected/.../NN_<stage>/` (dropped, with reasons) and, for stages that create rows,
-`lineage/.../NN_<stage>/` (each consumed parent and its children). The kept files are the next
-stage's input and the checkpoint a resumed run starts from, and every stage record counts its
-rows from those files, so the conservation law
+The first stage is a source; every later stage filters, rewrites, expands or aggregates. Each stage's output
+is written once, split into `staged/.../NN_<stage>/` (kept), `rejected/.../NN_<stage>/` (dropped, with its
+declared reasons) and, for stages that create rows, `lineage/.../NN_<stage>/`. The kept files are the next
+stage's input and a resumed run's checkpoint; every stage record counts its rows from them, so the law
 
     rows_in + rows_created = rows_kept + sum(rows_dropped) + rows_consumed
 
@@ -60,7 +58,7 @@ from transforms.core.planning import (
     read_partitions,
 )
 from transforms.core.stage import GlobalStage, Stage, check_drop_reasons
-from transforms.core.writing import write_dataset
+from transforms.core.writing import publish_file, write_dataset
 
 log = logging.getLogger("piqaforge")
 
@@ -258,7 +256,8 @@ def run_pipeline(
         curated = lake.zone("curated", dataset, run_id)
         if curated.exists():
             shutil.rmtree(curated)
-        shutil.copytree(prev_kept, curated, ignore=shutil.ignore_patterns(CHECKPOINT, PARTS_DIR, ".tmp-*"))
+        shutil.copytree(prev_kept, curated, ignore=shutil.ignore_patterns(CHECKPOINT, PARTS_DIR, ".tmp-*"),
+                        copy_function=publish_file)
         manifest.outputs.update({"curated": str(curated), "rejected": str(lake.zone("rejected", dataset, run_id)),
                                  "manifest": str(manifest_path)})
         if any(s.outputs.get("lineage") for s in manifest.stages):
