@@ -30,8 +30,8 @@ STAGES: dict[str, str] = {
     "semantic_dedup": "transforms.dedup.semantic:SemanticDedup",
     "novelty": "transforms.dedup.novelty:NoveltyFilter",
     "review_neighbours": "transforms.dedup.review_neighbours:ReviewNeighbours",
-    "reviewer_duplicates": "transforms.dedup.review_neighbours:ReviewerDuplicates",
-    "confirmed_duplicates": "transforms.dedup.review_neighbours:ConfirmedDuplicates",
+    "reviewer_duplicates": "transforms.dedup.reviewer_duplicates:ReviewerDuplicates",
+    "confirmed_duplicates": "transforms.dedup.reviewer_duplicates:ConfirmedDuplicates",
     # judges and LLM stages
     "supervised_prefilter": "transforms.judge.gate:SupervisedPrefilter",
     "distilled_prefilter": "transforms.judge.distilled:DistilledPrefilter",
