@@ -8,20 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_recipe_check import _zh  # the same edited copy of zh-piqa (same folder)
 
 from transforms.flow.recipe import RecipeError, load_recipe
 from transforms.flow.recipe_graph import wanted_places
 from transforms.flow.recipe_schema import StageEntry
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _zh(tmp_path: Path, edit) -> Path:
-    data = yaml.safe_load((ROOT / "jobs/recipes/zh-piqa.yaml").read_text(encoding="utf-8"))
-    edit(data)
-    path = tmp_path / "team.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    return path
 
 
 def _items(data: dict) -> dict:
