@@ -9,10 +9,9 @@ stage's input and a resumed run's checkpoint; every stage record counts its rows
 
 is a fact about what was written, not about what we meant to do (docs/stages.md).
 
-The way of a batch, top-down: this module picks the step and its checkpoint → planning.py cuts
-the input into partitions → execution.py runs the stage on Ray → writing.py writes the files →
-ledger.py marks partitions done, so a killed run resumed with `resume=True` skips finished stages
-*and* the finished partitions of the stage it died in.
+The way of a batch, top-down: this module picks the step and its checkpoint → planning.py cuts the input into
+partitions → execution.py runs the stage on Ray → writing.py writes the files → ledger.py marks partitions done,
+so a killed run resumed with `resume=True` skips finished stages *and* the finished partitions of the one it died in.
 """
 
 from __future__ import annotations
@@ -61,6 +60,7 @@ from transforms.core.stage import GlobalStage, Stage, check_drop_reasons
 from transforms.core.writing import publish_file, write_dataset
 
 log = logging.getLogger("piqaforge")
+STAGED = "none"  # staged/ kept rows: uncompressed, the next stage's input (transforms/core/writing.py)
 
 CHECKPOINT = "_CHECKPOINT.json"
 # Kept for jobs written against the old runner: a source is now a SourceStage.
@@ -121,7 +121,7 @@ def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs
         if 0 in led.done:
             return 1, 1
         source_ds = read_partitions(plan_partitions(files, partition_rows), tracked=False)
-        write_dataset(run_global(stage, source_ds), led, {0: rows_in}, row_group_rows, stage.name)
+        write_dataset(run_global(stage, source_ds), led, {0: rows_in}, row_group_rows, stage.name, STAGED)
         return 1, 0
     parts = plan_partitions(files, partition_rows)
     led = ledger(plan_digest(parts), {p.index: p.rows for p in parts})
@@ -130,7 +130,7 @@ def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs
         log.info("stage %s: %d of %d partitions already done", stage.name, len(parts) - len(pending), len(parts))
     if pending:
         write_dataset(map_stage(stage, read_partitions(pending)), led, {p.index: p.rows for p in pending},
-                      row_group_rows, stage.name)
+                      row_group_rows, stage.name, STAGED)
     return len(parts), len(parts) - len(pending)
 
 
@@ -164,8 +164,8 @@ def _record(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds: flo
     return StageRecord(index=index, name=stage.name, kind=kind, rows_in=rows_in, rows_kept=kept,
                        rows_dropped=dropped, rows_created=created, rows_consumed=consumed,
                        seconds=round(seconds, 3), cpu_seconds=None if cpu_seconds is None else round(cpu_seconds, 3),
-                       cpu_scope=cpu_time.scope() if cpu_seconds is not None else None, outputs=outputs, config=config, fingerprint=fingerprint,
-                       requests=read_ledgers(dirs.requests))
+                       cpu_scope=cpu_time.scope() if cpu_seconds is not None else None, outputs=outputs,
+                       config=config, fingerprint=fingerprint, requests=read_ledgers(dirs.requests))
 
 
 def _load_checkpoint(kept_dir: Path, fingerprint: str) -> StageRecord | None:

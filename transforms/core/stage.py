@@ -40,7 +40,7 @@ class Stage(BaseModel):
     stateful: ClassVar[bool] = False
     # Why it drops rows: each reason's kind and what it means. A reason is `kind` or `kind:detail`
     # (`empty_field:goal`); the runner refuses a kind not listed here (`check_drop_reasons`), and
-    # `piqaforge stages NAME`, docs/stages_reference.md and the run report read the meanings from here.
+    # `piqaforge stages NAME` and docs/stages_reference.md print the meanings from here.
     drop_reasons: ClassVar[dict[str, str]] = {}
     # The item columns it adds that a release may publish (names from transforms/piqa/schema.ITEM_COLUMNS,
     # which holds each one's type and meaning); the release card names the stage beside each.
@@ -193,8 +193,7 @@ def check_drop_reasons(stage: Any, reasons: list[str]) -> None:
     """Refuse a drop reason whose kind the stage's class does not declare in `drop_reasons` (StageError
     naming the class, the kind and what it declares). With PIQAFORGE_UNDECLARED_DROPS=<file> they are
     appended there instead (a survey of what stages give)."""
-    declared = stage.declared_drop_reasons() if hasattr(stage, "declared_drop_reasons") else \
-        dict(getattr(type(stage), "drop_reasons", {}) or {})
+    declared = stage.declared_drop_reasons()
     undeclared = sorted({reason_kind(r) for r in reasons if r and reason_kind(r) not in declared})
     if not undeclared:
         return

@@ -127,14 +127,14 @@ class BlockWriter:
     """Ray Data UDF: write a block's kept, rejected and lineage rows; one count row per partition."""
 
     def __init__(self, kept_dir: Path, rejected_dir: Path, row_group_rows: int, lineage_dir: Path | None = None,
-                 stage_name: str = ""):
+                 stage_name: str = "", kept_compression: str = "snappy"):
         self.kept_dir, self.rejected_dir = str(kept_dir), str(rejected_dir)
         self.lineage_dir = str(lineage_dir) if lineage_dir else None
         self.row_group_rows, self.stage_name = row_group_rows, stage_name
-        # a stage's kept rows in `staged/` are the next stage's input, read once: written uncompressed (2.5x less
+        # the runner asks "none" for a stage's kept rows in `staged/`, the next stage's input read once (2.5x less
         # CPU to write, 2.7x less to read, 1.6x the bytes; docs/front_half.md); raw/, rejected/ and lineage keep
         # snappy, and curated/ is re-encoded with it when a run finishes (publish_file)
-        self.kept_compression = "none" if f"{os.sep}staged{os.sep}" in self.kept_dir else "snappy"
+        self.kept_compression = kept_compression
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if isinstance(batch, pa.RecordBatch):
@@ -172,13 +172,14 @@ class BlockWriter:
 
 
 def write_dataset(ds: Any, ledger: PartitionLedger, expected: dict[int, int] | None, row_group_rows: int,
-                  stage_name: str = "") -> None:
+                  stage_name: str = "", kept_compression: str = "snappy") -> None:
     """Write `ds`, marking each partition done as soon as all its input rows are on disk.
 
     `expected` maps partition → input rows; None means one partition of unknown size (a source
     or a global stage), marked done when the dataset is exhausted.
     """
-    writer = BlockWriter(ledger.kept_dir, ledger.rejected_dir, row_group_rows, ledger.lineage_dir, stage_name)
+    writer = BlockWriter(ledger.kept_dir, ledger.rejected_dir, row_group_rows, ledger.lineage_dir, stage_name,
+                         kept_compression)
     # a table in memory (a source read without Ray) is written here, as one block
     counts = [writer(ds)] if isinstance(ds, pa.Table) else \
         ds.map_batches(writer, batch_format="pyarrow", batch_size=None).iter_batches(batch_format="pyarrow",
