@@ -11,7 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from transforms.core import columns as C
 from transforms.io.common import ColumnMapping, InputFormatError, bad_records, mapping_error, to_common
@@ -19,6 +22,7 @@ from transforms.io.common import ColumnMapping, InputFormatError, bad_records, m
 log = logging.getLogger("piqaforge")
 
 ROWS_PER_TABLE = 8192
+NEWLINE, BRACE = ord("\n"), ord("{")
 
 
 def jsonl_tasks(path: Path, block_bytes: int) -> list[dict[str, Any]]:
@@ -66,47 +70,88 @@ def _parses(line: bytes) -> bool:
     return True
 
 
-def read_jsonl_range(task: dict[str, Any], mapping: ColumnMapping, max_bytes: int) -> Iterator[pa.Table]:
-    """Yield tables for the lines that *start* inside [start, end)."""
+def read_jsonl_range(task: dict[str, Any], mapping: ColumnMapping, max_bytes: int,
+                     fast: bool = True) -> Iterator[pa.Table]:
+    """Yield tables for the lines that *start* inside [start, end), `ROWS_PER_TABLE` lines at a time.
+
+    The range is read in one piece and cut into lines with numpy. A chunk of lines that is plainly clean (every
+    line an object starting at its first byte, none over `max_bytes`, valid UTF-8, every mapped field a string
+    or null, the text present) is parsed by Arrow's JSON reader in C++ (≈ 4× less CPU than `json.loads` per
+    line, docs/front_half.md); any other chunk, and every chunk with `fast=False`, goes line by line through
+    `_parse_line`, which names what is wrong with each bad line. Both give the same rows (tests/io/test_jsonl_fast.py).
+    """
     path, start, end = task["path"], task["start"], task["end"]
     name = os.path.basename(path)
-    good: list[dict[str, Any]] = []
-    good_ids: list[str] = []
-    bad: tuple[list[str], list[str], list[str]] = ([], [], [])
-
-    def flush() -> Iterator[pa.Table]:
-        if good:
-            yield _records_table(good, good_ids, mapping, name, max_bytes)
-        if bad[0]:
-            yield bad_records(bad[0], name, bad[1], bad[2])
-        good.clear()
-        good_ids.clear()
-        for lst in bad:
-            lst.clear()
-
     with open(path, "rb") as f:
         if start > 0:
             f.seek(start - 1)
             if f.read(1) != b"\n":
                 f.readline()
-        pos = f.tell()
-        while pos < end:
-            raw = f.readline()
-            if not raw:
-                break
-            rid = f"{name}@{pos}"
-            pos += len(raw)
-            reason, detail, record = _parse_line(raw, max_bytes)
-            if reason is None:
-                good.append(record)
-                good_ids.append(rid)
-            else:
-                bad[0].append(rid)
-                bad[1].append(reason)
-                bad[2].append(detail)
-            if len(good) + len(bad[0]) >= ROWS_PER_TABLE:
-                yield from flush()
-    yield from flush()
+        base = f.tell()
+        if base >= end:
+            return
+        buf = f.read(end - base)
+        if buf and not buf.endswith(b"\n"):
+            buf += f.readline()  # the last line started inside the range: read it to its end
+    if not buf:
+        return
+    ends = np.flatnonzero(np.frombuffer(buf, np.uint8) == NEWLINE) + 1
+    if not ends.size or ends[-1] != len(buf):
+        ends = np.append(ends, len(buf))
+    starts = np.concatenate([[0], ends[:-1]])
+    for lo in range(0, len(starts), ROWS_PER_TABLE):
+        s, e = starts[lo:lo + ROWS_PER_TABLE], ends[lo:lo + ROWS_PER_TABLE]
+        table = _fast_table(buf, s, e, base, name, mapping, max_bytes) if fast else None
+        if table is not None:
+            yield table
+        else:
+            yield from _tables_line_by_line(buf, s, e, base, name, mapping, max_bytes)
+
+
+def _fast_table(buf: bytes, starts: np.ndarray, ends: np.ndarray, base: int, name: str, mapping: ColumnMapping,
+                max_bytes: int) -> pa.Table | None:
+    """The chunk's rows parsed by Arrow, or None when any line needs `_parse_line`'s judgement."""
+    if int((ends - starts).max()) > max_bytes or not bool(np.all(np.frombuffer(buf, np.uint8)[starts] == BRACE)):
+        return None  # oversized, blank or not an object at its first byte (a BOM, an array, a stray newline)
+    chunk = memoryview(buf)[int(starts[0]):int(ends[-1])]
+    try:  # Arrow does not check the UTF-8 of fields it ignores; json.loads would refuse the whole line
+        pa.StringArray.from_buffers(1, pa.py_buffer(np.array([0, len(chunk)], np.int32)),
+                                    pa.py_buffer(chunk)).validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    fields = list(dict.fromkeys(mapping.fields().values()))
+    schema = pa.schema([(f, pa.string()) for f in fields])
+    try:  # a number, object or list in a mapped field, a repeated key, bad JSON: Arrow refuses, the lines decide
+        raw = pj.read_json(pa.BufferReader(pa.py_buffer(chunk)),
+                           read_options=pj.ReadOptions(use_threads=False, block_size=len(chunk) + 1),
+                           parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None
+    if raw.num_rows != len(starts) or raw.column(mapping.text).null_count:
+        return None  # two objects on a line, or a text that is null or missing (two different reasons)
+    ids = pc.binary_join_element_wise(pa.scalar(f"{name}@"), pa.array(starts + base).cast(pa.string()), "")
+    return to_common(raw.select(fields), mapping, ids, name, max_bytes)
+
+
+def _tables_line_by_line(buf: bytes, starts: np.ndarray, ends: np.ndarray, base: int, name: str,
+                         mapping: ColumnMapping, max_bytes: int) -> Iterator[pa.Table]:
+    good: list[dict[str, Any]] = []
+    good_ids: list[str] = []
+    bad: tuple[list[str], list[str], list[str]] = ([], [], [])
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+        rid = f"{name}@{base + s}"
+        reason, detail, record = _parse_line(buf[s:e], max_bytes)
+        if reason is None:
+            good.append(record)
+            good_ids.append(rid)
+        else:
+            bad[0].append(rid)
+            bad[1].append(reason)
+            bad[2].append(detail)
+    if good:
+        yield _records_table(good, good_ids, mapping, name, max_bytes)
+    if bad[0]:
+        yield bad_records(bad[0], name, bad[1], bad[2])
 
 
 def _parse_line(raw: bytes, max_bytes: int) -> tuple[str | None, str, dict[str, Any]]:
@@ -123,6 +168,8 @@ def _parse_line(raw: bytes, max_bytes: int) -> tuple[str | None, str, dict[str, 
         record = json.loads(line)
     except json.JSONDecodeError as err:
         return "malformed_json", f"{err.msg} at col {err.colno}: {line[:200]}", {}
+    except RecursionError:
+        return "malformed_json", f"nested too deeply for Python's parser: {line[:200]}", {}
     if not isinstance(record, dict):
         return "malformed_json", f"not a JSON object: {line[:200]}", {}
     return None, "", record
