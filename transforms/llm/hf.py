@@ -7,9 +7,10 @@ whose next-token distribution is needed (one per prompt for `option_logprobs`, o
 continuation token for `loglikelihood`).
 
 Rows of a classifier batch share a long instruction prefix, so each call tokenizes all its
-sequences, takes their longest common token prefix, runs it once and hands a copy of that KV cache,
-repeated along the batch, to every batch of row suffixes (right-padded, so positions stay those of
-the unpadded sequence). tests/llm/test_llm_engines.py checks both tricks against a plain full forward.
+sequences, takes their longest common token prefix, runs it once and hands that KV cache, repeated
+along the batch, to every batch of row suffixes (right-padded, so positions stay those of the unpadded
+sequence), without a copy per batch where the cache layers allow it (hf_prefix.py). Tests:
+tests/llm/test_llm_engines.py (against a plain full forward), tests/llm/test_hf_prefix_reuse.py.
 
 Structured output: a `choices` constraint is met by scoring the options after the rendered chat
 (`option_logprobs`, with the shared-prefix cache) and taking the best, or sampling among them;
@@ -33,7 +34,6 @@ scoring and generation share the engine's model, tokenizer and batch sizes.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +47,7 @@ from transforms.llm.base import (
     render_with_tokenizer,
 )
 from transforms.llm.hf_options import CPU_SIZES, GPU_SIZES, HFOptions, device_sizes  # noqa: F401 (re-exported)
+from transforms.llm.hf_prefix import SharedPrefixKV
 from transforms.llm.prepare import resolve_model
 
 # One scoring request: a token sequence and, per position to read, the token ids whose
@@ -63,6 +64,7 @@ class TransformersEngine(LLMEngine):
         self._torch: Any = None
         self.device = "cpu"
         self.batch_size, self.max_batch_tokens, self.gen_batch_size = CPU_SIZES
+        self.reuse_prefix_buffers = True  # False: the per-batch copy of the prefix cache (before issue 34)
 
     # -- loading -------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -204,14 +206,17 @@ class TransformersEngine(LLMEngine):
         use_cache = self.options.prefix_cache and len(items) > 1
         prefix_len = self._shared_prefix_len(items) if use_cache else 0
         decoder = self.model.get_decoder()
-        prefix_cache = None
+        batches = self._batches(items, prefix_len)
+        prefix_kv = None
         with torch.inference_mode():
             if prefix_len:
                 prefix = torch.tensor([items[0][0][:prefix_len]], device=self.device)
-                prefix_cache = decoder(input_ids=prefix, use_cache=True).past_key_values
+                shapes = [(len(b), max(len(items[i][0]) for i in b) - prefix_len) for b in batches]
+                prefix_kv = SharedPrefixKV(decoder(input_ids=prefix, use_cache=True).past_key_values, prefix_len,
+                                           shapes, reuse=self.reuse_prefix_buffers)
             results: list[list[list[float]] | None] = [None] * len(items)
-            for batch in self._batches(items, prefix_len):
-                self._score_batch(decoder, items, batch, prefix_len, prefix_cache, results)
+            for batch in batches:
+                self._score_batch(decoder, items, batch, prefix_len, prefix_kv, results)
         return [r if r is not None else [] for r in results]
 
     def _shared_prefix_len(self, items: list[ScoreItem]) -> int:
@@ -243,7 +248,7 @@ class TransformersEngine(LLMEngine):
         return batches
 
     def _score_batch(self, decoder: Any, items: list[ScoreItem], batch: list[int], prefix_len: int,
-                     prefix_cache: Any, results: list[Any]) -> None:
+                     prefix_kv: SharedPrefixKV | None, results: list[Any]) -> None:
         torch = self._torch
         pad = self.tokenizer.pad_token_id
         suffixes = [items[i][0][prefix_len:] for i in batch]
@@ -252,11 +257,9 @@ class TransformersEngine(LLMEngine):
         ids = torch.tensor([s + [pad] * (width - len(s)) for s in suffixes], dtype=torch.long)
         lengths = torch.tensor([prefix_len + len(s) for s in suffixes])
         mask = (torch.arange(prefix_len + width)[None, :] < lengths[:, None]).long()
-        kw: dict[str, Any] = {"use_cache": prefix_cache is not None}
-        if prefix_cache is not None:
-            cache = copy.deepcopy(prefix_cache)
-            cache.batch_repeat_interleave(len(batch))
-            kw["past_key_values"] = cache
+        kw: dict[str, Any] = {"use_cache": prefix_kv is not None}
+        if prefix_kv is not None:
+            kw["past_key_values"] = prefix_kv.for_batch(len(batch), width)
         hidden = decoder(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
                          **kw).last_hidden_state
         # One row per (position, token id) wanted: pick the hidden states, project and normalise them
