@@ -4,7 +4,8 @@ scripts/gpu_check.sh, which also runs it on the CPU with --cpu to prove the scri
 A Qwen3-shaped model with random weights (transforms/llm/synthetic.py, seeded) and the packaged
 Qwen2.5 tokenizer score the Ko-PIQA classify prompt over bundled crawl rows: on the device in float32
 the engine's prefix-cache and batching path must give the CPU's numbers; in bfloat16 (the GPU
-default) the same choice wherever the CPU's margin is clear of bf16 rounding."""
+default) the same choice wherever the CPU's margin is clear of bf16 rounding; on the device the prefix
+buffers reused across batches give what the per-batch copy of the prefix cache gave."""
 
 from __future__ import annotations
 
@@ -84,3 +85,20 @@ def test_bfloat16_on_device_keeps_the_cpu_choice(oracle):
             clear += 1
             assert a.index(max(a)) == b.index(max(b))
     print(f"bf16: max |Δ logprob| {worst:.4f}; {clear}/{len(got)} rows with a clear margin agree")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_reused_prefix_buffers_equal_the_copy_path_on_device(oracle, full_float32, dtype):
+    """The shared prefix's buffers reused across batches (transforms/llm/hf_prefix.py) against the per-batch copy
+    it replaced: both feed attention the same keys and values, so only kernel choice can tell them apart."""
+    engine = on_device(oracle, getattr(torch, dtype))
+    reused = engine.option_logprobs(oracle["prompts"], oracle["options"])
+    engine.reuse_prefix_buffers = False
+    copied = engine.option_logprobs(oracle["prompts"], oracle["options"])
+    worst = max(abs(a - b) for ra, rb in zip(reused, copied, strict=True) for a, b in zip(ra, rb, strict=True))
+    print(f"{dtype}: reuse vs copy path, max |Δ logprob| {worst:.3g}")
+    assert worst < 2e-3
+    for a, b in zip(reused, copied, strict=True):
+        ranked = sorted(b, reverse=True)
+        if ranked[0] - ranked[1] > 2 * worst:  # a choice clear of the difference must not move
+            assert a.index(max(a)) == b.index(max(b))
