@@ -115,7 +115,7 @@ def run(ray_local, tmp_path_factory):
         "cache_dir": cache, "chunk_size": 4}).use_engine(engine)
     manifest = run_pipeline(job="report", dataset="report", source=CrawlSource(CrawlInput(paths=[str(crawl)])),
                             stages=[NormalizeText(), LengthFilter(min_chars=25, max_chars=1500), classify, generate],
-                            lake=lake, config={}, run_id="rep")
+                            lake=lake, config={}, run_id="rep", fuse=False)  # every stage's own kept files
     report = write_report(manifest, lake.run_dir("rep") / "report.html")
     return manifest, report.read_text(encoding="utf-8"), report
 
@@ -237,3 +237,17 @@ def test_the_report_renders_in_headless_chromium(run, tmp_path):
     assert "&lt;script&gt;alert" in dom and "<script>alert" not in dom
     assert parquet_files(Path(report).parent / "cache" / "llm")
     assert pq.read_schema(parquet_files(Path(report).parent / "cache" / "llm")[0]).names[:2] == ["key", "id"]
+
+
+def test_a_fused_member_says_where_its_kept_rows_went(ray_local, tmp_path):
+    crawl = tmp_path / "crawl.jsonl"
+    crawl.write_text("\n".join(SAMPLE.read_text(encoding="utf-8").splitlines()[:40]) + "\n", encoding="utf-8")
+    lake = Lake(tmp_path / "lake")
+    manifest = run_pipeline(job="report", dataset="report", source=CrawlSource(CrawlInput(paths=[str(crawl)])),
+                            stages=[NormalizeText(), LengthFilter(min_chars=25, max_chars=1500)], lake=lake,
+                            config={}, run_id="fused")
+    assert manifest.stages[1].fused_with == ["normalize", "length_filter"]
+    page = write_report(manifest, lake.run_dir("fused") / "report.html").read_text(encoding="utf-8")
+    normalize = blocks(page)["normalize"]
+    assert "40 rows, handed to length_filter in the same pass" in normalize
+    assert tables(blocks(page)["length_filter"])  # the last member's rows are in its files, shown as usual

@@ -176,7 +176,8 @@ def check_schedulable(stage: Stage, cluster_cpus: float, fixed: bool) -> None:
                        "which leaves less than one for the tasks that read the actors' input")
     if problem is None:
         return
-    msg = (f"stage {stage.name!r} cannot run: {problem}. Give Ray more CPUs (`--set num_cpus=N`; Ray's CPUs "
+    label = stage.label() if hasattr(stage, "label") else repr(stage.name)  # a fused step names its members
+    msg = (f"stage {label} cannot run: {problem}. Give Ray more CPUs (`--set num_cpus=N`; Ray's CPUs "
            "are logical, so N may exceed the cores) or lower the stage's resources.cpus / resources.concurrency")
     if fixed:
         raise StageError(msg)

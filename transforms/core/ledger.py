@@ -26,15 +26,19 @@ class PartitionLedger:
     """Done markers of one stage's partitions, valid only for one fingerprint and one plan."""
 
     def __init__(self, kept_dir: Path, rejected_dir: Path, fingerprint: str, plan: str, resume: bool,
-                 expected: dict[int, int] | None = None, lineage_dir: Path | None = None):
+                 expected: dict[int, int] | None = None, lineage_dir: Path | None = None,
+                 member_rejected: tuple[Path, ...] = ()):
         self.kept_dir, self.rejected_dir, self.lineage_dir = kept_dir, rejected_dir, lineage_dir
+        # a fused step (transforms/core/fusion.py): each member's rejected folder, in order, the last one being
+        # `rejected_dir`; a file's name counts the rows of all of them together
+        self.member_rejected = member_rejected or (rejected_dir,)
         self.dir = kept_dir / PARTS_DIR
         self.fingerprint, self.plan = fingerprint, plan
         current = self._read(self.dir / PLAN)
         if not resume or current != {"fingerprint": fingerprint, "plan": plan}:
-            for d in self.folders().values():
+            for _, d in self.folders():
                 shutil.rmtree(d, ignore_errors=True)
-        for d in (*self.folders().values(), self.dir):
+        for d in (*(d for _, d in self.folders()), self.dir):
             d.mkdir(parents=True, exist_ok=True)
         _write_json(self.dir / PLAN, {"fingerprint": fingerprint, "plan": plan})
         self.done: dict[int, dict[str, Any]] = {}
@@ -46,10 +50,11 @@ class PartitionLedger:
             self.recover(expected)
         self.remove_unlisted()
 
-    def folders(self) -> dict[str, Path]:
-        out = {"kept": self.kept_dir, "rejected": self.rejected_dir}
+    def folders(self) -> list[tuple[str, Path]]:
+        """(kind, folder) of every folder the step writes: one kept, one rejected per member, lineage."""
+        out = [("kept", self.kept_dir), *(("rejected", d) for d in self.member_rejected)]
         if self.lineage_dir is not None:
-            out["lineage"] = self.lineage_dir
+            out.append(("lineage", self.lineage_dir))
         return out
 
     def recover(self, expected: dict[int, int]) -> None:
@@ -61,7 +66,7 @@ class PartitionLedger:
         gap or overlap and every file's footer holds the row count its name promises.
         """
         blocks: dict[int, set[tuple[int, int, str, int, int, int | None, int | None]]] = {}
-        for folder in self.folders().values():
+        for _, folder in self.folders():
             for f in folder.glob("p*.parquet"):
                 parsed = parse_name(f.name)
                 if parsed and parsed[0] in expected and parsed[0] not in self.done:
@@ -77,7 +82,8 @@ class PartitionLedger:
                 want = {"kept": kept, "rejected": rejected, "lineage": consumed or 0}
                 if consumed is not None and self.lineage_dir is None:
                     break
-                if not all(self._holds(folder / name, want[k]) for k, folder in self.folders().items()):
+                if not all(self._holds([f / name for kind, f in self.folders() if kind == k], want[k]) for k in
+                           {k for k, _ in self.folders()}):
                     break
                 cursor = hi + 1
                 for k in KINDS:
@@ -88,13 +94,19 @@ class PartitionLedger:
                     self.mark_done(part, cursor, listed["kept"], listed["rejected"], listed["lineage"])
 
     @staticmethod
-    def _holds(path: Path, rows: int) -> bool:
-        if rows == 0:
-            return not path.exists()
-        try:
-            return bool(pq.ParquetFile(path).metadata.num_rows == rows)
-        except (OSError, pa.ArrowInvalid):
-            return False
+    def _holds(paths: list[Path], rows: int) -> bool:
+        """The files of this name in these folders (a fused step's members' rejected ones) hold `rows` rows."""
+        found = 0
+        for path in paths:
+            if not path.exists():
+                continue
+            try:
+                found += pq.ParquetFile(path).metadata.num_rows
+            except (OSError, pa.ArrowInvalid):
+                return False
+            if found == 0:
+                return False  # an empty file is never written
+        return found == rows
 
     @staticmethod
     def _read(path: Path) -> dict[str, Any] | None:
@@ -113,7 +125,7 @@ class PartitionLedger:
 
     def remove_unlisted(self) -> None:
         """Delete data files no done marker lists: unfinished partitions and orphaned attempts."""
-        for key, folder in self.folders().items():
+        for key, folder in self.folders():
             listed = {f for r in self.done.values() for f in r.get(f"{key}_files", [])}
             for f in folder.iterdir():
                 if f.name.startswith(".tmp-") or (f.suffix == ".parquet" and f.name not in listed):

@@ -34,6 +34,8 @@ class StageRecord(BaseModel):
     resumed: bool = Field(False, description="True when a finished checkpoint was reused.")
     partitions: int = Field(0, description="Resumable partitions the stage's input was cut into.")
     partitions_reused: int = Field(0, description="Partitions finished by an earlier attempt and skipped.")
+    fused_with: list[str] = Field(default_factory=list, description="The stages that ran with this one as one "
+                                  "pass over their input (transforms/core/fusion.py); empty when it ran alone.")
     requests: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Per `model @ endpoint` the stage asked over HTTP: questions, requests, "
         "retries by cause, questions failed by reason, tokens, latency percentiles (transforms/core/accounting.py); "

@@ -39,6 +39,7 @@ from transforms.core.execution import (  # noqa: F401 (re-exported: jobs and tes
     read_source,
     run_global,
 )
+from transforms.core.fusion import FusedStages, fuse_groups, fusion_enabled, member_shares
 from transforms.core.lake import Lake, count_rows, iter_batches, parquet_files, value_counts
 from transforms.core.ledger import PartitionLedger
 from transforms.core.manifest import (  # noqa: F401 (conservation_errors re-exported: jobs and tests import it here)
@@ -91,13 +92,14 @@ class StepDirs:
 
 
 def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs, fingerprint: str,
-              resume: bool, partition_rows: int) -> tuple[int, int]:
-    """Write one step's output; returns (partitions, partitions reused)."""
+              resume: bool, partition_rows: int, member_rejected: tuple[Path, ...] = ()) -> tuple[int, int]:
+    """Write one step's output; returns (partitions, partitions reused). A fused step (transforms/core/fusion.py)
+    names every member's rejected folder in `member_rejected`."""
     row_group_rows = min(MAX_ROW_GROUP_ROWS, partition_rows)
 
     def ledger(plan: str, expected: dict[int, int] | None = None, fresh: bool = False) -> PartitionLedger:
         return PartitionLedger(dirs.kept, dirs.rejected, fingerprint, plan, resume and not fresh, expected,
-                               lineage_dir=dirs.lineage)
+                               lineage_dir=dirs.lineage, member_rejected=member_rejected)
 
     if isinstance(stage, SourceStage):  # one partition, not resumable mid-way (reading is the cheap part)
         led = ledger("source")
@@ -150,22 +152,58 @@ def lineage_counts(lineage_dir: Path | None, kind: str) -> tuple[int, int]:
 
 
 def _record(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds: float, fingerprint: str,
-            config: dict[str, Any], cpu_seconds: float | None = None) -> StageRecord:
+            config: dict[str, Any], cpu_seconds: float | None = None, fused_with: Sequence[str] = (),
+            kept_files: bool = True) -> StageRecord:
+    """A stage's record, counted from its files. A fused member before the last wrote no kept files
+    (`kept_files=False`): its kept rows are its rows in less those it dropped, which the next member starts from."""
     kind = stage_kind(stage)
-    kept = count_rows(dirs.kept)
     dropped = value_counts(dirs.rejected, C.DROP_REASON) if parquet_files(dirs.rejected) else {}
+    kept = count_rows(dirs.kept) if kept_files else rows_in - sum(dropped.values())
     check_drop_reasons(stage, [str(r) for r in dropped])  # every kind, whichever way the stage ran (sources too)
     created, consumed = lineage_counts(dirs.lineage, kind)
     if kind == "source":  # every record the source saw was born here
         rows_in, created = 0, kept + sum(dropped.values())
-    outputs = {"kept": str(dirs.kept), "rejected": str(dirs.rejected)}
+    outputs = {"kept": str(dirs.kept), "rejected": str(dirs.rejected)} if kept_files else \
+        {"rejected": str(dirs.rejected)}
     if dirs.lineage is not None:
         outputs["lineage"] = str(dirs.lineage)
     return StageRecord(index=index, name=stage.name, kind=kind, rows_in=rows_in, rows_kept=kept,
                        rows_dropped=dropped, rows_created=created, rows_consumed=consumed,
                        seconds=round(seconds, 3), cpu_seconds=None if cpu_seconds is None else round(cpu_seconds, 3),
                        cpu_scope=cpu_time.scope() if cpu_seconds is not None else None, outputs=outputs,
-                       config=config, fingerprint=fingerprint, requests=read_ledgers(dirs.requests))
+                       config=config, fingerprint=fingerprint, requests=read_ledgers(dirs.requests),
+                       fused_with=list(fused_with))
+
+
+def _run_fused(group: list[int], members: list[Stage], dirs: list[StepDirs], fingerprints: list[str],
+               prev_kept: Path | None, rows_in: int, resume: bool, partition_rows: int,
+               timing_dir: Path) -> list[StageRecord]:
+    """Run fused members as one step (transforms/core/fusion.py); one record per member."""
+    started = time.perf_counter()
+    for d in dirs[:-1]:  # an intermediate member keeps no rows of its own (a stale attempt's would mislead)
+        shutil.rmtree(d.kept, ignore_errors=True)
+        d.kept.mkdir(parents=True, exist_ok=True)
+    (dirs[-1].kept / CHECKPOINT).unlink(missing_ok=True)
+    shutil.rmtree(timing_dir, ignore_errors=True)
+    fused = FusedStages.of(members, timing_dir)
+    with cpu_time.StageClock() as cpu:
+        n_parts, n_reused = _run_step(fused, prev_kept, rows_in, dirs[-1], fingerprints[-1], resume, partition_rows,
+                                      tuple(d.rejected for d in dirs))
+    seconds = time.perf_counter() - started
+    shares = member_shares(timing_dir, len(members))
+    names = [m.name for m in members]
+    records = []
+    for j, (index, member, d) in enumerate(zip(group, members, dirs, strict=True)):
+        last = j == len(members) - 1
+        record = _record(index, member, rows_in, d, seconds * shares[j], fingerprints[j], member.describe(),
+                         None if cpu.seconds is None else cpu.seconds * shares[j], fused_with=names,
+                         kept_files=last)
+        record.partitions, record.partitions_reused = n_parts, n_reused
+        records.append(record)
+        rows_in = record.rows_kept
+    for d, record in zip(dirs, records, strict=True):  # the last member's checkpoint says the whole step is over
+        _save_checkpoint(d.kept, record)
+    return records
 
 
 def _load_checkpoint(kept_dir: Path, fingerprint: str) -> StageRecord | None:
@@ -194,6 +232,7 @@ def run_pipeline(
     before_stage: Callable[[int, Stage], None] | None = None,
     partition_rows: int | None = None,
     parents: Sequence[str] = (),
+    fuse: bool | None = None,
 ) -> RunManifest:
     """Run `source` → `stages` into `lake`; returns the manifest (also written to disk).
 
@@ -201,6 +240,8 @@ def run_pipeline(
     every upstream config and the input files' hashes) is reused, and a stage that was cut short
     redoes only its unfinished partitions of ~`partition_rows` rows ($PIQAFORGE_PARTITION_ROWS).
     `parents` names the runs whose outputs this run reads (a review reads a crawl's sample ...).
+    Neighbouring cheap row-wise stages run as one pass unless `fuse=False` or PIQAFORGE_FUSE=0
+    (transforms/core/fusion.py).
     """
     if not isinstance(source, SourceStage):
         raise TypeError(f"a job's first stage must be a SourceStage, got {type(source).__name__}")
@@ -226,32 +267,46 @@ def run_pipeline(
     heartbeat = Heartbeat(lake.run_dir(run_id)).__enter__()
     try:
         manifest.inputs = source.fingerprints()
-        fingerprint = fingerprint_config(source.describe(), manifest.inputs)
+        chain = [source, *stages]
+        fingerprints = [fingerprint_config(source.describe(), manifest.inputs)]
+        for stage in stages:
+            fingerprints.append(fingerprint_config(fingerprints[-1], stage.describe()))
+        steps = [[0], *([i + 1 for i in g] for g in fuse_groups(list(stages), fusion_enabled(fuse)))]
         rows_in, prev_kept = 0, None
-        for index, stage in enumerate([source, *stages]):
-            if index:
-                fingerprint = fingerprint_config(fingerprint, stage.describe())
-            dirs = StepDirs(lake, dataset, run_id, index, stage)
-            current = (stage.name, dirs.requests)
-            before_stage(index, stage)
-            record = _load_checkpoint(dirs.kept, fingerprint) if resume else None
-            if record is not None:
-                record.resumed = True
-                log.info("stage %s: reusing checkpoint %s", stage.name, dirs.kept)
+        for step in steps:
+            members = [chain[i] for i in step]
+            dirs = [StepDirs(lake, dataset, run_id, i, chain[i]) for i in step]
+            current = (members[-1].name, dirs[-1].requests)
+            before_stage(step[0], members[0])
+            saved = [_load_checkpoint(d.kept, fingerprints[i]) for i, d in zip(step, dirs, strict=True)] \
+                if resume else [None]
+            if all(r is not None for r in saved):
+                records = [r for r in saved if r is not None]
+                for record in records:
+                    record.resumed = True
+                log.info("stage %s: reusing checkpoint %s", members[-1].name, dirs[-1].kept)
+            elif len(step) > 1:
+                records = _run_fused(step, members, dirs, [fingerprints[i] for i in step], prev_kept, rows_in,
+                                     resume, partition_rows, lake.run_dir(run_id) / "fused" / f"{step[-1]:02d}")
             else:
+                index, stage, d = step[0], members[0], dirs[0]
                 started = time.perf_counter()
-                (dirs.kept / CHECKPOINT).unlink(missing_ok=True)
+                (d.kept / CHECKPOINT).unlink(missing_ok=True)
                 with cpu_time.StageClock() as cpu:  # the driver's and its local Ray workers' CPU seconds
-                    n_parts, n_reused = _run_step(stage, prev_kept, rows_in, dirs, fingerprint, resume,
+                    n_parts, n_reused = _run_step(stage, prev_kept, rows_in, d, fingerprints[index], resume,
                                                   partition_rows)
-                record = _record(index, stage, rows_in, dirs, time.perf_counter() - started, fingerprint,
+                record = _record(index, stage, rows_in, d, time.perf_counter() - started, fingerprints[index],
                                  stage.describe(), cpu.seconds)
                 record.partitions, record.partitions_reused = n_parts, n_reused
-                _save_checkpoint(dirs.kept, record)
-            manifest.stages.append(record)
-            manifest.write(manifest_path)
-            after_stage(record)
-            rows_in, prev_kept = record.rows_kept, dirs.kept
+                _save_checkpoint(d.kept, record)
+                records = [record]
+            for j, record in enumerate(records):
+                if j:
+                    before_stage(step[j], members[j])
+                manifest.stages.append(record)
+                manifest.write(manifest_path)
+                after_stage(record)
+            rows_in, prev_kept = records[-1].rows_kept, dirs[-1].kept
         assert prev_kept is not None
         curated = lake.zone("curated", dataset, run_id)
         if curated.exists():

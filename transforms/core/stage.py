@@ -38,6 +38,9 @@ class Stage(BaseModel):
     # True when setup() loads something expensive: the runner then uses an actor pool so the
     # model loads once per worker instead of once per batch.
     stateful: ClassVar[bool] = False
+    # True when its own work is cheap next to reading and writing its input (normalise, count, name a language):
+    # the runner then runs it with fusable neighbours as one pass, one read and one write (transforms/core/fusion.py).
+    fuse: ClassVar[bool] = False
     # Why it drops rows: each reason's kind and what it means. A reason is `kind` or `kind:detail`
     # (`empty_field:goal`); the runner refuses a kind not listed here (`check_drop_reasons`), and
     # `piqaforge stages NAME` and docs/stages_reference.md print the meanings from here.

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from transforms.core import columns as C
 from transforms.core.creating import CONSUMED, INPUT, LINEAGE_SCHEMA, ROLE, SRC
+from transforms.core.fusion import FUSED_MEMBER
 from transforms.core.planning import PART, ROW, TRACKING
 
 if TYPE_CHECKING:
@@ -127,8 +128,10 @@ class BlockWriter:
     """Ray Data UDF: write a block's kept, rejected and lineage rows; one count row per partition."""
 
     def __init__(self, kept_dir: Path, rejected_dir: Path, row_group_rows: int, lineage_dir: Path | None = None,
-                 stage_name: str = "", kept_compression: str = "snappy"):
+                 stage_name: str = "", kept_compression: str = "snappy", member_rejected: tuple[Path, ...] = ()):
         self.kept_dir, self.rejected_dir = str(kept_dir), str(rejected_dir)
+        # a fused step: each member's rejected folder, by position; a row goes to its member's (transforms/core/fusion.py)
+        self.member_rejected = [str(d) for d in member_rejected]
         self.lineage_dir = str(lineage_dir) if lineage_dir else None
         self.row_group_rows, self.stage_name = row_group_rows, stage_name
         # the runner asks "none" for a stage's kept rows in `staged/`, the next stage's input read once (2.5x less
@@ -151,7 +154,9 @@ class BlockWriter:
             consumed = lineage.num_rows if lineage is not None else 0
             name = file_name(int(part), sub, kept.num_rows, rejected.num_rows,
                              consumed if creating else None, inputs_rejected if creating else None)
-            targets = [(kept, self.kept_dir), (rejected, self.rejected_dir)]
+            if FUSED_MEMBER in kept.schema.names:
+                kept = kept.drop_columns([FUSED_MEMBER])
+            targets = [(kept, self.kept_dir), *self._rejected_targets(rejected)]
             if creating:
                 if self.lineage_dir is None:
                     raise RuntimeError(f"stage {self.stage_name!r} creates rows but no lineage folder was given")
@@ -170,6 +175,15 @@ class BlockWriter:
             out["lineage_file"].append(name if consumed else "")
         return pa.table(out, schema=COUNTS_SCHEMA)
 
+    def _rejected_targets(self, rejected: pa.Table) -> list[tuple[pa.Table, str]]:
+        if FUSED_MEMBER not in rejected.schema.names:
+            return [(rejected, self.rejected_dir)]
+        member = rejected.column(FUSED_MEMBER)
+        rows = rejected.drop_columns([FUSED_MEMBER])
+        if not self.member_rejected:
+            raise RuntimeError(f"step {self.stage_name!r} ran fused stages but no member folders were given")
+        return [(rows.filter(pc.equal(member, i)), folder) for i, folder in enumerate(self.member_rejected)]
+
 
 def write_dataset(ds: Any, ledger: PartitionLedger, expected: dict[int, int] | None, row_group_rows: int,
                   stage_name: str = "", kept_compression: str = "snappy") -> None:
@@ -179,7 +193,7 @@ def write_dataset(ds: Any, ledger: PartitionLedger, expected: dict[int, int] | N
     or a global stage), marked done when the dataset is exhausted.
     """
     writer = BlockWriter(ledger.kept_dir, ledger.rejected_dir, row_group_rows, ledger.lineage_dir, stage_name,
-                         kept_compression)
+                         kept_compression, ledger.member_rejected if len(ledger.member_rejected) > 1 else ())
     # a table in memory (a source read without Ray) is written here, as one block
     counts = [writer(ds)] if isinstance(ds, pa.Table) else \
         ds.map_batches(writer, batch_format="pyarrow", batch_size=None).iter_batches(batch_format="pyarrow",

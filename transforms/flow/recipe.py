@@ -119,7 +119,7 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], path: Path)
                 and isinstance(value, str | list):  # `--input PATH ...` of a recipe whose input is a mapping
             params["input"]["paths"] = [value] if isinstance(value, str) else list(value)
             continue
-        if key in params or key in ("engines", "lake", "num_cpus", "ray_address", "secrets"):
+        if key in params or key in ("engines", "lake", "num_cpus", "fuse", "ray_address", "secrets"):
             (params if key in params else data)[key] = value
             continue
         if "." not in key and key not in Recipe.model_fields:

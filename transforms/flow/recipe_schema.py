@@ -275,6 +275,8 @@ class Recipe(_Strict):
     params: dict[str, Any] = Field(default_factory=dict, description="Values `--set NAME=VALUE` changes.")
     runs: list[RunSpec] = Field(..., min_length=1)
     num_cpus: int | None = Field(None, description="CPUs of a local Ray instance (default: all).")
+    fuse: bool = Field(True, description="Run neighbouring cheap row-wise stages (normalize, length_filter, langid) "
+                       "as one pass over their input; false runs every stage alone (docs/stages.md, Fused stages).")
     ray_address: str | None = None
     secrets: list[str] = Field(default_factory=list, description="Environment variables forwarded to workers.")
     path: str = Field("", description="Where the recipe was read from (set by the loader).")

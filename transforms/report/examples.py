@@ -73,6 +73,12 @@ def stage_examples(manifest: RunManifest, rec: StageRecord) -> str:
     parts = []
     for label, table, total, extra in (("kept", kept, rec.rows_kept, []),
                                        ("dropped", dropped, rec.dropped_total, [C.DROP_REASON])):
+        if label == "kept" and rec.fused_with and kept_dir is None:  # transforms/core/fusion.py
+            nxt = rec.fused_with[rec.fused_with.index(rec.name) + 1] if rec.name in rec.fused_with[:-1] else "the next"
+            parts.append(f"<p class='meta'>kept: {total:,} rows, handed to {escape(nxt)} in the same pass (fused with "
+                         f"{escape(', '.join(n for n in rec.fused_with if n != rec.name))}): no file holds them "
+                         "alone.</p>")
+            continue
         if not table.num_rows:
             parts.append(f"<p class='meta'>{label}: no rows to show ({total:,} {label}).</p>")
             continue

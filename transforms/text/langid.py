@@ -39,6 +39,7 @@ SINGLE_LANGUAGE_SCRIPTS = frozenset({"ko", "ta", "ml", "kn", "te", "gu", "pa", "
 
 class LanguageFilter(Stage):
     name: ClassVar[str] = "langid"
+    fuse: ClassVar[bool] = True  # cheap next to a pass over its input: runs in one pass with its neighbours
     drop_reasons: ClassVar[dict[str, str]] = {
         "wrong_language": "the text is not in one of the wanted languages",
         "low_language_score": "fastText's confidence is under `min_score`",

@@ -14,6 +14,7 @@ from transforms.core.stage import Stage
 
 class NormalizeText(Stage):
     name: ClassVar[str] = "normalize"
+    fuse: ClassVar[bool] = True  # cheap next to a pass over its input: runs in one pass with its neighbours
     reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
     writes: ClassVar[tuple[str, ...]] = (C.TEXT, "text_original")
 

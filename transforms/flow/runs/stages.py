@@ -35,7 +35,7 @@ class StagesRun:
             manifest = run_pipeline(job=f"{ctx.recipe.recipe}:{spec.name}", dataset=ctx.recipe.dataset,
                                     source=source, stages=stages, lake=ctx.lake, config=run_config(ctx, spec),
                                     run_id=entry.run_id, resume=ctx.lake.manifest_path(entry.run_id).exists(),
-                                    parents=[m.run_id for m in read],
+                                    parents=[m.run_id for m in read], fuse=ctx.recipe.fuse,
                                     after_stage=stop_if_nothing_read if spec.source is not None else None)
         except BaseException:
             entry.status = "failed"
