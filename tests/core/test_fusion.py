@@ -183,3 +183,28 @@ def test_which_neighbours_fuse(monkeypatch):
     assert not fusion_enabled() and fusion_enabled(True)
     monkeypatch.delenv("PIQAFORGE_FUSE")
     assert fusion_enabled()
+
+
+def test_a_fused_step_asks_what_its_members_set_not_their_defaults():
+    from transforms.core.fusion import merged_resources
+
+    langid = LanguageFilter(languages=["ko"], resources={"cpus": 0.5, "concurrency": 2})
+    merged = merged_resources([NormalizeText(), LengthFilter(resources={"batch_size": 1024}), langid])
+    assert (merged.cpus, merged.concurrency, merged.batch_size) == (0.5, 2, 1024)
+    assert merged_resources([NormalizeText(), LengthFilter()]).cpus == 1.0  # nobody asked: the default
+    assert merged_resources([NormalizeText(resources={"cpus": 2}), langid]).cpus == 2
+
+
+def test_on_a_local_ray_a_fused_step_on_actors_uses_every_cpu_unless_a_member_says_otherwise():
+    from transforms.core.fusion import merged_resources
+
+    chain = [NormalizeText(), LengthFilter(), LanguageFilter(languages=["ko"])]
+    two = merged_resources(chain, local_cpus=2)
+    assert (two.cpus, two.concurrency) == (0.5, 2)  # one logical CPU stays for the reads
+    sixteen = merged_resources(chain, local_cpus=16)
+    assert (sixteen.concurrency, sixteen.cpus * sixteen.concurrency) == (16, pytest.approx(15, abs=0.01))
+    assert merged_resources(chain, local_cpus=1).concurrency is None  # one CPU: as before (check_schedulable says)
+    assert merged_resources(chain).concurrency is None  # a cluster: its profile decides
+    assert merged_resources(chain[:2], local_cpus=2).concurrency is None  # tasks, not actors: Ray spreads them
+    told = [*chain[:2], LanguageFilter(languages=["ko"], resources={"concurrency": 1})]
+    assert merged_resources(told, local_cpus=2).concurrency == 1

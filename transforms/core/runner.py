@@ -185,7 +185,9 @@ def _run_fused(group: list[int], members: list[Stage], dirs: list[StepDirs], fin
         d.kept.mkdir(parents=True, exist_ok=True)
     (dirs[-1].kept / CHECKPOINT).unlink(missing_ok=True)
     shutil.rmtree(timing_dir, ignore_errors=True)
-    fused = FusedStages.of(members, timing_dir)
+    import ray
+
+    fused = FusedStages.of(members, timing_dir, ray.cluster_resources().get("CPU") if fixed_cpus() else None)
     with cpu_time.StageClock() as cpu:
         n_parts, n_reused = _run_step(fused, prev_kept, rows_in, dirs[-1], fingerprints[-1], resume, partition_rows,
                                       tuple(d.rejected for d in dirs))
