@@ -418,3 +418,25 @@ def test_ray_data_groupby_shuffle_equals_process_table(ray_local, kin_questions:
     stage = MinHashDedup(threshold=0.7, shuffle="ray_data", shuffle_partitions=5, resources={"batch_size": 200},
                          local_max_rows=0)
     _check_ray_equals_pure(ray_local, stage, _ray_table(kin_questions))
+
+
+@pytest.mark.ray
+def test_lake_partition_path_equals_process_table(ray_local, kin_questions: list[str], tmp_path: Path) -> None:
+    """The runner's path: map and signature tasks read id and text from the Parquet partitions themselves."""
+    import pyarrow.parquet as pq
+
+    from transforms.core.planning import plan_partitions, read_partitions
+
+    table = _ray_table(kin_questions)
+    for i, start in enumerate(range(0, table.num_rows, 400)):  # three files, row groups of 150: 8 partitions
+        pq.write_table(table.slice(start, 400), tmp_path / f"part-{i}.parquet", row_group_size=150)
+    parts = plan_partitions(sorted(tmp_path.glob("*.parquet")), 150)
+    assert len(parts) >= 8
+    stage = MinHashDedup(threshold=0.7, shuffle_partitions=5, resources={"batch_size": 100}, local_max_rows=0)
+    expected = stage(table)
+    out = stage.run_partitions(read_partitions(parts, tracked=False), parts)
+    got = pa.concat_tables(ray_local.get(out.to_arrow_refs())).sort_by(C.ID)
+    assert got.column(C.ID).to_pylist() == expected.column(C.ID).to_pylist()
+    assert got.column(C.DUPLICATE_OF).to_pylist() == expected.column(C.DUPLICATE_OF).to_pylist()
+    assert got.column(C.DROP_REASON).to_pylist() == expected.column(C.DROP_REASON).to_pylist()
+    assert table.num_rows - expected.column(C.DUPLICATE_OF).null_count >= 250

@@ -142,8 +142,8 @@ def ensure_status(ds: Any, stage_name: str) -> Any:
     return ds.map_batches(lambda b: mark_dropped(b, stage_name), batch_format="pyarrow")
 
 
-def run_global(stage: GlobalStage, ds: Any) -> Any:
-    out = stage.run_dataset(ds)
+def run_global(stage: GlobalStage, ds: Any, partitions: list[Any] | None = None) -> Any:
+    out = stage.run_dataset(ds) if partitions is None else stage.run_partitions(ds, partitions)
     return out if getattr(stage, "creates", False) else ensure_status(out, stage.name)
 
 

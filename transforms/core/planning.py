@@ -99,6 +99,14 @@ def read_partition(part: Partition, tracked: bool = True) -> Iterator[pa.Table]:
             yield table
 
 
+def read_partition_columns(part: Partition, columns: list[str]) -> pa.Table:
+    """These columns of one partition's rows as one table (in a Ray task that reads the lake itself: a global
+    stage's pass that needs two columns of every row, transforms/dedup/minhash.py)."""
+    tables = [pq.ParquetFile(path).read_row_groups(list(range(start, stop)), columns=columns)
+              for path, start, stop, _ in part.units]
+    return pa.concat_tables(tables) if len(tables) != 1 else tables[0]
+
+
 def read_partitions(parts: list[Partition], tracked: bool = True) -> Any:
     """A Ray Dataset with one read task per partition (a Datasource, so tasks are never merged).
 

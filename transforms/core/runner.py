@@ -122,8 +122,9 @@ def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs
         led = ledger("global")
         if 0 in led.done:
             return 1, 1
-        source_ds = read_partitions(plan_partitions(files, partition_rows), tracked=False)
-        write_dataset(run_global(stage, source_ds), led, {0: rows_in}, row_group_rows, stage.name, STAGED)
+        parts = plan_partitions(files, partition_rows)
+        write_dataset(run_global(stage, read_partitions(parts, tracked=False), parts), led, {0: rows_in},
+                      row_group_rows, stage.name, STAGED)
         return 1, 0
     parts = plan_partitions(files, partition_rows)
     led = ledger(plan_digest(parts), {p.index: p.rows for p in parts})

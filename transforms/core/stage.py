@@ -171,6 +171,12 @@ class GlobalStage(Stage):
     def process(self, batch: pa.Table) -> pa.Table:
         return self.process_table(batch)
 
+    def run_partitions(self, ds: Any, partitions: list[Any]) -> Any:
+        """What the runner calls: `ds` read from `partitions` (transforms/core/planning.Partition: Parquet row
+        groups), for a stage whose tasks read the columns they need from the lake themselves; the default is
+        `run_dataset(ds)`."""
+        return self.run_dataset(ds)
+
     def run_dataset(self, ds: Any) -> Any:
         import ray
 

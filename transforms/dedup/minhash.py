@@ -49,6 +49,7 @@ from transforms.dedup.minhash_cluster import (
 from transforms.dedup.minhash_signature import band_keys, minhash_signatures
 from transforms.dedup.minhash_tasks import (
     _band_partitions,
+    _band_partitions_of,
     _band_rows,
     _candidates,
     _cluster,
@@ -57,6 +58,7 @@ from transforms.dedup.minhash_tasks import (
     _num_rows,
     _reduce_edges,
     _signature_rows,
+    _signature_rows_of,
     _string_ids,
 )
 
@@ -192,46 +194,66 @@ class MinHashDedup(GlobalStage):
         return self.mark(table, DuplicateLookup(self.find_duplicates(table)))
 
     # -- on Ray ------------------------------------------------------------------------------------
-    def run_dataset(self, ds: Any) -> Any:
-        import ray
+    def run_partitions(self, ds: Any, partitions: list[Any]) -> Any:
+        """On the lake's partitions (the runner's path): the `tasks` shuffle's map and signature tasks read id and
+        text from the Parquet files themselves, so no block of text is held in (or spilled from) the object store;
+        3M crawl rows: docs/minhash.md. Anything else goes to `run_dataset`."""
+        import pyarrow.parquet as pq
 
+        if self.shuffle != "tasks" or not partitions:
+            return self.run_dataset(ds)
+        self.check_columns(pq.read_schema(partitions[0].units[0][0]))
+        if self.local_max_rows and sum(p.rows for p in partitions) <= self.local_max_rows:
+            return super().run_dataset(ds)
+        return self._distributed(ds, partitions, from_lake=True)
+
+    def run_dataset(self, ds: Any) -> Any:
         self.check_columns(ds.schema())
         if self.local_max_rows and ds.count() <= self.local_max_rows:
             return super().run_dataset(ds)
+        return self._distributed(ds, [], from_lake=False)
+
+    def _distributed(self, ds: Any, partitions: list[Any], from_lake: bool) -> Any:
+        import ray
+
         started = time.perf_counter()
         batch_args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": self.resources.batch_size,
                                       **self.resources.ray_remote_args()}
         texts = ds.select_columns([C.ID, C.TEXT])
+        sources: list[Any] = partitions
         if self.shuffle == "ray_data":
             bands = texts.map_batches(_band_rows, fn_kwargs={"stage": self}, **batch_args)
             edge_refs = bands.groupby(PART, num_partitions=self.shuffle_partitions).map_groups(
                 _edges, batch_format="pyarrow").to_arrow_refs()
-            blocks = texts.to_arrow_refs() if self.verify else []
+            sources = texts.to_arrow_refs() if self.verify else []
         else:
-            # Blocks of bounded size, held in the object store (spilled to disk if need be), read once.
-            blocks = texts.repartition(target_num_rows_per_block=self.rows_per_block).to_arrow_refs()
-            log.info("minhash_dedup: %d blocks materialised in %.1fs", len(blocks), time.perf_counter() - started)
-            edge_refs = self._task_shuffle(blocks)
+            if not from_lake:  # blocks of bounded size, held in the object store (spilled to disk if need be)
+                sources = texts.repartition(target_num_rows_per_block=self.rows_per_block).to_arrow_refs()
+                log.info("minhash_dedup: %d blocks materialised in %.1fs", len(sources),
+                         time.perf_counter() - started)
+            edge_refs = self._task_shuffle(sources, _band_partitions_of if from_lake else _band_partitions)
         sig_refs: list[Any] = []
         if self.verify:
             candidates = ray.remote(num_cpus=0.5)(_candidates).remote(*edge_refs)
-            sig_task = ray.remote(**self.resources.ray_remote_args())(_signature_rows)
-            sig_refs = [sig_task.remote(block, self, [candidates]) for block in blocks]
-        del blocks
+            sig_task = ray.remote(**self.resources.ray_remote_args())(
+                _signature_rows_of if from_lake else _signature_rows)
+            sig_refs = [sig_task.remote(source, self, [candidates]) for source in sources]
+        del sources
         map_ref = ray.remote(num_cpus=1)(_cluster).remote(self, len(edge_refs), *edge_refs, *sig_refs)
         n_dups = ray.get(ray.remote(num_cpus=0)(_num_rows).remote(map_ref))
         log.info("minhash_dedup: %d near-duplicate rows to drop; signatures, shuffle, verification and "
                  "clustering took %.1fs", n_dups, time.perf_counter() - started)
         return ds.map_batches(_mark, fn_kwargs={"stage": self, "lookup_ref": [map_ref]}, **batch_args)
 
-    def _task_shuffle(self, blocks: list[Any]) -> list[Any]:
-        """Hash shuffle of band rows with plain Ray tasks: B map tasks x K outputs -> K reduce tasks."""
+    def _task_shuffle(self, sources: list[Any], band_task: Any) -> list[Any]:
+        """Hash shuffle of band rows with plain Ray tasks: B map tasks x K outputs -> K reduce tasks; a map task
+        takes a block (an object reference) or a lake partition it reads itself."""
         import ray
 
         k = self.shuffle_partitions
         args = self.resources.ray_remote_args()
-        split = ray.remote(num_returns=k, **args)(_band_partitions)
-        parts: list[Any] = [split.remote(block, self) for block in blocks]
+        split = ray.remote(num_returns=k, **args)(band_task)
+        parts: list[Any] = [split.remote(source, self) for source in sources]
         parts = [p if k > 1 else [p] for p in parts]
         reduce = ray.remote(**args)(_reduce_edges)
         # The driver holds B*K references, never the band rows themselves.

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.core import columns as C
+from transforms.core.planning import read_partition_columns
 from transforms.dedup.minhash_cluster import (
     DST,
     KEY,
@@ -46,6 +47,15 @@ def _band_partitions(block: pa.Table, stage: MinHashDedup) -> tuple[pa.Table, ..
     bounds = np.searchsorted(part[order], np.arange(k + 1))
     out = tuple(bands.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
     return out if len(out) > 1 else out[0]
+
+
+def _band_partitions_of(part: Any, stage: MinHashDedup) -> tuple[pa.Table, ...] | pa.Table:
+    """`_band_partitions` of a lake partition's id and text, read in this task (no block in the object store)."""
+    return _band_partitions(read_partition_columns(part, [C.ID, C.TEXT]), stage)
+
+
+def _signature_rows_of(part: Any, stage: MinHashDedup, lookup_ref: list[Any]) -> pa.Table:
+    return _signature_rows(read_partition_columns(part, [C.ID, C.TEXT]), stage, lookup_ref)
 
 
 def _string_ids(batch: pa.Table) -> pa.Array:
