@@ -136,19 +136,36 @@ class ExactDedup(GlobalStage):
     def process_table(self, table: pa.Table) -> pa.Table:
         return mark_duplicates(table, GroupLookup(repeated_groups(key_rows(table))).keep_ids(table.column(C.TEXT)))
 
-    def run_dataset(self, ds: Any) -> Any:
+    def run_partitions(self, ds: Any, partitions: list[Any]) -> Any:
+        """On the lake's partitions (the runner's path): each key task reads only id and text from its partition's
+        Parquet row groups, instead of a block of every column from Ray Data."""
+        import pyarrow.parquet as pq
         import ray
 
+        if not partitions:
+            return self.run_dataset(ds)
+        self.check_columns(pq.read_schema(partitions[0].units[0][0]))
+        if self.gather_below_rows and sum(p.rows for p in partitions) < self.gather_below_rows:
+            return super().run_dataset(ds)
+        keys = ray.remote(**self.resources.ray_remote_args())(_keys_of)
+        return self._distributed(ds, [keys.remote(part) for part in partitions])
+
+    def run_dataset(self, ds: Any) -> Any:
         self.check_columns(ds.schema())
         if self.gather_below_rows and ds.count() < self.gather_below_rows:
             # A small input is cheaper in one worker task (GlobalStage's default: gathered in a
             # task, never in the driver).
             return super().run_dataset(ds)
-        remote = self.resources.ray_remote_args()
-        batch_size = self.resources.batch_size
         # Keys per input block (batch_size=None: one key table per block, so few tasks below).
         key_refs = ds.select_columns([C.ID, C.TEXT]).map_batches(
-            key_rows, batch_format="pyarrow", batch_size=None, **remote).to_arrow_refs()
+            key_rows, batch_format="pyarrow", batch_size=None, **self.resources.ray_remote_args()).to_arrow_refs()
+        return self._distributed(ds, key_refs)
+
+    def _distributed(self, ds: Any, key_refs: list[Any]) -> Any:
+        import ray
+
+        remote = self.resources.ray_remote_args()
+        batch_size = self.resources.batch_size
         k = self.num_partitions
         split = ray.remote(num_returns=k, **remote)(_split_keys)
         parts: list[Any] = [split.remote(ref, k) for ref in key_refs]
@@ -167,6 +184,12 @@ class ExactDedup(GlobalStage):
 
 
 # Module-level functions so Ray serialises a reference to code.
+def _keys_of(part: Any) -> pa.Table:
+    from transforms.core.planning import read_partition_columns
+
+    return key_rows(read_partition_columns(part, [C.ID, C.TEXT]))
+
+
 def _split_keys(keys: pa.Table, k: int) -> tuple[pa.Table, ...] | pa.Table:
     part = (keys.column(KEY_HI).to_numpy() % np.uint64(k)).astype(np.int64)
     order = np.argsort(part, kind="stable")
