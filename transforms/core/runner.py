@@ -9,7 +9,8 @@ stage's input and a resumed run's checkpoint; every stage record counts its rows
 
 is a fact about what was written, not about what we meant to do (docs/stages.md).
 
-The way of a batch, top-down: this module picks the step and its checkpoint → planning.py cuts the input into
+The way of a batch, top-down: this module picks the step and its checkpoint (fusion.py joins cheap row-wise
+neighbours into one step; records.py counts each stage's record from its files) → planning.py cuts the input into
 partitions → execution.py runs the stage on Ray → writing.py writes the files → ledger.py marks partitions done,
 so a killed run resumed with `resume=True` skips finished stages *and* the finished partitions of the one it died in.
 """
@@ -26,10 +27,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from transforms.core import columns as C
 from transforms.core import cpu_time
 from transforms.core.accounting import read_ledgers
-from transforms.core.creating import AggregateStage, ExpandStage, SourceStage, is_creating
+from transforms.core.creating import SourceStage
 from transforms.core.execution import (  # noqa: F401 (re-exported: jobs and tests import them from here)
     _StageActor,
     check_schedulable,
@@ -40,7 +40,7 @@ from transforms.core.execution import (  # noqa: F401 (re-exported: jobs and tes
     run_global,
 )
 from transforms.core.fusion import FusedStages, fuse_groups, fusion_enabled, member_shares
-from transforms.core.lake import Lake, count_rows, iter_batches, parquet_files, value_counts
+from transforms.core.lake import Lake, parquet_files
 from transforms.core.ledger import PartitionLedger
 from transforms.core.manifest import (  # noqa: F401 (conservation_errors re-exported: jobs and tests import it here)
     RunManifest,
@@ -57,38 +57,22 @@ from transforms.core.planning import (
     plan_partitions,
     read_partitions,
 )
-from transforms.core.stage import GlobalStage, Stage, check_drop_reasons
+from transforms.core.records import (  # noqa: F401 (stage_kind re-exported)
+    CHECKPOINT,
+    StepDirs,
+    load_checkpoint,
+    record_step,
+    save_checkpoint,
+    stage_kind,
+)
+from transforms.core.stage import GlobalStage, Stage
 from transforms.core.writing import publish_file, write_dataset
 
 log = logging.getLogger("piqaforge")
 STAGED = "none"  # staged/ kept rows: uncompressed, the next stage's input (transforms/core/writing.py)
 
-CHECKPOINT = "_CHECKPOINT.json"
 # Kept for jobs written against the old runner: a source is now a SourceStage.
 Source = SourceStage
-
-
-def stage_kind(stage: Stage) -> str:
-    if isinstance(stage, SourceStage):
-        return "source"
-    if isinstance(stage, AggregateStage):
-        return "aggregate"
-    if isinstance(stage, ExpandStage):
-        return "expand"
-    return "global" if isinstance(stage, GlobalStage) else "filter"
-
-
-class StepDirs:
-    """Where one step writes: kept, rejected and (stages that create rows) lineage."""
-
-    def __init__(self, lake: Lake, dataset: str, run_id: str, index: int, stage: Stage):
-        self.kept = (lake.zone("raw", dataset, run_id) if index == 0
-                     else lake.stage_dir("staged", dataset, run_id, index, stage.name))
-        self.rejected = lake.stage_dir("rejected", dataset, run_id, index, stage.name)
-        creates = is_creating(stage) and not isinstance(stage, SourceStage)
-        self.lineage = lake.stage_dir("lineage", dataset, run_id, index, stage.name) if creates else None
-        # what the stage asked of HTTP endpoints, one ledger file per actor (transforms/core/accounting.py)
-        self.requests = lake.run_dir(run_id) / "requests" / f"{index:02d}-{stage.name}"
 
 
 def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs, fingerprint: str,
@@ -137,45 +121,6 @@ def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs
     return len(parts), len(parts) - len(pending)
 
 
-def lineage_counts(lineage_dir: Path | None, kind: str) -> tuple[int, int]:
-    """(rows created, rows consumed) of a stage, counted from its lineage files."""
-    if lineage_dir is None or not parquet_files(lineage_dir):
-        return 0, 0
-    consumed, created = 0, 0
-    children: set[str] = set()
-    for batch in iter_batches(lineage_dir, columns=["n_children", "child_ids"]):
-        consumed += batch.num_rows
-        if kind == "aggregate":  # many parents share one child
-            children.update(c for ids in batch.column(1).to_pylist() for c in ids)
-        else:
-            created += sum(batch.column(0).to_pylist())
-    return (len(children) if kind == "aggregate" else created), consumed
-
-
-def _record(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds: float, fingerprint: str,
-            config: dict[str, Any], cpu_seconds: float | None = None, fused_with: Sequence[str] = (),
-            kept_files: bool = True) -> StageRecord:
-    """A stage's record, counted from its files. A fused member before the last wrote no kept files
-    (`kept_files=False`): its kept rows are its rows in less those it dropped, which the next member starts from."""
-    kind = stage_kind(stage)
-    dropped = value_counts(dirs.rejected, C.DROP_REASON) if parquet_files(dirs.rejected) else {}
-    kept = count_rows(dirs.kept) if kept_files else rows_in - sum(dropped.values())
-    check_drop_reasons(stage, [str(r) for r in dropped])  # every kind, whichever way the stage ran (sources too)
-    created, consumed = lineage_counts(dirs.lineage, kind)
-    if kind == "source":  # every record the source saw was born here
-        rows_in, created = 0, kept + sum(dropped.values())
-    outputs = {"kept": str(dirs.kept), "rejected": str(dirs.rejected)} if kept_files else \
-        {"rejected": str(dirs.rejected)}
-    if dirs.lineage is not None:
-        outputs["lineage"] = str(dirs.lineage)
-    return StageRecord(index=index, name=stage.name, kind=kind, rows_in=rows_in, rows_kept=kept,
-                       rows_dropped=dropped, rows_created=created, rows_consumed=consumed,
-                       seconds=round(seconds, 3), cpu_seconds=None if cpu_seconds is None else round(cpu_seconds, 3),
-                       cpu_scope=cpu_time.scope() if cpu_seconds is not None else None, outputs=outputs,
-                       config=config, fingerprint=fingerprint, requests=read_ledgers(dirs.requests),
-                       fused_with=list(fused_with))
-
-
 def _run_fused(group: list[int], members: list[Stage], dirs: list[StepDirs], fingerprints: list[str],
                prev_kept: Path | None, rows_in: int, resume: bool, partition_rows: int,
                timing_dir: Path) -> list[StageRecord]:
@@ -198,27 +143,15 @@ def _run_fused(group: list[int], members: list[Stage], dirs: list[StepDirs], fin
     records = []
     for j, (index, member, d) in enumerate(zip(group, members, dirs, strict=True)):
         last = j == len(members) - 1
-        record = _record(index, member, rows_in, d, seconds * shares[j], fingerprints[j], member.describe(),
+        record = record_step(index, member, rows_in, d, seconds * shares[j], fingerprints[j], member.describe(),
                          None if cpu.seconds is None else cpu.seconds * shares[j], fused_with=names,
                          kept_files=last)
         record.partitions, record.partitions_reused = n_parts, n_reused
         records.append(record)
         rows_in = record.rows_kept
     for d, record in zip(dirs, records, strict=True):  # the last member's checkpoint says the whole step is over
-        _save_checkpoint(d.kept, record)
+        save_checkpoint(d.kept, record)
     return records
-
-
-def _load_checkpoint(kept_dir: Path, fingerprint: str) -> StageRecord | None:
-    marker = kept_dir / CHECKPOINT
-    if not marker.exists():
-        return None
-    record = StageRecord.model_validate_json(marker.read_text())
-    return record if record.fingerprint == fingerprint else None
-
-
-def _save_checkpoint(kept_dir: Path, record: StageRecord) -> None:
-    (kept_dir / CHECKPOINT).write_text(record.model_dump_json(indent=2))
 
 
 def run_pipeline(
@@ -281,7 +214,7 @@ def run_pipeline(
             dirs = [StepDirs(lake, dataset, run_id, i, chain[i]) for i in step]
             current = (members[-1].name, dirs[-1].requests)
             before_stage(step[0], members[0])
-            saved = [_load_checkpoint(d.kept, fingerprints[i]) for i, d in zip(step, dirs, strict=True)] \
+            saved = [load_checkpoint(d.kept, fingerprints[i]) for i, d in zip(step, dirs, strict=True)] \
                 if resume else [None]
             if all(r is not None for r in saved):
                 records = [r for r in saved if r is not None]
@@ -298,10 +231,10 @@ def run_pipeline(
                 with cpu_time.StageClock() as cpu:  # the driver's and its local Ray workers' CPU seconds
                     n_parts, n_reused = _run_step(stage, prev_kept, rows_in, d, fingerprints[index], resume,
                                                   partition_rows)
-                record = _record(index, stage, rows_in, d, time.perf_counter() - started, fingerprints[index],
+                record = record_step(index, stage, rows_in, d, time.perf_counter() - started, fingerprints[index],
                                  stage.describe(), cpu.seconds)
                 record.partitions, record.partitions_reused = n_parts, n_reused
-                _save_checkpoint(d.kept, record)
+                save_checkpoint(d.kept, record)
                 records = [record]
             for j, record in enumerate(records):
                 if j:
