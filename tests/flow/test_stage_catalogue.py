@@ -55,3 +55,12 @@ def test_stages_cli_lists_one_line_each_and_prints_a_stages_fields():
     assert "extras: langid" in one.stdout and "reads:  goal, sol1, sol2" in one.stdout
     wrong = cli("item_langage")
     assert wrong.returncode == 2 and "did you mean item_language" in wrong.stderr
+
+
+def test_the_catalogue_says_which_stages_fuse_into_one_pass():
+    from transforms.flow.catalogue import describe, stage_text
+
+    assert describe("langid").fuses and describe("normalize").fuses
+    assert not describe("exact_dedup").fuses and not describe("llm_transform").fuses
+    assert "fuses with cheap neighbours into one pass" in stage_text("length_filter")
+    assert "fuses" not in stage_text("minhash_dedup").splitlines()[0]

@@ -37,6 +37,11 @@ class StageDoc:
     fields: tuple[FieldDoc, ...]
     drop_reasons: tuple[tuple[str, str], ...] = ()
     release_columns: tuple[tuple[str, str], ...] = ()
+    fuses: bool = False  # runs in one pass with its fusable neighbours (transforms/core/fusion.py)
+
+    @property
+    def kind_text(self) -> str:
+        return f"{self.kind}, fuses with cheap neighbours into one pass" if self.fuses else self.kind
 
 
 def _type(annotation: Any) -> str:
@@ -112,7 +117,7 @@ def describe(name: str) -> StageDoc:
                     reads=tuple(getattr(cls, "reads", ())), writes=tuple(getattr(cls, "writes", ())),
                     extras=tuple(sorted(declared_extras(name))), fields=fields,
                     drop_reasons=tuple(sorted((getattr(cls, "drop_reasons", None) or {}).items())),
-                    release_columns=columns)
+                    release_columns=columns, fuses=bool(getattr(cls, "fuse", False)))
 
 
 def first_sentence(text: str, limit: int = 110) -> str:
@@ -142,7 +147,7 @@ def _cell(text: str) -> str:
 def stage_markdown(name: str, level: str = "##") -> str:
     d = describe(name)
     lines = [f"{level} `{name}`", "", d.summary or "(no description)", "",
-             f"- kind: {d.kind}; class `{d.ref}`",
+             f"- kind: {d.kind_text}; class `{d.ref}`",
              f"- reads: {', '.join(f'`{c}`' for c in d.reads) or '—'}; writes: "
              f"{', '.join(f'`{c}`' for c in d.writes) or '—'}",
              f"- extras: {', '.join(d.extras) or 'none (core install)'}",
@@ -158,7 +163,7 @@ def stage_text(name: str) -> str:
     """`piqaforge stages NAME`: the stage and its fields as a plain table."""
     d = describe(name)
     width = max([len(f.name) for f in d.fields] + [5])
-    lines = [f"{name}  ({d.kind}; {d.ref})", "", d.summary, "",
+    lines = [f"{name}  ({d.kind_text}; {d.ref})", "", d.summary, "",
              f"reads:  {', '.join(d.reads) or '-'}", f"writes: {', '.join(d.writes) or '-'}",
              f"extras: {', '.join(d.extras) or 'none'}"]
     lines += ["drops rows for:"] + [f"  {k}: {m}" for k, m in d.drop_reasons] if d.drop_reasons else \
