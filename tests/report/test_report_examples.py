@@ -251,3 +251,4 @@ def test_a_fused_member_says_where_its_kept_rows_went(ray_local, tmp_path):
     normalize = blocks(page)["normalize"]
     assert "40 rows, handed to length_filter in the same pass" in normalize
     assert tables(blocks(page)["length_filter"])  # the last member's rows are in its files, shown as usual
+    assert "(one pass with length_filter; seconds shared out)" in page  # the stage table says it ran fused

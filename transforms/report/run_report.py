@@ -175,7 +175,9 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
     rows = []
     for s in m.stages:
         conserved = '<span class="ok">yes</span>' if s.conserved() else '<span class="bad">NO</span>'
-        rows.append(f"<tr><td>{s.index}</td><td class='l'>{escape(s.name)}</td><td class='l'>{escape(s.kind)}</td>"
+        kind = escape(s.kind) + (f" <span class='meta'>(one pass with {escape(', '.join(n for n in s.fused_with if n != s.name))}"
+                                 "; seconds shared out)</span>" if s.fused_with else "")
+        rows.append(f"<tr><td>{s.index}</td><td class='l'>{escape(s.name)}</td><td class='l'>{kind}</td>"
                     f"<td>{_fmt(s.rows_in)}</td><td>{_fmt(s.rows_created)}</td>"
                     f"<td>{_fmt(s.rows_kept)}</td><td>{_fmt(s.dropped_total)}</td><td>{_fmt(s.rows_consumed)}</td>"
                     f"<td>{s.seconds:.1f}</td>{cost_cells(s)}"
