@@ -151,6 +151,14 @@ def test_a_fused_step_killed_in_its_last_partition_resumes_there(ray_local, tmp_
         assert mine.sort_by(C.ID).equals(theirs.sort_by(C.ID)), zone
     again = run("cut", "cut", resume=True)  # all checkpoints there: every member reused
     assert all(s.resumed for s in again.stages) and _counts(again) == _counts(clean)
+    # resumed with fusion off: a member that wrote no kept rows of its own cannot be reused alone (it runs again);
+    # the step's last member wrote them, so its checkpoint stands
+    alone = run_pipeline(job="fusion", dataset="ko", source=_source(), stages=stages("cut"), lake=lake, config={},
+                         run_id="cut", resume=True, partition_rows=500, fuse=False)
+    assert [s.resumed for s in alone.stages] == [True, False, False, True]
+    assert _counts(alone) == _counts(clean) and not conservation_errors(alone)
+    assert read_table(lake.zone("curated", "ko", "cut")).sort_by(C.ID).equals(
+        read_table(lake.zone("curated", "ko", "clean")).sort_by(C.ID))
 
 
 def _table(texts: list[str | None]) -> pa.Table:

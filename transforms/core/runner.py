@@ -216,7 +216,9 @@ def run_pipeline(
             before_stage(step[0], members[0])
             saved = [load_checkpoint(d.kept, fingerprints[i]) for i, d in zip(step, dirs, strict=True)] \
                 if resume else [None]
-            if all(r is not None for r in saved):
+            # a step's checkpoints are reused together, and only when its last one wrote kept rows (a stage that
+            # ran inside a fused step and now runs alone, or ends a shorter fused step, did not)
+            if all(r is not None for r in saved) and "kept" in (saved[-1].outputs if saved[-1] else {}):
                 records = [r for r in saved if r is not None]
                 for record in records:
                     record.resumed = True
