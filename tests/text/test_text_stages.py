@@ -145,3 +145,25 @@ def test_script_shortcut_config_is_checked():
         LanguageFilter(languages=["hi"], script_shortcut={"hi": 0.9})  # Devanagari: hi, mr, ne, sa ...
     with pytest.raises(ValidationError, match="shares must be"):
         LanguageFilter(languages=["ko"], script_shortcut={"ko": 0.3})
+
+
+def test_script_shares_equal_a_plain_count_per_row_with_empty_rows_anywhere():
+    """The vectorised per-row counts (one UTF-32 array, a sum per row's segment) against counting in Python."""
+    from transforms.text.langid import SCRIPT_RANGES, script_languages
+
+    texts: list[str | None] = [json.loads(line)["text"] for line in
+                               (Path(__file__).resolve().parents[2] / "lake" / "samples" /
+                                "ko_crawl_sample.jsonl").read_text(encoding="utf-8").splitlines()[:600]]
+    texts = ["", None, *texts[:300], "", "", "abc 가", None, *texts[300:], "", None]
+
+    def plain(text: str | None) -> tuple[str | None, float | None]:
+        chars = text or ""
+        letters = sum(1 for ch in chars if ord(ch) >= 0x80 or ch.isascii() and ch.isalpha())
+        own = sum(1 for ch in chars if any(lo <= ord(ch) <= hi for lo, hi in SCRIPT_RANGES["ko"]))
+        return ("ko", own / letters) if letters and own >= 0.9 * letters else (None, None)
+
+    langs, shares = script_languages(pa.array(texts, pa.string()), {"ko": 0.9})
+    expected = [plain(t) for t in texts]
+    assert langs == [e[0] for e in expected]
+    assert shares == pytest.approx([e[1] for e in expected])
+    assert 0 < langs.count("ko") < len(texts)

@@ -145,7 +145,7 @@ def script_languages(texts: pa.Array | pa.ChunkedArray, shortcut: dict[str, floa
     The share is code points in the language's blocks over "letters": ASCII letters and every
     non-ASCII code point (non-ASCII punctuation and symbols count as letters, which only lowers the
     share, so a doubtful row goes to fastText). Vectorised: the batch is one UTF-32 array in numpy and
-    per-row counts are differences of a cumulative sum, ~20x cheaper per row than an RE2 count.
+    per-row counts are sums over each row's segment (`np.add.reduceat`), ~20x cheaper per row than an RE2 count.
     """
     import numpy as np
 
@@ -158,9 +158,14 @@ def script_languages(texts: pa.Array | pa.ChunkedArray, shortcut: dict[str, floa
     starts = ends - lengths
     cps = np.frombuffer("".join(strs).encode("utf-32-le"), dtype=np.uint32)
 
+    nonempty = lengths > 0
+    first = starts[nonempty]  # strictly increasing: each non-empty row's segment ends where the next one starts
+
     def per_row(mask: Any) -> Any:
-        total = np.concatenate([np.zeros(1, np.int64), np.cumsum(mask, dtype=np.int64)])
-        return total[ends] - total[starts]
+        out = np.zeros(n, np.int64)
+        if len(first):
+            out[nonempty] = np.add.reduceat(mask.view(np.uint8), first, dtype=np.int64)
+        return out
 
     lower = cps | 0x20  # ASCII letters fold to a-z
     letters = per_row((cps >= 0x80) | ((lower >= 0x61) & (lower <= 0x7A)))
