@@ -144,6 +144,11 @@ class FusedStages(Stage):
         for m in self.members:
             m.ensure_setup()
 
+    def ensure_setup(self) -> None:
+        if not self._is_set_up:  # each member notes where it runs (the placement log), the step itself does not
+            self.setup()
+            self._is_set_up = True
+
     def set_finished_marker(self, path: str | os.PathLike[str]) -> None:
         super().set_finished_marker(path)
         for m in self.members:
