@@ -2,7 +2,7 @@
 
 Each stage of a chain reads the previous stage's kept files and writes its own (docs/stages.md). For stages
 whose own work is cheap (normalise text, count its characters, name its language) that reading and writing
-is most of their cost: on 3M crawl rows a length filter spent 8 s passing 2 GiB through Parquet for 0.6
+is most of their cost: on 3M crawl rows a length filter alone took 5.3–7.5 s (bench_scale.py) for 0.3–0.6
 CPU-s of counting (docs/front_half.md). A stage class that says `fuse = True` runs with its fusable
 neighbours as one step: every batch goes through the members in turn, a row one member drops goes no further,
 and the step writes the last member's kept rows once and each member's dropped rows to that member's own
