@@ -7,6 +7,7 @@ are checked on crawl rows in tests/embed/test_embed_e5_torch.py.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -39,12 +40,14 @@ def test_auto_resolves_to_bfloat16_only_on_a_cpu_that_multiplies_it(monkeypatch,
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_the_engine_runs_in_the_resolved_dtype(monkeypatch, native):
+def test_the_engine_runs_in_the_resolved_dtype(monkeypatch, native, caplog):
     import torch
 
     monkeypatch.setattr(base, "cpu_multiplies_bfloat16", lambda: native)
     embedder = Embedder(_cfg(dtype="auto", threads=1, batch_size=8))
-    vec = embedder.encode(["물을 빨리 끓이는 방법이 있나요?", "오늘 날씨 어때?"])
+    with caplog.at_level(logging.INFO, logger="piqaforge.embed"):
+        vec = embedder.encode(["물을 빨리 끓이는 방법이 있나요?", "오늘 날씨 어때?"])
+    assert f"on cpu in {'bfloat16' if native else 'float32'} (dtype auto" in caplog.text  # the log says what ran
     want = torch.bfloat16 if native else torch.float32
     assert embedder._model.dtype == str(want).removeprefix("torch.")
     assert {p.dtype for p in embedder._model.module.blocks.parameters()} == {want}

@@ -19,6 +19,7 @@ Embeddings come back L2-normalised float32, so a dot product is a cosine.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -26,6 +27,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core.deps import require
+
+log = logging.getLogger("piqaforge.embed")
 
 # Languages each packaged model is known to embed well; others raise a clear error.
 USEM3_LANGUAGES = {"ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh"}
@@ -144,10 +147,13 @@ class Embedder:
             from transforms.embed.e5_torch import E5Torch
 
             variant = self.config.e5_variant()
-            self._model = E5Torch(self.config.model if variant == "file" else variant,
-                                  device=resolved_device(self.config),
-                                  dtype=resolved_dtype(self.config), threads=self.config.threads,
-                                  batch_size=self.config.batch_size)
+            device, dtype = resolved_device(self.config), resolved_dtype(self.config)
+            self._model = E5Torch(self.config.model if variant == "file" else variant, device=device,
+                                  dtype=dtype, threads=self.config.threads, batch_size=self.config.batch_size)
+            # what `auto` became on this machine: the run's logs say which dtype embedded its rows
+            log.info("e5-torch: %s on %s in %s%s", self.config.model, device, dtype,
+                     " (dtype auto: this CPU multiplies bfloat16)" if self.config.dtype == "auto" and
+                     dtype == "bfloat16" else " (dtype auto)" if self.config.dtype == "auto" else "")
         else:
             st = require("sentence_transformers", "embed", "sentence-transformers embeddings")
             path = self.config.model
