@@ -50,13 +50,16 @@ def cpu_multiplies_bfloat16() -> bool:
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
 
 
+def auto_dtype(device: str) -> str:
+    """What `dtype: auto` means on `device` here: bfloat16 on a CPU that multiplies it natively, else float32."""
+    return "bfloat16" if device == "cpu" and cpu_multiplies_bfloat16() else "float32"
+
+
 def resolved_dtype(config: EmbedderConfig) -> str:
     """The dtype e5-torch runs in for `config` on this machine (`auto` resolved; float32 for other backends)."""
     if config.backend != "e5-torch":
         return "float32"
-    if config.dtype != "auto":
-        return config.dtype
-    return "bfloat16" if resolved_device(config) == "cpu" and cpu_multiplies_bfloat16() else "float32"
+    return auto_dtype(resolved_device(config)) if config.dtype == "auto" else config.dtype
 
 
 def resolved_device(config: EmbedderConfig) -> str:
@@ -151,9 +154,7 @@ class Embedder:
             self._model = E5Torch(self.config.model if variant == "file" else variant, device=device,
                                   dtype=dtype, threads=self.config.threads, batch_size=self.config.batch_size)
             # what `auto` became on this machine: the run's logs say which dtype embedded its rows
-            log.info("e5-torch: %s on %s in %s%s", self.config.model, device, dtype,
-                     " (dtype auto: this CPU multiplies bfloat16)" if self.config.dtype == "auto" and
-                     dtype == "bfloat16" else " (dtype auto)" if self.config.dtype == "auto" else "")
+            log.info("e5-torch: %s on %s in %s (dtype %s)", self.config.model, device, dtype, self.config.dtype)
         else:
             st = require("sentence_transformers", "embed", "sentence-transformers embeddings")
             path = self.config.model

@@ -142,9 +142,9 @@ class E5Torch:
         self.batch_size = batch_size
         self.device = torch.device(device)
         if dtype == "auto":  # as EmbedderConfig says: bfloat16 where this CPU multiplies it natively
-            from transforms.embed.base import cpu_multiplies_bfloat16
+            from transforms.embed.base import auto_dtype
 
-            dtype = "bfloat16" if self.device.type == "cpu" and cpu_multiplies_bfloat16() else "float32"
+            dtype = auto_dtype(self.device.type)
         module = build_module(f).to(self.device)
         if dtype != "float32":  # the word table and positions stay float32; the blocks run in `dtype`
             module.blocks.to(getattr(torch, dtype))
