@@ -1,4 +1,4 @@
-"""`piqaforge judge-eval` and its run helper (transforms/judge/run_eval.py), which had no test (issue 24)."""
+"""`piqaforge judge-eval` and its run helper (transforms/recipes/ko_piqa/run_eval.py), which had no test (issue 24)."""
 
 from __future__ import annotations
 
