@@ -74,7 +74,7 @@ def measure(rows: int, embed_rows: int, shared: Path,
 
     from benchmarks.common import build_crawl
     from transforms.core import columns as C
-    from transforms.flow.context import run_stages
+    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
 
     crawl = build_crawl(rows, shared=shared)

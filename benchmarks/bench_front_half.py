@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.config import parse_set
     from transforms.core.lake import Lake
     from transforms.core.runner import init_ray, run_pipeline
-    from transforms.flow.context import run_stages
+    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
 
     overrides = {"input.paths": [str(crawl_path)], "input.format": "jsonl", "num_cpus": args.num_cpus}

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from transforms.core.lake import Lake
     from transforms.core.runner import run_pipeline
     from transforms.dedup.minhash import MinHashDedup
-    from transforms.flow.context import run_stages
+    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
 
     overrides: dict[str, Any] = {

@@ -28,7 +28,7 @@ from transforms.core.runner import init_ray, run_pipeline  # noqa: E402
 from transforms.io.sources import RowsSource  # noqa: E402
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine  # noqa: E402
 from transforms.llm.generate import LLMGenerate  # noqa: E402
-from transforms.llm.stage import LLMTransform  # noqa: E402
+from transforms.llm.transform import LLMTransform  # noqa: E402
 
 SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"
 N_QUESTIONS = 40

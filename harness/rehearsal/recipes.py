@@ -75,7 +75,7 @@ def run_recipe(name: str, cluster: Cluster, lake: Path, conf: dict[str, Any], mo
     args += ["--config", str(cfg.relative_to(REPO))]
     for item in items:
         args += ["--set", item]
-    from jobs.config import parse_set
+    from transforms.flow.config_io import parse_set
 
     # where each stage may run, from the same recipe, config and --set items the job gets (a served role's
     # stage is an HTTP client and belongs on a CPU worker)

@@ -112,7 +112,7 @@ def test_the_docs_own_stage_runs_as_written_from_a_recipe(tmp_path, monkeypatch)
 
     import yaml
 
-    from transforms.flow.context import run_stages
+    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import RecipeError
 
     monkeypatch.delenv("PIQAFORGE_UNDECLARED_DROPS", raising=False)

@@ -428,7 +428,7 @@ def test_an_instruction_in_a_crawled_question_never_reaches_the_refiner_nor_the_
     import pyarrow as pa
 
     from tests.recipe_doubles import RecipeDouble
-    from transforms.flow.context import run_stages
+    from transforms.flow.runs.common import run_stages
     from transforms.piqa.degenerate import DegenerateFilter
 
     _, stages = run_stages(load_recipe("ko-piqa"), "items", lake=tmp_path, doubles={"llm_transform": RecipeDouble()})

@@ -22,7 +22,7 @@ from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLM
 from transforms.llm.cache import answer_key
 from transforms.llm.generate import LLMGenerate
 from transforms.llm.output import ChoiceOutput, JsonOutput
-from transforms.llm.stage import LLMTransform
+from transforms.llm.transform import LLMTransform
 
 TOPIC = re.compile(r"<topic>\n(.*)\n</topic>", re.S)
 

@@ -19,7 +19,7 @@ from transforms.llm.generate import LLMGenerate
 from transforms.llm.output import ChoiceOutput, JsonOutput, choose_from_logprobs
 from transforms.llm.prepare import ROOT
 from transforms.llm.prompts import load_prompt
-from transforms.llm.stage import LLMTransform
+from transforms.llm.transform import LLMTransform
 from transforms.llm.vllm_engine import sampling_kwargs, structured_kwargs
 
 GEMMA = EngineConfig(backend="transformers", model="gemma3-270m", options={"threads": 2})

@@ -465,7 +465,7 @@ def test_llm_stage_over_the_openai_engine():
 
     from transforms.core import columns as C
     from transforms.llm.output import JsonOutput
-    from transforms.llm.stage import LLMTransform
+    from transforms.llm.transform import LLMTransform
 
     def replies(body):
         text = body["messages"][-1]["content"]

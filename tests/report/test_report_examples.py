@@ -31,7 +31,7 @@ from transforms.core.runner import run_pipeline
 from transforms.io.crawl import CrawlInput, CrawlSource
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.llm.generate import LLMGenerate
-from transforms.llm.stage import LLMTransform
+from transforms.llm.transform import LLMTransform
 from transforms.report.examples import CELL_CHARS
 from transforms.report.run_report import render_report, write_report
 from transforms.text.normalize import NormalizeText

@@ -7,7 +7,7 @@ needs is fetched and indexed once per worker process.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -24,8 +24,17 @@ from transforms.dedup.minhash_cluster import (
     bucket_edges,
 )
 
-if TYPE_CHECKING:
-    from transforms.dedup.minhash import MinHashDedup
+
+class MinHashDedup(Protocol):
+    """What these tasks use of transforms/dedup/minhash.py's stage (a protocol: that module imports this one)."""
+
+    shuffle_partitions: int
+
+    def band_rows(self, batch: pa.Table) -> pa.Table: ...
+    def bucket_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]: ...
+    def signature_rows(self, batch: pa.Table, candidates: CandidateSet) -> pa.Table: ...
+    def cluster(self, edges: pa.Table, signature_rows: pa.Table | None) -> pa.Table: ...
+    def mark(self, batch: pa.Table, lookup: DuplicateLookup) -> pa.Table: ...
 
 def _band_rows(batch: pa.Table, stage: MinHashDedup) -> pa.Table:
     return stage.band_rows(batch)

@@ -141,10 +141,9 @@ class E5Torch:
         self.window = f.max_positions - 2
         self.batch_size = batch_size
         self.device = torch.device(device)
-        if dtype == "auto":  # as EmbedderConfig says: bfloat16 where this CPU multiplies it natively
-            from transforms.embed.base import auto_dtype
-
-            dtype = auto_dtype(self.device.type)
+        if dtype not in ("float32", "bfloat16", "float16"):  # `auto` is the embedder's to resolve (embed/base.py)
+            raise ValueError(f"E5Torch runs in float32, bfloat16 or float16, not {dtype!r}: resolve 'auto' with "
+                             "transforms.embed.base.resolved_dtype first")
         module = build_module(f).to(self.device)
         if dtype != "float32":  # the word table and positions stay float32; the blocks run in `dtype`
             module.blocks.to(getattr(torch, dtype))

@@ -227,15 +227,3 @@ def _shown(value: Any, limit: int = 120) -> str:
         return text
     cut = max(text.rfind(c, 0, limit) for c in " ,")
     return text[:cut if cut > 0 else limit].rstrip(" ,") + " …"
-
-
-def run_stages(recipe: Recipe, run_name: str, *, lake: str | Path = "lake", run_id: str = "run",
-               doubles: dict[str, Any] | None = None) -> tuple[Any, list[Any]]:
-    """The source (None for a run that reads its parents) and stages of one run of `recipe`, built as
-    the orchestrator builds them (tests and benchmarks run them alone or in part)."""
-    from transforms.flow.runs.common import built_stages
-
-    ctx = Context(recipe, Lake(lake), run_id, False, doubles, None)
-    spec = recipe.run(run_name)
-    built = built_stages(ctx, spec, ctx.lake.run_dir(ctx.run_id(spec)))
-    return dict(built).get("source"), [stage for place, stage in built if place != "source"]

@@ -279,15 +279,5 @@ class answers_to:  # noqa: N801 - used as a context manager, reads as one
             self.engine.on_answer = None
 
 
-def __getattr__(name: str) -> Any:
-    # LLMTransform moved to transforms/llm/transform.py, which imports this module: re-exported lazily for
-    # one release (an import at the top would be a circle).
-    if name == "LLMTransform":
-        from transforms.llm.transform import LLMTransform
-
-        return LLMTransform
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["INVALID", "REQUEST_FAILED", "ChoiceOutput", "EngineUnavailableError", "JsonOutput", "LLMCall", "LLMStage",
            "PromptRef", "Reply", "TextOutput"]

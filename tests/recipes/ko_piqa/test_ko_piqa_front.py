@@ -25,7 +25,7 @@ def run_front(lake: Path, run_id: str, **overrides: object) -> dict[str, str]:
     orchestrator builds them), with its report."""
     from transforms.core.lake import Lake
     from transforms.core.runner import run_pipeline
-    from transforms.flow.context import run_stages
+    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
     from transforms.report.run_report import write_report
 

@@ -16,7 +16,7 @@ import pytest
 from transforms.core import columns as C
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.llm.output import JsonOutput
-from transforms.llm.stage import LLMTransform
+from transforms.llm.transform import LLMTransform
 from transforms.recipes.ko_piqa.items import (
     REFINE_PROMPT,
     KoreanPairFromEdit,
@@ -123,7 +123,7 @@ class FirstWrongThenFixed(LLMEngine):
 
 
 def test_the_refinement_retries_once_with_the_reason_and_keeps_the_row():
-    from transforms.flow.context import run_stages
+    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
 
     FirstWrongThenFixed.asked = []

@@ -280,7 +280,7 @@ def test_shipped_profiles_validate_against_the_recipe(name):
     """The GPU config and the local release profile are applied over the pindic recipe and every stage of it is
     built as the orchestrator would (no lake touched); the GPU one names only GPU engines, the local one keeps
     review=auto and the suite's 25-word rule."""
-    from transforms.flow.context import run_stages
+    from transforms.flow.runs.common import run_stages
     from transforms.flow.engines import resolve_engines
     from transforms.flow.recipe import load_recipe
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from transforms.flow.context import run_stages
+from transforms.flow.runs.common import run_stages
 from transforms.flow.recipe import load_recipe
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.piqa.provenance import ProvenanceColumns, provenance_tables

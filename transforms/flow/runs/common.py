@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest
 from transforms.flow.context import Context, RecipeRunError, RunEntry, late_values, say
-from transforms.flow.recipe import RunSpec, wanted_places
+from transforms.flow.recipe import Recipe, RunSpec, wanted_places
 
 
 def built_stages(ctx: Context, spec: RunSpec, run_dir: Path, accepted: list[str] | None = None, *,
@@ -91,3 +92,13 @@ def measure(ctx: Context, spec: RunSpec, manifest: RunManifest) -> None:
             if report.html:  # the run's report embeds every <name>.section.html beside it
                 html = resolve_ref(report.html, f"runs.{spec.name}.reports.{report.name}.html")(figures)
                 path.with_name(f"{report.name}.section.html").write_text(html, encoding="utf-8")
+
+
+def run_stages(recipe: Recipe, run_name: str, *, lake: str | Path = "lake", run_id: str = "run",
+               doubles: dict[str, Any] | None = None) -> tuple[Any, list[Any]]:
+    """The source (None for a run that reads its parents) and stages of one run of `recipe`, built as
+    the orchestrator builds them (tests and benchmarks run them alone or in part)."""
+    ctx = Context(recipe, Lake(lake), run_id, False, doubles, None)
+    spec = recipe.run(run_name)
+    built = built_stages(ctx, spec, ctx.lake.run_dir(ctx.run_id(spec)))
+    return dict(built).get("source"), [stage for place, stage in built if place != "source"]
