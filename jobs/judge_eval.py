@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     prefilter = next((s for s in stages if isinstance(s, SupervisedPrefilter)), None)
     if prefilter is None:
         raise ValueError("judge-eval measures the supervised prefilter: the ko-piqa recipe has none with these settings")
-    training = prefilter.judge.labels
+    training = prefilter.judge.labels_path
     gate = prefilter.model_copy(update={"embed_cache_dir": cache})
     fitted = gate.fit()
     rows = [r for path in args.labels for r in load_labels(_resolve(path), allow_held_out=True)]

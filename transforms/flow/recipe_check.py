@@ -5,6 +5,10 @@ own validation errors and its graph checks, and raises one `RecipeError` that li
 
 * every key of the recipe or of a stage that is not a field, with the valid fields and the nearest match
   (`anotators` → did you mean `annotators`?);
+* every labels file a judge names (`judge.labels`, `judge.extra_labels`) of a stage the params build: it
+  must exist and each row must carry the judge's `label` column (the refusal names file, line, the missing
+  column and the columns the row has), so a seeds file labelled for another recipe stops here, not after
+  the crawl's front half ran;
 * every `module:attr` reference (hooks `make`, `html`, `requests`, `context`, a stage given as
   `module:Class`), resolved at load: the module must exist and define the name. Checked from the module's
   source (`ast`), so loading a recipe imports no hook module; `resolve_ref` is the one place that imports
@@ -160,8 +164,29 @@ def check_whole(recipe: Any) -> list[tuple[str, str]]:
                 continue
             problems += [(f"{where}.{k}", f"{p} (stage {stage}; `piqaforge stages {stage}` lists its fields)")
                          for k, p in stage_field_problems(cls, entry)]
+            if entry.wanted(recipe.params):
+                problems += [(f"{where}.{k}", p) for k, p in judge_label_problems(entry.fields)]
     problems += [(k, why) for k, ref in _references(recipe) if (why := ref_problem(ref))]
     return problems
+
+
+def judge_label_problems(node: Any, key: str = "") -> list[tuple[str, str]]:
+    """(key, problem) of the labels files of every judge config (a mapping under a `judge` key) in a stage's
+    fields: missing, or rows without the judge's `label` column (file, line, the columns the row has)."""
+    from transforms.judge.labels import labels_file_problems
+
+    out: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            here = f"{key}.{k}".strip(".")
+            if k == "judge" and isinstance(v, dict):
+                out += [(f"{here}.{f}", p) for f, p in labels_file_problems(v)]
+            else:
+                out += judge_label_problems(v, here)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            out += judge_label_problems(v, f"{key}.{v.get('name', i) if isinstance(v, dict) else i}")
+    return out
 
 
 def model_at(model: Any, loc: Sequence[Any]) -> Any:

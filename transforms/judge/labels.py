@@ -13,8 +13,9 @@ rows held out to check a judge, never to fit or tune it; the held-out split is d
 * `{url_id: 'docId=(\\d+)', held_out: odd}` — the parity of a number in the URL (Ko-PIQA holds out Naver KiN
   questions with an odd `docId`, transforms/recipes/ko_piqa/seeds.py).
 
-`load_labels(path, held_out=split)` refuses the held-out rows, so `LinearJudge.held_out` makes training
-refuse them. `labels_file_problems` says, without reading more than the file, why a labels file does not
+`load_labels(path, held_out=split)` leaves the held-out rows out (a fraction, column or pattern split: they
+are set aside and the judge's report is measured on them) or refuses a file holding one (the parity split,
+whose held-out rows live in a file of their own: `rows: refuse`), so training never sees them. `labels_file_problems` says, without reading more than the file, why a labels file does not
 fit a recipe's judge (the recipe check calls it before anything runs).
 """
 
@@ -77,6 +78,9 @@ class ParitySplit(BaseModel):
 
     url_id: str = Field(..., description="Regular expression whose first group is the number, e.g. `docId=(\\d+)`.")
     held_out: Literal["even", "odd"] = Field("odd", description="The parity whose rows are held out.")
+    rows: Literal["refuse", "set_aside"] = Field("refuse", description="refuse: a training file holding a held-out "
+                                                 "row is an error (the held-out rows live in a file of their own); "
+                                                 "set_aside: they are left out of training and checked on.")
 
     def parity(self, url: Any) -> Literal["even", "odd"] | None:
         """'even' / 'odd' for a URL carrying the id, None for any other."""
@@ -99,6 +103,9 @@ class FractionSplit(BaseModel):
 
     fraction: float = Field(..., gt=0, lt=1, description="Share of the rows held out, e.g. 0.2.")
     seed: int = Field(0, description="Another seed holds out another set of rows of the same size.")
+    rows: Literal["refuse", "set_aside"] = Field("set_aside", description="set_aside: held-out rows are left out "
+                                                 "of training and the judge is checked on them; refuse: a "
+                                                 "training file holding one is an error.")
 
     def holds_out(self, row: LabelledRow) -> bool:
         digest = hashlib.sha256(f"{self.seed}\x00{row.id}".encode()).digest()
@@ -116,6 +123,9 @@ class ColumnSplit(BaseModel):
     column: str = Field(..., description="The row's column read, e.g. `split`.")
     values: list[Any] = Field(default_factory=lambda: ["held_out"], min_length=1,
                               description="Values meaning held out, compared as text (`true` matches true).")
+    rows: Literal["refuse", "set_aside"] = Field("set_aside", description="set_aside: held-out rows are left out "
+                                                 "of training and the judge is checked on them; refuse: a "
+                                                 "training file holding one is an error.")
 
     def holds_out(self, row: LabelledRow) -> bool:
         value = row.column(self.column)
@@ -132,6 +142,9 @@ class PatternSplit(BaseModel):
 
     column: str = Field("url", description="The row's column read.")
     pattern: str = Field(..., description="Regular expression searched in the column's text.")
+    rows: Literal["refuse", "set_aside"] = Field("set_aside", description="set_aside: held-out rows are left out "
+                                                 "of training and the judge is checked on them; refuse: a "
+                                                 "training file holding one is an error.")
 
     def holds_out(self, row: LabelledRow) -> bool:
         return re.search(self.pattern, str(row.column(self.column) or "")) is not None
@@ -163,7 +176,7 @@ def _row_problem(obj: Any, labels: list[str]) -> str | None:
     missing = [c for c in ("id", "text", *labels) if c not in obj]
     if missing:
         what = " and ".join(repr(m) for m in missing)
-        role = "the label column the recipe's judge learns (judge.label)" if set(missing) & set(labels) else "required"
+        role = "the label the recipe's judge learns, judge.label" if set(missing) & set(labels) else "required"
         return f"no {what} column ({role}); its columns: {has}"
     bad = [c for c in labels if obj[c] not in (0, 1)]  # True/False compare equal to 1/0
     if bad:
@@ -192,7 +205,7 @@ def read_rows(path: str | Path, label: str | Sequence[str] | None = "physical", 
         try:
             obj = json.loads(line)
         except ValueError as err:
-            raise LabelError(f"{path}:{n}: not a JSON object ({err})") from None
+            raise LabelError(f"{path}:{n}: not a labelled row (not JSON: {err})") from None
         problem = _row_problem(obj, names)
         if problem is None:
             obj = {**obj, **{c: int(obj[c]) for c in names}}
@@ -215,15 +228,26 @@ def read_rows(path: str | Path, label: str | Sequence[str] | None = "physical", 
 
 def load_labels(path: str | Path, *, held_out: Any = None, label: str | Sequence[str] | None = "physical",
                 source: str | None = None) -> list[LabelledRow]:
-    """Read a labels JSONL whose rows carry `label` (0/1); a row `held_out` (a split above) holds out is
-    refused (pass None when evaluating). `source` fills the rows that name none."""
+    """The rows of a labels JSONL (each carrying `label` as 0/1) that may be trained on: a row the split
+    `held_out` holds out is refused (`rows: refuse`) or left out (`rows: set_aside`); None reads every row
+    (evaluation). `source` fills the rows that name none."""
     rows = []
     for n, row in read_rows(path, label, source=source):
         if held_out is not None and held_out.holds_out(row):
-            raise LabelError(f"{path}:{n}: {row.id} {held_out.why(row)}: the held-out set, which must not be "
-                             "used for training")
+            if held_out.rows == "set_aside":
+                continue
+            raise LabelError(f"{path}:{n}: {row.id} {held_out.why(row)}, the held-out set; it must not be used "
+                             "for training")
         rows.append(row)
     return rows
+
+
+def held_out_labels(path: str | Path, held_out: Any, *, label: str | Sequence[str] | None = "physical",
+                    source: str | None = None) -> list[LabelledRow]:
+    """The rows of a labels file that the split `held_out` holds out (none without a split)."""
+    if held_out is None:
+        return []
+    return [row for _, row in read_rows(path, label, source=source) if held_out.holds_out(row)]
 
 
 def labels_file_problems(judge: dict[str, Any]) -> list[tuple[str, str]]:

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.embed.base import EmbedderConfig
-from transforms.judge.labels import LabelError, LabelledRow, ParitySplit, load_labels
+from transforms.judge.labels import HeldOut, LabelError, LabelFile, LabelledRow, held_out_labels, load_labels
 from transforms.judge.metrics import judge_metrics
 from transforms.judge.ngram_tier import FittedTier, NgramTier, fit_tier
 from transforms.text.guard import injection_flags, sanitize
@@ -46,16 +46,21 @@ class LinearJudge(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    labels: str = Field("lake/samples/ko_seed_labels.jsonl", description="Labelled JSONL (docs/ko_piqa_rubric.md).")
-    extra_labels: list[str] = Field(default_factory=list, description="More labelled JSONL files trained on with "
-                                    "`labels` (e.g. mined hard negatives); rows `held_out` holds out are refused here too.")
+    labels: str | LabelFile = Field("lake/samples/ko_seed_labels.jsonl", description="Labelled JSONL (one object a "
+                                    "line: id, text, source, url and the `label` column as 0/1), or {path, source} "
+                                    "to name the source of rows that have none (docs/recipes.md#the-judges-fields).")
+    extra_labels: list[str | LabelFile] = Field(default_factory=list, description="More labelled JSONL files (or "
+                                                "{path, source}) trained on with `labels` (e.g. mined hard "
+                                                "negatives); the `held_out` split applies to them too.")
     negative_sources: list[str] | None = Field(None, description="Train only on the positives and on the negatives "
                                                "from these sources (e.g. [3i4k, chatbot_songys]: a judge that tells "
                                                "physical questions from assistant chit-chat); null: every row.")
-    held_out: ParitySplit | None = Field(None, description="Rows of the labels files held out to check the judge, "
-                                         "refused for training (Ko-PIQA: KiN questions with an odd docId); "
-                                         "null: every row may be trained on.")
-    label: str = Field("physical", description="Which 0/1 field of the labels to learn.")
+    held_out: HeldOut | None = Field(None, description="Rows of the labels files held out to check the judge, never "
+                                     "trained on: {fraction, seed}, {column, values}, {column, pattern} or {url_id, "
+                                     "held_out: odd|even} (Ko-PIQA: KiN questions with an odd docId); null: every "
+                                     "row may be trained on.")
+    label: str = Field("physical", description="Which 0/1 column of the labels to learn (any name: `everyday`, "
+                       "`physical`, ...); every row of every labels file must carry it.")
     embedder: EmbedderConfig = Field(default_factory=default_embedder)
     embed_chars: int = Field(128, ge=16, description="Text is whitespace-normalised and cut to this many "
                              "characters before embedding (a KiN title and first sentence).")
@@ -85,6 +90,15 @@ class LinearJudge(BaseModel):
     first_tier: NgramTier | None = Field(None, description="A hashed character n-gram tier before the embedder: "
                                          "rows under its threshold are not embedded and score 0 "
                                          "(transforms/judge/ngram_tier.py); null: embed every row.")
+
+
+    def files(self) -> list[LabelFile]:
+        """`labels` then `extra_labels`, each as {path, source}."""
+        return [f if isinstance(f, LabelFile) else LabelFile(path=f) for f in [self.labels, *self.extra_labels]]
+
+    @property
+    def labels_path(self) -> str:
+        return self.files()[0].path
 
 
 def prepare(text: Any, chars: int) -> str:
@@ -225,7 +239,7 @@ def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: flo
 
 def bundle_path(config: LinearJudge, labels: str | None = None) -> Path:
     """The bundled embeddings of a labels file's texts: `<labels>.<backend>.parquet` beside it."""
-    return Path(labels or config.labels).with_suffix(f".{config.embedder.backend}.parquet")
+    return Path(labels or config.labels_path).with_suffix(f".{config.embedder.backend}.parquet")
 
 
 def embedder_for(config: LinearJudge, cache_dir: str | Path | None = None) -> Any:
@@ -233,16 +247,25 @@ def embedder_for(config: LinearJudge, cache_dir: str | Path | None = None) -> An
     from transforms.embed.cache import CachedEmbedder
 
     return CachedEmbedder(config.embedder, cache_dir,
-                          bundles=[bundle_path(config, f) for f in [config.labels, *config.extra_labels]])
+                          bundles=[bundle_path(config, f.path) for f in config.files()])
 
 
 def training_rows(config: LinearJudge) -> list[LabelledRow]:
     """The rows the judge learns: `labels` + `extra_labels`, restricted by `negative_sources`."""
-    rows = [r for f in [config.labels, *config.extra_labels] for r in load_labels(f, held_out=config.held_out)]
+    rows = [r for f in config.files()
+            for r in load_labels(f.path, held_out=config.held_out, label=config.label, source=f.source)]
     if config.negative_sources is not None:
         keep = set(config.negative_sources)
-        rows = [r for r in rows if getattr(r, config.label) or r.source in keep]
+        rows = [r for r in rows if r.value(config.label) or r.source in keep]
     return rows
+
+
+def checking_rows(config: LinearJudge) -> list[LabelledRow]:
+    """The rows the `held_out` split sets aside in the labels files: the judge is measured on them, never fitted."""
+    if config.held_out is None or config.held_out.rows != "set_aside":
+        return []
+    return [r for f in config.files()
+            for r in held_out_labels(f.path, config.held_out, label=config.label, source=f.source)]
 
 
 def views_of(config: LinearJudge, text: str) -> list[str]:
@@ -258,14 +281,15 @@ def views_of(config: LinearJudge, text: str) -> list[str]:
 
 def seed_views(config: LinearJudge, labels: str | None = None) -> list[str]:
     """Every text `train` embeds for one labels file (default `labels`): windows and, with views, their views."""
-    views = [views_of(config, r.text) for r in load_labels(labels or config.labels, held_out=config.held_out)]
+    views = [views_of(config, r.text) for r in load_labels(labels or config.labels_path, held_out=config.held_out,
+                                                            label=config.label)]
     return [x for v in views for x in (v if config.views else v[-1:])]
 
 
 def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLinear:
     """Embed the labelled rows (through the embedding cache) and fit; held-out rows are refused."""
     rows = training_rows(config)
-    labels = np.array([getattr(r, config.label) for r in rows], dtype=bool)
+    labels = np.array([r.value(config.label) for r in rows], dtype=bool)
     embedder = embedder_for(config, cache_dir)
     per_row = [views_of(config, r.text) for r in rows]
     emb = embedder.encode([v[-1] for v in per_row])
@@ -291,7 +315,7 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLin
         tier = fit_tier(config.first_tier, [v[-1] for v in per_row], flat, owner, labels, oof, threshold,
                         folds=config.folds, seed=config.seed)
         report["first_tier"] = tier.cv
-    sha = hashlib.sha256(b"".join(Path(f).read_bytes() for f in [config.labels, *config.extra_labels])).hexdigest()
+    sha = hashlib.sha256(b"".join(Path(f.path).read_bytes() for f in config.files())).hexdigest()
     return FittedLinear(first_tier=tier, coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
                         embed_chars=config.embed_chars, views=config.views, view_min_chars=config.view_min_chars,
                         parts=config.views and config.parts, part_min_chars=config.part_min_chars,

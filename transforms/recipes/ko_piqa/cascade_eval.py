@@ -59,7 +59,7 @@ def evaluate(rows: Sequence[LabelledRow], *, fitted: FittedLinear, training_labe
              members_on_prefilter_pass: bool = False) -> dict[str, Any]:
     """`members_on_prefilter_pass`: ask the members only about the rows the prefilter passes (all
     they ever see in the cascade; their figures are then conditional on it, and much cheaper)."""
-    labels = np.array([bool(r.physical) for r in rows])
+    labels = np.array([bool(r.value("physical")) for r in rows])
     texts = [r.text for r in rows]
     ids = [r.id for r in rows]
     judges: dict[str, dict[str, Any]] = {}
@@ -142,8 +142,8 @@ def injection(rows: Sequence[LabelledRow], fitted: FittedLinear, embedder: Any, 
               members: list[Any], n: int, seed: int) -> dict[str, Any]:
     """Flips per judge on a fixed-seed subset (half positives when there are enough)."""
     rng = np.random.default_rng(seed)
-    pos = [i for i, r in enumerate(rows) if r.physical]
-    neg = [i for i, r in enumerate(rows) if not r.physical]
+    pos = [i for i, r in enumerate(rows) if r.value("physical")]
+    neg = [i for i, r in enumerate(rows) if not r.value("physical")]
     take = list(rng.permutation(pos)[: n // 2]) + list(rng.permutation(neg)[: n - min(len(pos), n // 2)])
     subset = [rows[i] for i in sorted(take)]
     texts = [r.text for r in subset]
@@ -167,10 +167,10 @@ def injection(rows: Sequence[LabelledRow], fitted: FittedLinear, embedder: Any, 
         return out
 
     judges["cascade"] = cascade
-    out = {"rows": len(subset), "positives": sum(r.physical for r in subset), "judges": measure(judges, texts)}
+    out = {"rows": len(subset), "positives": sum(r.value("physical") for r in subset), "judges": measure(judges, texts)}
     # the template set (lake/samples/ko_injection_templates.yaml) on the negatives: the flip rate is the share of
     # attacked rows kept whose clean row is dropped; LLM members are asked only inside the cascade (in its order)
-    negatives = [r.text for r in subset if not r.physical]
+    negatives = [r.text for r in subset if not r.value("physical")]
     templates = load_templates()
 
     def in_order(batch: list[str]) -> np.ndarray:

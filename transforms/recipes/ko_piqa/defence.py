@@ -40,7 +40,7 @@ def flips(judges: dict[str, LinearJudge], negatives: int, cache: str | None) -> 
     fitted = {k: train(j, cache) for k, j in judges.items()}
     emb = {k: embedder_for(j, cache) for k, j in judges.items()}
     texts = [r.text for f in LABELS for r in load_labels(ROOT / "lake" / "samples" / f, allow_held_out=True)
-             if not r.physical]
+             if not r.value("physical")]
     ratio = np.minimum.reduce([fitted[k].score_texts(texts, emb[k]) / fitted[k].threshold for k in judges])
     order = [i for i in np.argsort(-ratio) if ratio[i] < 1]  # dropped by some judge, so by the cascade
     chosen = [texts[i] for i in order[:negatives]]
@@ -68,7 +68,7 @@ def cost(judges: dict[str, LinearJudge], cache: str | None) -> dict[str, Any]:
                            strict=True))
         keep[name] = np.array([oof[r.id] >= f.threshold for r in seeds])
         thresholds[name] = round(f.threshold, 3)
-    y = np.array([bool(r.physical) for r in seeds])
+    y = np.array([bool(r.value("physical")) for r in seeds])
     kin = np.array([r.source == "naver_kin" for r in seeds])
     kept = np.all(list(keep.values()), axis=0)
     return {"thresholds": thresholds, "kin_kept": int((kept & kin).sum()),

@@ -68,7 +68,7 @@ def evaluate_run(manifest: Any, label_paths: list[str], examples: int = 20) -> d
     for g in ("naver_kin/even", "naver_kin/odd"):
         sel = [r for r in rows if f"naver_kin/{kin_parity(r.url)}" == g]
         if sel:
-            y = np.array([bool(r.physical) for r in sel])
+            y = np.array([bool(r.value("physical")) for r in sel])
             v = np.array([r.id in kept for r in sel])
             s = np.array([score.get(r.id, np.nan) for r in sel], dtype=float)
             groups[g] = judge_metrics(y, v, s) | {"not_reaching_prefilter": int(np.isnan(s).sum())}
@@ -83,7 +83,7 @@ def evaluate_run(manifest: Any, label_paths: list[str], examples: int = 20) -> d
                          key=lambda r: -score.get(r.id, 0.0))[:examples]
 
     def example(r: Any) -> dict[str, Any]:
-        return {"id": r.id, "physical": r.physical, "parity": kin_parity(r.url), "score": score.get(r.id),
+        return {"id": r.id, "physical": r.value("physical"), "parity": kin_parity(r.url), "score": score.get(r.id),
                 "dropped_by": where.get(r.id), "text": " ".join(r.text.split())[:90]}
 
     return {"labels": [str(p) for p in label_paths], "kept_stage": last, "kept_rows": len(kept),
@@ -97,7 +97,7 @@ def evaluate_run(manifest: Any, label_paths: list[str], examples: int = 20) -> d
 def member_figures(ens: pa.Table, rows: list[Any]) -> dict[str, Any]:
     """Each ensemble member on the rows it was asked about (they all passed the prefilter): how many
     it passed, and on the labelled ones its precision and recall (a "no" on a positive is recall lost)."""
-    label = {r.id: bool(r.physical) for r in rows}
+    label = {r.id: bool(r.value("physical")) for r in rows}
     ids = [str(i) for i in _column(ens, C.ID)]
     out = {}
     for name in ens.column_names:
