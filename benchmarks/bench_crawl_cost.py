@@ -74,8 +74,8 @@ def measure(rows: int, embed_rows: int, shared: Path,
 
     from benchmarks.common import build_crawl
     from transforms.core import columns as C
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
+    from transforms.flow.runs.common import run_stages
 
     crawl = build_crawl(rows, shared=shared)
     folder = Path(tempfile.mkdtemp(prefix="piqaforge-cost-"))

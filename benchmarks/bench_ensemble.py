@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from transforms.core import columns as C  # noqa: E402
-from transforms.flow.runs.common import run_stages  # noqa: E402
 from transforms.flow.recipe import load_recipe  # noqa: E402
+from transforms.flow.runs.common import run_stages  # noqa: E402
 from transforms.judge.ensemble import EnsembleClassify  # noqa: E402
 from transforms.judge.gate import SupervisedPrefilter  # noqa: E402
 from transforms.judge.prefilter import DistilledPrefilter, sample_indices  # noqa: E402

@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.config import parse_set
     from transforms.core.lake import Lake
     from transforms.core.runner import init_ray, run_pipeline
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
+    from transforms.flow.runs.common import run_stages
 
     overrides = {"input.paths": [str(crawl_path)], "input.format": "jsonl", "num_cpus": args.num_cpus}
     for item in args.set:

@@ -167,8 +167,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from transforms.core.lake import Lake
     from transforms.core.runner import run_pipeline
     from transforms.dedup.minhash import MinHashDedup
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
+    from transforms.flow.runs.common import run_stages
 
     overrides: dict[str, Any] = {
         "num_cpus": args.num_cpus, "input.paths": [str(args.crawl)], "input.format": "jsonl",

@@ -31,8 +31,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from transforms.embed.cache import CachedEmbedder
     from transforms.flow.config_io import parse_set
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import REPO, load_recipe
+    from transforms.flow.runs.common import run_stages
     from transforms.judge.gate import SupervisedPrefilter
     from transforms.recipes.ko_piqa.cascade_eval import evaluate
     from transforms.recipes.ko_piqa.judge_report import render_judge_eval

@@ -14,6 +14,9 @@ SAMPLES = ROOT / "lake" / "samples"
 os.environ.setdefault("PIQAFORGE_PROGRESS", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# A stage that drops rows for a reason its class does not declare fails the test (a user's run records a warning
+# instead: transforms/core/stage.py check_drop_reasons); Ray workers started by the tests inherit it.
+os.environ.setdefault("PIQAFORGE_STRICT_DROP_REASONS", "1")
 
 
 @pytest.fixture(scope="session")

@@ -42,8 +42,8 @@ def test_front_half_driver_sees_counts_not_rows(ray_local, tmp_path, monkeypatch
 
     from transforms.core.lake import Lake
     from transforms.core.runner import run_pipeline
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
+    from transforms.flow.runs.common import run_stages
 
     seen: list[tuple[str, list[str], int]] = []
 

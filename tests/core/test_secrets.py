@@ -171,8 +171,8 @@ def test_no_canary_after_a_short_local_chain(fresh_ray, tmp_path, canaries, endp
     """Default tier: the same canaries through the recipe loader and the runner, on read → normalize → ensemble."""
     from transforms.core.lake import Lake
     from transforms.core.runner import run_pipeline
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
+    from transforms.flow.runs.common import run_stages
 
     port, handler = endpoint
     monkeypatch.setenv(KEY_VAR, canaries["forwarded"])
@@ -356,8 +356,8 @@ def test_secret_values_travel_with_the_pickled_stage_not_the_runtime_env(monkeyp
 
 def test_recipe_secrets_reach_every_stage_and_must_be_set(monkeypatch, tmp_path):
     from jobs.cli import main
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe, secret_names_of
+    from transforms.flow.runs.common import run_stages
 
     monkeypatch.delenv(KEY_VAR, raising=False)
     assert main(["run", "ko-piqa", "--lake", str(tmp_path), "--set", f"secrets=[{KEY_VAR}]"]) == 2

@@ -1,5 +1,5 @@
 """Issue 33 §1: a stage's class says why it drops rows (`drop_reasons`) and which item columns it adds to a
-release (`release_columns`); the runner refuses a reason the class does not declare, `piqaforge stages NAME`
+release (`release_columns`); an undeclared reason fails the tests (strict) and warns in a user's run, `piqaforge stages NAME`
 prints both, and the release card names the stage beside each column it added."""
 
 from __future__ import annotations
@@ -10,7 +10,13 @@ import pyarrow as pa
 import pytest
 
 from transforms.core import columns as C
-from transforms.core.stage import FilterStage, StageError, check_drop_reasons, reason_kind
+from transforms.core.stage import (
+    STRICT_DROP_REASONS,
+    FilterStage,
+    StageError,
+    check_drop_reasons,
+    reason_kind,
+)
 from transforms.flow import catalogue
 from transforms.flow.recipe import list_recipes, load_recipe
 from transforms.flow.registry import STAGES, stage_class
@@ -30,8 +36,9 @@ class _ShortFilter(FilterStage):
                          for t in batch.column("text").to_pylist()], pa.string())
 
 
-def test_a_declared_reason_passes_with_its_detail_and_an_undeclared_one_is_refused_naming_the_class(monkeypatch):
+def test_a_declared_reason_passes_with_its_detail_and_an_undeclared_one_is_refused_in_strict_mode(monkeypatch):
     monkeypatch.delenv("PIQAFORGE_UNDECLARED_DROPS", raising=False)
+    monkeypatch.setenv(STRICT_DROP_REASONS, "1")  # what tests/conftest.py sets for every test
     batch = pa.table({"text": ["ok text", "ab", "x"]})
     out = _ShortFilter()(batch)
     assert out.column(C.DROP_REASON).to_pylist() == [None, "too_short:2", "too_short:1"]
@@ -39,6 +46,16 @@ def test_a_declared_reason_passes_with_its_detail_and_an_undeclared_one_is_refus
         _ShortFilter(reason="tiny")(batch)
     text = str(err.value)
     assert "'tiny'" in text and "_ShortFilter" in text and "too_short" in text and "drop_reasons" in text
+
+
+def test_outside_strict_mode_an_undeclared_reason_drops_the_rows_and_is_a_warning_not_an_error(monkeypatch):
+    monkeypatch.delenv("PIQAFORGE_UNDECLARED_DROPS", raising=False)
+    monkeypatch.setenv(STRICT_DROP_REASONS, "0")  # a user's run
+    out = _ShortFilter(reason="tiny")(pa.table({"text": ["ok text", "ab"]}))
+    assert out.column(C.DROP_REASON).to_pylist() == [None, "tiny:2"]
+    warnings = check_drop_reasons(_ShortFilter(), ["tiny:2", "too_short:1"])
+    assert len(warnings) == 1 and "'tiny'" in warnings[0] and "_ShortFilter" in warnings[0]
+    assert check_drop_reasons(_ShortFilter(), ["too_short:1"]) == []
 
 
 def test_an_earlier_stages_reason_is_not_this_stages_to_declare(monkeypatch):
@@ -49,6 +66,7 @@ def test_an_earlier_stages_reason_is_not_this_stages_to_declare(monkeypatch):
 
 
 def test_the_survey_mode_records_instead_of_refusing(tmp_path, monkeypatch):
+    monkeypatch.setenv(STRICT_DROP_REASONS, "0")
     survey = tmp_path / "drops.tsv"
     monkeypatch.setenv("PIQAFORGE_UNDECLARED_DROPS", str(survey))
     check_drop_reasons(_ShortFilter(), ["tiny:1", "too_short:2"])
@@ -112,8 +130,8 @@ def test_the_docs_own_stage_runs_as_written_from_a_recipe(tmp_path, monkeypatch)
 
     import yaml
 
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import RecipeError
+    from transforms.flow.runs.common import run_stages
 
     monkeypatch.delenv("PIQAFORGE_UNDECLARED_DROPS", raising=False)
     entry = _doc_example(tmp_path, monkeypatch)
@@ -133,3 +151,34 @@ def test_the_docs_own_stage_runs_as_written_from_a_recipe(tmp_path, monkeypatch)
     path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
     with pytest.raises(RecipeError, match="did you mean 'marks'"):
         load_recipe(str(path))
+
+
+def test_a_users_run_with_an_undeclared_reason_finishes_and_its_manifest_and_report_warn(ray_local, tmp_path,
+                                                                                          monkeypatch):
+    """Issue 41: the j-piqa cluster job died in `ja_constraints` for a reason its class did not declare. Now the
+    run goes on (the rows are dropped as the stage said), the stage's record carries the warning and the report
+    shows it; the same run in strict mode (the tests) fails at that stage."""
+    import sys
+
+    from transforms.core.lake import Lake
+    from transforms.core.runner import run_pipeline
+    from transforms.io.sources import RowsSource
+    from transforms.report.run_report import render_report
+
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import a test module
+    monkeypatch.delenv("PIQAFORGE_UNDECLARED_DROPS", raising=False)
+    monkeypatch.setenv(STRICT_DROP_REASONS, "0")  # the driver decides; its workers never raise for bookkeeping
+    rows = [{"id": str(i), "text": t} for i, t in enumerate(["ok text", "ab", "a longer text", "x"])]
+    manifest = run_pipeline(job="undeclared", dataset="undeclared", source=RowsSource(records=rows),
+                            stages=[_ShortFilter(reason="tiny")], lake=Lake(tmp_path / "lake"), config={},
+                            run_id="warned", fuse=False)
+    assert manifest.status == "succeeded"
+    record = manifest.stages[-1]
+    assert record.rows_dropped == {"tiny:2": 1, "tiny:1": 1} and record.rows_kept == 2
+    assert len(record.warnings) == 1 and "'tiny'" in record.warnings[0] and "_ShortFilter" in record.warnings[0]
+    assert "<h2>Warnings</h2>" in render_report(manifest) and "tiny" in render_report(manifest)
+    monkeypatch.setenv(STRICT_DROP_REASONS, "1")
+    with pytest.raises(StageError, match="'tiny'"):
+        run_pipeline(job="undeclared", dataset="undeclared", source=RowsSource(records=rows),
+                     stages=[_ShortFilter(reason="tiny")], lake=Lake(tmp_path / "lake2"), config={}, run_id="strict",
+                     fuse=False)

@@ -40,6 +40,8 @@ class StageRecord(BaseModel):
         default_factory=dict, description="Per `model @ endpoint` the stage asked over HTTP: questions, requests, "
         "retries by cause, questions failed by reason, tokens, latency percentiles (transforms/core/accounting.py); "
         "every attempt of a resumed run included.")
+    warnings: list[str] = Field(default_factory=list, description="What the stage did that its class does not "
+                                "declare (an undeclared drop reason): recorded, shown in the report, never fatal.")
 
     @model_serializer(mode="wrap")
     def _without_secrets(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -67,7 +67,8 @@ def record_step(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds:
     kind = stage_kind(stage)
     dropped = value_counts(dirs.rejected, C.DROP_REASON) if parquet_files(dirs.rejected) else {}
     kept = count_rows(dirs.kept) if kept_files else rows_in - sum(dropped.values())
-    check_drop_reasons(stage, [str(r) for r in dropped])  # every kind, whichever way the stage ran (sources too)
+    # every kind, whichever way the stage ran (sources too): a warning on the record, never the end of the run
+    warnings = check_drop_reasons(stage, [str(r) for r in dropped])
     created, consumed = lineage_counts(dirs.lineage, kind)
     if kind == "source":  # every record the source saw was born here
         rows_in, created = 0, kept + sum(dropped.values())
@@ -80,7 +81,7 @@ def record_step(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds:
                        seconds=round(seconds, 3), cpu_seconds=None if cpu_seconds is None else round(cpu_seconds, 3),
                        cpu_scope=cpu_time.scope() if cpu_seconds is not None else None, outputs=outputs,
                        config=config, fingerprint=fingerprint, requests=read_ledgers(dirs.requests),
-                       fused_with=list(fused_with))
+                       fused_with=list(fused_with), warnings=warnings)
 
 
 

@@ -42,7 +42,9 @@ class Stage(BaseModel):
     # the runner then runs it with fusable neighbours as one pass, one read and one write (transforms/core/fusion.py).
     fuse: ClassVar[bool] = False
     # Why it drops rows: each reason's kind and what it means. A reason is `kind` or `kind:detail`
-    # (`empty_field:goal`); the runner refuses a kind not listed here (`check_drop_reasons`), and
+    # (`empty_field:goal`). Declare them where the dropping code names them (a helper module's `REASONS` dict,
+    # composed here); tests/core/test_drop_reasons_declared.py reads the code for any kind no class declares, the
+    # tests run strict, and a user's run records an undeclared kind as a warning (`check_drop_reasons`);
     # `piqaforge stages NAME` and docs/stages_reference.md print the meanings from here.
     drop_reasons: ClassVar[dict[str, str]] = {}
     # The item columns it adds that a release may publish (names from transforms/piqa/schema.ITEM_COLUMNS,
@@ -126,7 +128,11 @@ class Stage(BaseModel):
         reasons = out.column(C.DROP_REASON)
         if before is not None:  # only the reasons this stage gave (an earlier stage's stand)
             reasons = pc.filter(reasons, pc.is_null(before.cast(pa.string())))
-        check_drop_reasons(self, pc.unique(reasons.drop_null()).to_pylist())
+        if self._finished_marker is None:
+            # called directly (a unit test, a notebook). Under the runner (which set the marker) the driver checks
+            # every kind once from the rejected files (records.record_step): strict there in tests, else a warning
+            # on the stage's record; a worker never raises for bookkeeping
+            check_drop_reasons(self, pc.unique(reasons.drop_null()).to_pylist())
         return out
 
     def process_empty(self, batch: pa.Table) -> pa.Table:
@@ -196,26 +202,35 @@ def reason_kind(reason: str) -> str:
 
 
 DROP_REASONS_LOG = "PIQAFORGE_UNDECLARED_DROPS"
+# Set (to 1) by the tests: an undeclared drop reason is then a StageError. A user's run never dies for one: it
+# keeps the rows' reasons as they are and the stage's record in the manifest and the report carry a warning.
+STRICT_DROP_REASONS = "PIQAFORGE_STRICT_DROP_REASONS"
 
 
-def check_drop_reasons(stage: Any, reasons: list[str]) -> None:
-    """Refuse a drop reason whose kind the stage's class does not declare in `drop_reasons` (StageError
-    naming the class, the kind and what it declares). With PIQAFORGE_UNDECLARED_DROPS=<file> they are
-    appended there instead (a survey of what stages give)."""
+def check_drop_reasons(stage: Any, reasons: list[str]) -> list[str]:
+    """The kinds among `reasons` that the stage's class does not declare in `drop_reasons`, as one warning each
+    (empty when all are declared). Bookkeeping never kills a run: outside strict mode (PIQAFORGE_STRICT_DROP_REASONS=1,
+    which the tests set) they are logged and returned for the stage's record; in strict mode they raise a StageError
+    naming the class, the kind and what it declares. With PIQAFORGE_UNDECLARED_DROPS=<file> they are also appended
+    there (a survey of what stages give)."""
     declared = stage.declared_drop_reasons()
     undeclared = sorted({reason_kind(r) for r in reasons if r and reason_kind(r) not in declared})
     if not undeclared:
-        return
+        return []
+    cls = type(stage)
     if survey := os.environ.get(DROP_REASONS_LOG):
         with open(survey, "a", encoding="utf-8") as fh:
             for kind in undeclared:
                 example = next(r for r in reasons if r and reason_kind(r) == kind)
-                fh.write(f"{type(stage).__module__}:{type(stage).__name__}\t{stage.name}\t{kind}\t{example[:80]}\n")
-        return
-    cls = type(stage)
-    raise StageError(f"stage '{stage.name}' dropped rows for reason(s) {undeclared} that its class "
-                     f"{cls.__module__}.{cls.__name__} does not declare (it declares {sorted(declared) or 'none'}): "
-                     f"list each in `drop_reasons = {{'<kind>': '<what it means>'}}` on the class")
+                fh.write(f"{cls.__module__}:{cls.__name__}\t{stage.name}\t{kind}\t{example[:80]}\n")
+    message = (f"stage '{stage.name}' dropped rows for reason(s) {undeclared} that its class "
+               f"{cls.__module__}.{cls.__name__} does not declare (it declares {sorted(declared) or 'none'}): "
+               f"list each in `drop_reasons = {{'<kind>': '<what it means>'}}` on the class")
+    if os.environ.get(STRICT_DROP_REASONS, "") not in ("", "0"):
+        raise StageError(message)
+    log.warning("%s (the rows are dropped as the stage said; the run goes on)", message)
+    return [f"undeclared drop reason {kind!r}: {cls.__module__}.{cls.__name__} does not declare it"
+            for kind in undeclared]
 
 
 # -- helpers shared by stages and the runner ------------------------------------------------------

@@ -28,10 +28,23 @@ PARTICLE, PUNCT, SUFFIX, PREFIX = "助詞", "補助記号", "接尾辞", "接頭
 PREDICATE = frozenset({"動詞", "形容詞", "助動詞"})
 SENTENCE_END = "。"
 
-# Drop reasons, in the order the filter checks them.
-REASONS = ("invalid_correct", "empty_option", "options_identical", "options_differ_too_much",
-           "no_final_period", "not_full_sentence", "particles_changed", "punctuation_changed",
-           "word_order_changed")
+# Drop reasons, declared here where `check_pair` and `correct_reason` make them, in the order the filter checks
+# them: a stage that runs these checks declares `drop_reasons = dict(REASONS)`, and mypy refuses a kind that is
+# not a `PairReason` (tests/core/test_drop_reasons_declared.py reads the code for any other).
+PairReason = Literal["invalid_correct", "empty_option", "options_identical", "options_differ_too_much",
+                     "no_final_period", "not_full_sentence", "particles_changed", "punctuation_changed",
+                     "word_order_changed"]
+REASONS: dict[PairReason, str] = {
+    "invalid_correct": "the correct-answer cell is not 1 or 2",
+    "empty_option": "a solution is empty",
+    "options_identical": "the two options are the same (fewer word changes than min_words)",
+    "options_differ_too_much": "the options differ in more words than max_words",
+    "no_final_period": "a solution does not end in 。 (both must be full sentences)",
+    "not_full_sentence": "a solution does not end in a predicate (verb, adjective, auxiliary)",
+    "particles_changed": "the options use different particles (only content words may change)",
+    "punctuation_changed": "the options differ in punctuation",
+    "word_order_changed": "the same words in another order",
+}
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,7 @@ def is_full_sentence(text: str | None) -> bool:
 
 
 def check_pair(option1: str | None, option2: str | None, *, max_words: int = 2, min_words: int = 1,
-               unit: Literal["word", "morpheme"] = "word") -> tuple[str | None, int]:
+               unit: Literal["word", "morpheme"] = "word") -> tuple[PairReason | None, int]:
     """(first failing rule or None, word distance) for one pair of options (no `correct` check)."""
     a, b = (option1 or "").strip(), (option2 or "").strip()
     if not a or not b:
@@ -135,7 +148,7 @@ def check_pair(option1: str | None, option2: str | None, *, max_words: int = 2, 
     return None, dist
 
 
-def correct_reason(value: Any) -> str | None:
+def correct_reason(value: Any) -> PairReason | None:
     """`correct` must be 1 or 2 (the CSV's convention; label = correct - 1)."""
     text = unicodedata.normalize("NFKC", str(value)).strip() if value is not None else ""
     return None if text in ("1", "2") else "invalid_correct"

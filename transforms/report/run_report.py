@@ -201,6 +201,9 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
                     'previous one kept.</p>' if not errors else
                     "<ul>" + "".join(f'<li class="bad">{escape(e)}</li>' for e in errors) + "</ul>")
     error = f"<h2>Error</h2><pre>{escape(m.error)}</pre>" if m.error else ""
+    warned = [(s.name, w) for s in m.stages for w in s.warnings]
+    warnings = ("<h2>Warnings</h2><p class='meta'>Recorded, not fatal: the rows went where the stage said.</p><ul>"
+                + "".join(f'<li class="bad">{escape(n)}: {escape(w)}</li>' for n, w in warned) + "</ul>") if warned else ""
     judges = ""
     if runs_dir is not None:  # sections the run's recipe reports rendered (runs/<run id>/<name>.section.html)
         judges += "".join(p.read_text(encoding="utf-8") for p in sorted((runs_dir / m.run_id).glob("*.section.html")))
@@ -230,6 +233,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
 <th>dropped</th><th>consumed</th><th>wall s</th><th>{cpu_header(m)}</th><th>rows / CPU-s</th>
 <th>conserved</th><th>resumed</th></tr>{''.join(rows)}</table>
 {conservation}
+{warnings}
 {requests_html(m)}
 <h2>Drop reasons per stage</h2>
 {''.join(drops) or '<p>No rows were dropped.</p>'}

@@ -25,9 +25,9 @@ pytest.importorskip("fugashi", reason="the `lang` extra (fugashi, unidic-lite) i
 from transforms.core import columns as C  # noqa: E402
 from transforms.core.creating import ROLE, is_creating  # noqa: E402
 from transforms.core.stage import GlobalStage  # noqa: E402
-from transforms.flow.runs.common import run_stages  # noqa: E402
 from transforms.flow.recipe import REPO as ROOT  # noqa: E402
 from transforms.flow.recipe import load_recipe  # noqa: E402
+from transforms.flow.runs.common import run_stages  # noqa: E402
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine  # noqa: E402
 from transforms.piqa.provenance import ProvenanceColumns  # noqa: E402
 from transforms.piqa.tables import release_columns  # noqa: E402

@@ -25,8 +25,8 @@ def run_front(lake: Path, run_id: str, **overrides: object) -> dict[str, str]:
     orchestrator builds them), with its report."""
     from transforms.core.lake import Lake
     from transforms.core.runner import run_pipeline
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
+    from transforms.flow.runs.common import run_stages
     from transforms.report.run_report import write_report
 
     recipe = load_recipe("ko-piqa", {"input.paths": [str(SAMPLE)], **overrides})

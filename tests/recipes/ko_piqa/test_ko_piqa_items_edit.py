@@ -123,8 +123,8 @@ class FirstWrongThenFixed(LLMEngine):
 
 
 def test_the_refinement_retries_once_with_the_reason_and_keeps_the_row():
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.recipe import load_recipe
+    from transforms.flow.runs.common import run_stages
 
     FirstWrongThenFixed.asked = []
     recipe = load_recipe("ko-piqa")  # the recipe's items run, as the orchestrator builds it

@@ -280,9 +280,9 @@ def test_shipped_profiles_validate_against_the_recipe(name):
     """The GPU config and the local release profile are applied over the pindic recipe and every stage of it is
     built as the orchestrator would (no lake touched); the GPU one names only GPU engines, the local one keeps
     review=auto and the suite's 25-word rule."""
-    from transforms.flow.runs.common import run_stages
     from transforms.flow.engines import resolve_engines
     from transforms.flow.recipe import load_recipe
+    from transforms.flow.runs.common import run_stages
 
     recipe = load_recipe("pindic", config_file=str(ROOT / "jobs" / "configs" / name))
     built = {run.name: run_stages(recipe, run.name, lake="/nonexistent-lake")[1] for run in recipe.runs

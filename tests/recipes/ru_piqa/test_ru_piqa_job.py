@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from transforms.flow.runs.common import run_stages
 from transforms.flow.recipe import load_recipe
+from transforms.flow.runs.common import run_stages
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams, LLMEngine
 from transforms.piqa.provenance import ProvenanceColumns, provenance_tables
 from transforms.recipes.ru_piqa.contrast import length_share, repeated_openings

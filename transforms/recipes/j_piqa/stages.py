@@ -51,12 +51,7 @@ class JapaneseConstraintFilter(Stage):
     """
 
     name: ClassVar[str] = "ja_constraints"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "invalid_correct": "the correct-answer cell is not 1 or 2",
-        "not_full_sentence": "a solution is not a full sentence",
-        "options_identical": "the two options are the same",
-        "particles_changed": "the options differ in more than the allowed words",
-    }
+    drop_reasons: ClassVar[dict[str, str]] = {str(k): v for k, v in REASONS.items()}  # declared where made
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("option_word_distance",)

@@ -149,6 +149,7 @@ class StructuralChecks(Stage):
     drop_reasons: ClassVar[dict[str, str]] = {
         "empty_goal": "the goal is empty",
         "identical_solutions": "the solutions are the same",
+        "invalid_label": "the label is not 0 or 1",
         "missing_solution": "a solution is empty",
         "not_minimal_pair": "the solutions differ in more words than a minimal pair",
     }

@@ -114,6 +114,8 @@ class ReleaseChecks(Stage):
     name: ClassVar[str] = "release_checks"
     drop_reasons: ClassVar[dict[str, str]] = {
         "degenerate_text": "a text is degenerate (a repetition loop)",
+        "language_not_supported": "the item's language is not one of the Indic languages this check reads",
+        "same_solutions_after_correction": "the two solutions are the same after the LLM correction",
         "too_short": "a text is too short",
         "wrong_script": "too few letters in the language's script",
     }
