@@ -75,11 +75,14 @@ def test_langid_keeps_korean_and_drops_english_and_japanese(sample, langid):
 def test_langid_min_score_and_several_languages(langid):
     texts = ["김치찌개를 끓일 때 돼지고기는 언제 넣나요?", "How do I keep bread from going stale?",
              "おにぎりを冷凍するにはどうすればいいですか", "휴"]
-    out = LanguageFilter(languages=["ko", "en"], min_score=0.5)(pa.table({"text": texts}))
+    out = LanguageFilter(languages=["ko", "en"], min_score=0.5, method="fasttext")(pa.table({"text": texts}))
     assert out.column("lang").to_pylist()[:3] == ["ko", "en", "ja"]
     assert out.column(C.DROP_REASON).to_pylist()[:3] == [None, None, "wrong_language"]
-    # the one-syllable sigh is not confidently anything
+    # to fastText the one-syllable sigh is not confidently anything; its script says Korean
     assert out.column(C.DROP_REASON)[3].as_py() in {"wrong_language", "low_language_score"}
+    auto = LanguageFilter(languages=["ko", "en"], min_score=0.5)(pa.table({"text": texts}))
+    assert auto.column("lang").to_pylist() == ["ko", "en", "ja", "ko"]
+    assert auto.column(C.DROP_REASON).to_pylist() == [None, None, "wrong_language", None]
 
 
 def test_langid_is_a_stateful_stage_that_loads_in_setup():
@@ -123,7 +126,7 @@ def test_script_shortcut_agrees_with_the_script_and_leaves_doubtful_rows_to_fast
     tamil = json.loads((shared_data / "xcopa_ta" / "data_ta_val.ta.jsonl").open(encoding="utf-8").readline())
     mixed = "최대양정21m-(maximum suction head 3 + pump height 1) total head 19m"
     texts = korean + [tamil["premise"], "Blow into trash bag and tie with rubber band.", mixed, "?!...", None]
-    shortcut = LanguageFilter(languages=["ko", "ta"], script_shortcut={"ko": 0.9, "ta": 0.9})
+    shortcut = LanguageFilter(languages=["ko", "ta"], script_shortcut={"ko": 0.9, "ta": 0.9}, method="fasttext")
     shortcut.ensure_setup()
     out = shortcut(pa.table({"text": texts}))
     method = out.column("lang_method").to_pylist()
@@ -133,7 +136,7 @@ def test_script_shortcut_agrees_with_the_script_and_leaves_doubtful_rows_to_fast
     assert method[401:404] == ["fasttext"] * 3 and lang[401] == "en"
     assert lang[404] is None and method[404] is None
     # fastText alone drops some of the same real Korean rows as another language: the script keeps them
-    plain = langid(pa.table({"text": korean}))
+    plain = LanguageFilter(languages=["ko"], method="fasttext")(pa.table({"text": korean}))
     misread = sum(r is not None for r in plain.column(C.DROP_REASON).to_pylist())
     assert misread > 0 and all(r is None for r in out.column(C.DROP_REASON).to_pylist()[:400])
     shares = out.column("lang_score").to_pylist()[:400]

