@@ -7,15 +7,17 @@ that keeps only its top language drops those genuine rows. A row is decided in t
    (no other language writes kana).
 2. **The script**: each wanted language's script comes from its code (CLDR likely subtags: `ja` → Jpan,
    `ko` → Hang, `ru` → Cyrl). A text with fewer than half of its letters in any wanted language's script is
-   another language's, however short (unless the rest are Latin letters beside a fifth or more in the wanted
+   another language's, however short (unless the rest are Latin letters beside a tenth or more in the wanted
    script: terms, names and URLs, kept unless they make sentences fastText reads as another language); a
    text mostly in a script only one language writes (Hangul, Tamil, Thai, ...) is that language.
 3. **Han without kana** (a wanted `ja`): simplified Chinese forms, or 12 Han letters and more with no kana,
    are Chinese; fewer is undecided between Chinese and Japanese, and stays (fastText cannot tell them apart).
 4. **fastText, with the confidence the length allows**: in the wanted script, a text is another language's
-   only when fastText gives that language (one written in the same script, with 2 million speakers or more)
-   at least `confidence(words)` (0.95 up to 3 words, 0.80 up to 6, 0.60 beyond) and every wanted language
-   less than 0.05. Otherwise it is the wanted language fastText rates highest.
+   only when fastText gives every wanted language less than 0.05 and that language (one written in the same
+   script, with 2 million speakers or more) at least `confidence(words)` (0.95 up to 3 words, 0.80 for
+   4 to 6) — from 4 words on, a sentence the wanted languages get almost nothing of is another language's
+   once that language is fastText's top reading at 0.2 or more. Otherwise it is the wanted language fastText
+   rates highest.
 
 Each row gets (lang, score, method): method `script` when steps 1-3 decided, `fasttext` when step 4 did.
 Measured on short questions of eight languages: docs/stages.md#crawl-language-by-script
@@ -48,8 +50,10 @@ from transforms.text.languages import writes_without_spaces
 # Letters read per row: the script shares of a crawl row's first few hundred letters are its shares.
 SCRIPT_WINDOW = 600
 MIN_SHARE = 0.5  # of a text's letters in a wanted language's script (a Japanese row naming `USB-C` passes)
-MIN_TERMS_SHARE = 0.2  # ... or this much with the rest in Latin letters (terms, names, URLs: `_latin_terms`)
-MAX_OWN = 0.05  # fastText's probability of every wanted language under which another reading counts
+MIN_TERMS_SHARE = 0.1  # ... or this much with the rest in Latin letters (terms, names, URLs: `_latin_terms`)
+MAX_OWN = 0.05
+SENTENCE_WORDS = 4
+SENTENCE_TOP = 0.2  # fastText's probability of every wanted language under which another reading counts
 # the language of a letter's script where only one language writes it (HANGUL → ko)
 SINGLE_BY_NAME = {SCRIPT_NAMES[s][0]: lang for s, lang in SINGLE_LANGUAGE_SCRIPTS.items()}
 
@@ -139,12 +143,17 @@ def _read(reading: dict[str, float], text: str, languages: Sequence[str], best: 
     if reading and max(reading.values()) == reading.get(own, -1.0):
         return own, reading[own], "fasttext"
     if reading.get(own, 0.0) < MAX_OWN:
-        need = confidence(_words(text, writes_without_spaces(best)))
+        words = _words(text, writes_without_spaces(best))
+        # a sentence of SENTENCE_WORDS words or more that fastText gives the wanted languages almost nothing of
+        # is another language's: its top reading need not be sure of which (`Make a bulletin board.` to es)
+        need = confidence(words) if words < SENTENCE_WORDS else SENTENCE_TOP
         for other, p in sorted(reading.items(), key=lambda kv: -kv[1]):
             if p < need:
                 break
             if other in languages or not counts_as_evidence(other):
                 continue
+            if best in HAN_READINGS and other in HAN_READINGS:
+                continue  # Chinese and Japanese Han text: the kana decided above, fastText cannot
             if SCRIPT_NAMES.get(likely_script(other) or "", ())[:1] != names[:1]:
                 continue  # fastText reading the wanted script as a language written otherwise is no evidence
             return other, p, "fasttext"
