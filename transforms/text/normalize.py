@@ -1,4 +1,9 @@
-"""Unicode NFKC, control characters and whitespace; the original text is kept beside it.
+"""HTML markup, Unicode NFKC, control characters and whitespace; the original text is kept beside it
+(`text_original`).
+
+Crawled HTML (tags, character references such as `&nbsp;`, scripts, navigation and footers) becomes the text a
+reader sees first (`strip_html`, transforms/text/html.py: lxml's parser, only on rows that hold a tag of a known
+element or a character reference).
 
 NFKC and the whitespace fold are the costly parts (≈ 2.1 and 1.3 µs a Korean crawl row in polars), and most rows
 need neither: a text of ASCII, Hangul syllables, CJK unified ideographs and kana only is its own NFKC (none of those
@@ -19,6 +24,7 @@ from pydantic import Field
 
 from transforms.core import columns as C
 from transforms.core.stage import Stage
+from transforms.text.html import HTML_MARK, html_to_text
 
 # A character outside the NFKC-stable set above: only rows holding one are normalised.
 NFKC_MAY_CHANGE = r"[^\x00-\x7F\x{AC00}-\x{D7A3}\x{4E00}-\x{9FFF}\x{3041}-\x{3096}\x{30A1}-\x{30FA}]"
@@ -45,6 +51,9 @@ class NormalizeText(Stage):
     reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
     writes: ClassVar[tuple[str, ...]] = (C.TEXT, "text_original")
 
+    strip_html: bool = Field(True, description="Turn HTML into its text: tags, character references, comments, "
+                             "scripts, styles and page furniture (nav, header, footer, aside, forms) removed; "
+                             "block elements end a line (transforms/text/html.py).")
     nfkc: bool = Field(True, description="Apply Unicode NFKC (full-width → half-width, compatibility forms).")
     strip_control: bool = Field(True, description="Remove control and zero-width characters.")
     collapse_whitespace: bool = Field(True, description="Collapse runs of whitespace to one space and trim.")
@@ -54,6 +63,9 @@ class NormalizeText(Stage):
         assert isinstance(df, pl.DataFrame)
         original = "text_original" if "text_original" in df.columns else C.TEXT
         text = df.get_column(C.TEXT).cast(pl.String)
+        if self.strip_html:
+            text = only_where(text, f"(?i){HTML_MARK}",
+                              lambda s: s.map_elements(html_to_text, return_dtype=pl.String, skip_nulls=True))
         if self.nfkc:
             text = only_where(text, NFKC_MAY_CHANGE, lambda s: s.str.normalize("NFKC"))
         if self.strip_control:
