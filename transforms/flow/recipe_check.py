@@ -78,6 +78,9 @@ def ref_problem(ref: str) -> str | None:
     if not REF.match(ref):
         return f"{ref!r} is not 'module:attr'"
     module_name, attr = ref.split(":")
+    from transforms.flow.registry import working_dir_on_path
+
+    working_dir_on_path()
     try:
         spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):

@@ -121,14 +121,52 @@ def stage_class(name: str) -> Any:
         raise KeyError(str(err)) from err
 
 
+def working_dir_on_path() -> None:
+    """Put the working directory on `sys.path` (last, so an installed package of the same name wins): a recipe
+    names `my_stages:MyStage` from the folder it is run in, and the `piqaforge` entry point's `sys.path`
+    starts at its own script's folder, not there."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
+def _send_by_value(module: Any) -> None:
+    """A module of the working directory travels to Ray's workers inside the pickled stage (by value), so a
+    worker whose own working directory or `sys.path` lacks it still builds the stage."""
+    import os
+    import sys
+    from pathlib import Path
+
+    top_name = module.__name__.split(".")[0]
+    if top_name in ("transforms", "jobs", "harness", "tests", "benchmarks"):
+        return  # the project's own modules are installed wherever it runs
+    origin = getattr(sys.modules.get(top_name), "__file__", None)
+    if not origin:
+        return
+    top = Path(origin).resolve()
+    folder = top.parent.parent if top.name == "__init__.py" else top.parent
+    if folder != Path(os.getcwd()).resolve():
+        return  # found on sys.path elsewhere: importable there as here
+    try:
+        from ray import cloudpickle
+    except ImportError:
+        return
+    cloudpickle.register_pickle_by_value(module)
+
+
 def resolve_ref(ref: str, what: str = "reference") -> Any:
     """The one resolver of 'module:attr' references (stages, hooks, output models), imported now; errors name
     the reference and what it is for."""
     if not _REF.match(ref):
         raise ValueError(f"{what} {ref!r} is not 'module:attr'")
     module_name, attr = ref.split(":")
+    working_dir_on_path()
     try:
         module = importlib.import_module(module_name)
+        _send_by_value(module)
     except ModuleNotFoundError as err:
         raise ModuleNotFoundError(f"{what} {ref!r} needs the module {err.name!r}, which is not installed in this "
                                   "environment (pyproject.toml's extras say which one brings it)", name=err.name) from err
