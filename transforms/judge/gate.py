@@ -84,6 +84,9 @@ class SupervisedPrefilter(GlobalStage):
             "seed_rows": cv.get("seed_rows"), "seed_positives": cv.get("positives"),
             "target_recall": self.judge.target_recall, "threshold": threshold,
             "cv_recall": cv.get("recall"), "cv_precision": cv.get("precision"), "cv_auc": cv.get("auc"),
+            # 95% Wilson intervals: with a few dozen positives a recall of 0.90 may be anything from ~0.75 up
+            "cv_recall_interval": cv.get("recall_interval"), "cv_precision_interval": cv.get("precision_interval"),
+            "held_out": cv.get("held_out"),
             "cv_pass_rate_by_source": cv.get("pass_rate_by_source"), "folds": self.judge.folds,
             "embedder": fitted.embedder.model_dump(), "embed_chars": fitted.embed_chars,
             "rows": len(scores), "rows_at_target_recall": passing,
@@ -109,10 +112,16 @@ class SupervisedPrefilter(GlobalStage):
         kept = int((scores >= threshold).sum())
         report.update(rows_kept=kept, pass_rate=kept / len(scores) if len(scores) else None)
         self._report, self._fitted = report, fitted
-        print(f"prefilter: threshold {threshold:.3f} (cross-validated recall {report.get('cv_recall_at_threshold', cv.get('recall')):.2f}, "
-              f"precision {cv.get('precision'):.2f}, AUC {cv.get('auc'):.3f} on {cv.get('seed_rows')} seed rows) "
+        print(f"prefilter: threshold {threshold:.3f} (cross-validated recall {report.get('cv_recall_at_threshold', cv.get('recall')):.2f}"
+              f"{_interval(cv.get('recall_interval'))}, precision {cv.get('precision'):.2f}"
+              f"{_interval(cv.get('precision_interval'))}, AUC {cv.get('auc'):.3f} on {cv.get('seed_rows')} seed rows) "
               f"passes {kept} of {len(scores)} rows ({100 * kept / max(len(scores), 1):.1f}%) to the LLM stage",
               file=sys.stderr, flush=True)
+        held = cv.get("held_out")
+        if held:
+            print(f"prefilter: on {held['rows']} held-out labelled rows ({held['positives']} positive): recall "
+                  f"{held['recall']:.2f}{_interval(held.get('recall_interval'))}, precision {held['precision']:.2f}"
+                  f"{_interval(held.get('precision_interval'))}", file=sys.stderr, flush=True)
         self.save(fitted)
         return threshold
 
@@ -149,6 +158,11 @@ class SupervisedPrefilter(GlobalStage):
         threshold = self.decide(fitted, scores)
         stage = self
         return scored.map_batches(lambda b: stage.mark(b, threshold), batch_format="pyarrow")
+
+
+def _interval(bounds: Any) -> str:
+    """` [0.75-0.96]`: a 95% Wilson interval as the report prints it ('' without one)."""
+    return f" [95% {bounds[0]:.2f}-{bounds[1]:.2f}]" if bounds else ""
 
 
 def _fit_task(stage: SupervisedPrefilter) -> FittedLinear:

@@ -252,17 +252,32 @@ def held_out_labels(path: str | Path, held_out: Any, *, label: str | Sequence[st
 
 def labels_file_problems(judge: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, problem) for each labels file of a judge's raw config (`labels`, `extra_labels`) that is missing
-    or whose rows lack the judge's `label`: read before anything runs (transforms/flow/recipe_check.py)."""
+    or whose rows lack the judge's `label`, and for fewer trainable rows than `min_labels`: read before anything
+    runs (transforms/flow/recipe_check.py)."""
     label = judge.get("label", "physical")
     files = [("labels", judge.get("labels"))]
     files += [(f"extra_labels.{i}", f) for i, f in enumerate(judge.get("extra_labels") or [])]
     problems = []
+    read: list[LabelledRow] = []
     for key, spec in files:
         path = spec.get("path") if isinstance(spec, dict) else spec
         if not isinstance(path, str):
             continue  # the model's own validation names a malformed entry
         try:
-            read_rows(path, label)
+            read += [row for _, row in read_rows(path, label)]
         except LabelError as err:
             problems.append((key, str(err)))
+    need = judge.get("min_labels")
+    if isinstance(need, int) and not problems:
+        from pydantic import TypeAdapter, ValidationError
+
+        try:
+            split = TypeAdapter(HeldOut).validate_python(judge["held_out"]) if judge.get("held_out") else None
+        except ValidationError:
+            return problems  # the model's own validation names it
+        have = sum(1 for row in read if split is None or not split.holds_out(row))
+        if have < need:
+            problems.append(("min_labels", f"the labels files hold {have} rows to train on, fewer than the "
+                             f"recipe's minimum of {need}: label {need - have} more rows (held-out rows do not "
+                             "count)"))
     return problems

@@ -69,6 +69,9 @@ class LinearJudge(BaseModel):
     target_recall: float = Field(0.9, gt=0, le=1, description="Recall on out-of-fold seed positives.")
     seed: int = Field(0, description="Fold assignment seed.")
     min_per_class: int = Field(10, ge=2, description="Fewest positives and negatives the labels must hold.")
+    min_labels: int | None = Field(None, ge=1, description="Fewest labelled rows (trained on, after the held-out "
+                                   "split) the recipe accepts: fewer is refused before anything runs, saying how "
+                                   "many more to label; null: only `min_per_class` applies.")
     views: bool = Field(True, description="Score a text by the minimum over its window and its prefixes at "
                         "sentence ends, line breaks and tags, so appended text cannot raise it (docs/judges.md).")
     view_min_chars: int = Field(64, ge=0, description="views: prefixes shorter than this are not scored (short "
@@ -289,6 +292,8 @@ def seed_views(config: LinearJudge, labels: str | None = None) -> list[str]:
 def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLinear:
     """Embed the labelled rows (through the embedding cache) and fit; held-out rows are refused."""
     rows = training_rows(config)
+    if config.min_labels is not None and len(rows) < config.min_labels:
+        raise LabelError(too_few_labels(len(rows), config.min_labels))
     labels = np.array([r.value(config.label) for r in rows], dtype=bool)
     embedder = embedder_for(config, cache_dir)
     per_row = [views_of(config, r.text) for r in rows]
@@ -316,8 +321,19 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLin
                         folds=config.folds, seed=config.seed)
         report["first_tier"] = tier.cv
     sha = hashlib.sha256(b"".join(Path(f.path).read_bytes() for f in config.files())).hexdigest()
-    return FittedLinear(first_tier=tier, coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
+    fitted = FittedLinear(first_tier=tier, coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
                         embed_chars=config.embed_chars, views=config.views, view_min_chars=config.view_min_chars,
                         parts=config.views and config.parts, part_min_chars=config.part_min_chars,
                         part_deletions=config.part_deletions, part_cuts=config.part_cuts, guard=config.guard, labels_sha=sha, cv=report,
                         oof_scores=oof.tolist(), oof_labels=labels.tolist())
+    checking = checking_rows(config)
+    if checking:  # the rows the split set aside, scored as the job scores a crawl row, at the threshold
+        y = np.array([r.value(config.label) for r in checking], dtype=bool)
+        scores = fitted.score_texts([r.text for r in checking], embedder)
+        fitted.cv["held_out"] = judge_metrics(y, scores >= threshold, scores)
+    return fitted
+
+
+def too_few_labels(have: int, need: int) -> str:
+    return (f"the judge would learn from {have} labelled rows, fewer than the recipe's minimum of {need} "
+            f"(judge.min_labels): label {need - have} more rows (held-out rows do not count)")

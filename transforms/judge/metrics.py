@@ -6,6 +6,7 @@ sklearn.metrics on real scores.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,19 @@ def verdict_metrics(labels: np.ndarray, verdicts: np.ndarray) -> dict[str, Any]:
     f1 = 2 * precision * recall / (precision + recall) if tp else 0.0
     return {"rows": len(labels), "positives": int(labels.sum()), "tp": tp, "fp": fp, "fn": fn, "tn": tn,
             "precision": precision, "recall": recall, "f1": f1,
+            "precision_interval": wilson(tp, tp + fp), "recall_interval": wilson(tp, tp + fn),
             "pass_rate": float(verdicts.mean()) if len(verdicts) else float("nan")}
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
+    """The Wilson score interval (95% with z = 1.96) of a proportion k/n; None when n = 0. With few labels it
+    is wide (9 of 10: 0.60-0.98) and it stays inside [0, 1] at 0/n and n/n, where the normal one does not."""
+    if n <= 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
 
 
 def judge_metrics(labels: np.ndarray, verdicts: np.ndarray, scores: np.ndarray | None = None) -> dict[str, Any]:
