@@ -179,6 +179,34 @@ def stage_text(name: str) -> str:
     return "\n".join(lines)
 
 
+# Configs that stages take as one field (`judge:` of supervised_prefilter and of the ensemble's linear members),
+# documented once after the stages: (anchor title, 'module:Class').
+NESTED_CONFIGS = (
+    ("The judge's fields (`judge:`)", "transforms.judge.linear:LinearJudge"),
+    ("A labels file with its source (`judge.labels`, `judge.extra_labels`)", "transforms.judge.labels:LabelFile"),
+    ("Held-out split by fraction (`judge.held_out: {fraction: 0.2, seed: 0}`)", "transforms.judge.labels:FractionSplit"),
+    ("Held-out split by a column (`judge.held_out: {column: split, values: [test]}`)",
+     "transforms.judge.labels:ColumnSplit"),
+    ("Held-out split by a pattern (`judge.held_out: {column: url, pattern: ...}`)",
+     "transforms.judge.labels:PatternSplit"),
+    ("Held-out split by the parity of a URL's number (`judge.held_out: {url_id: ..., held_out: odd}`)",
+     "transforms.judge.labels:ParitySplit"),
+)
+
+
+def config_markdown(title: str, ref: str, level: str = "###") -> str:
+    """A nested config model's fields as the stage tables show them."""
+    from transforms.flow.registry import resolve_ref
+
+    cls = resolve_ref(ref, "config")
+    doc = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())
+    lines = [f"{level} {title}", "", f"{doc} (`{ref}`)", "", "| field | type | default | description |",
+             "|---|---|---|---|"]
+    lines += [f"| `{n}` | {_cell(_type(f.annotation))} | {_cell(_default(f))} | "
+              f"{_cell(' '.join(_description(cls, n, f).split())) or '—'} |" for n, f in cls.model_fields.items()]
+    return "\n".join(lines) + "\n"
+
+
 def reference_markdown() -> str:
     head = ("# Stage reference\n\n"
             "Generated from the stage classes by `piqaforge stages --markdown` (tests/flow/test_stage_catalogue.py "
@@ -189,4 +217,5 @@ def reference_markdown() -> str:
     if DEPRECATED:
         head += ("Old names accepted for one more release (a deprecation line is printed): " +
                  ", ".join(f"`{old}` → `{new}`" for old, new in DEPRECATED.items()) + ".\n\n")
-    return head + "\n".join(stage_markdown(name) for name in STAGES)
+    nested = "\n## Configs inside a stage's fields\n\n" + "\n".join(config_markdown(t, r) for t, r in NESTED_CONFIGS)
+    return head + "\n".join(stage_markdown(name) for name in STAGES) + nested
