@@ -117,3 +117,26 @@ def test_the_recipe_check_refuses_a_labels_file_without_the_label_before_anythin
     assert "'everyday'" in text and "physical" in text
     # a stage the params switch off is not checked
     load_recipe("ko-piqa", {"runs.crawl.stages.supervised_prefilter.judge.label": "everyday", "prefilter": "distilled"})
+
+
+def test_wilson_intervals_are_wide_with_few_labels_and_stay_in_range() -> None:
+    from transforms.judge.metrics import verdict_metrics, wilson
+
+    low, high = wilson(9, 10)
+    assert 0.55 < low < 0.6 and 0.98 < high < 0.99
+    assert wilson(0, 5)[0] == 0.0 and wilson(5, 5)[1] == 1.0 and wilson(0, 0) is None
+    narrow = wilson(900, 1000)
+    assert narrow[1] - narrow[0] < 0.04
+    got = verdict_metrics([True, True, False, False], [True, False, True, False])
+    assert got["recall_interval"] == wilson(1, 2) and got["precision_interval"] == wilson(1, 2)
+
+
+def test_min_labels_refuses_training_and_says_how_many_more(tmp_path: Path) -> None:
+    from transforms.judge.linear import train
+
+    seeds = write(tmp_path / "seeds.jsonl", rows(30))
+    with pytest.raises(LabelError, match="label 20 more rows"):
+        train(LinearJudge(labels=seeds, label="everyday", min_labels=50))
+    (key, problem), = labels_file_problems({"labels": seeds, "label": "everyday", "min_labels": 40,
+                                            "held_out": {"fraction": 0.5, "seed": 1}})
+    assert key == "min_labels" and "more rows" in problem
