@@ -103,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
             if extra:
                 parser.error(f"unrecognised arguments: {' '.join(extra)}")
             return run_judge_eval(args)
+        if args.command == "label":  # issue 43: the labelling loop (jobs/labelling.py)
+            from jobs.labelling import run as run_label
+
+            if extra:
+                parser.error(f"unrecognised arguments: {' '.join(extra)}")
+            return run_label(args)
         if args.command == "review":
             from jobs.review import run_review
 

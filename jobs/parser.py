@@ -67,4 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     from jobs.translate_eval import add_parser as add_translate_eval_parser  # argparse only
 
     add_translate_eval_parser(sub)
+    from jobs.labelling import add_parser as add_label_parser  # argparse only (issue 43: the labelling loop)
+
+    add_label_parser(sub)
     return parser

@@ -80,7 +80,7 @@ class SupervisedPrefilter(GlobalStage):
         passing = int((scores >= threshold).sum())
         cv = fitted.cv
         report: dict[str, Any] = {
-            "mode": "supervised", "labels": self.judge.labels_path, "labels_sha": fitted.labels_sha,
+            "mode": "supervised", "labels": self.judge.labels_path, "label": self.judge.label, "labels_sha": fitted.labels_sha,
             "seed_rows": cv.get("seed_rows"), "seed_positives": cv.get("positives"),
             "target_recall": self.judge.target_recall, "threshold": threshold,
             "cv_recall": cv.get("recall"), "cv_precision": cv.get("precision"), "cv_auc": cv.get("auc"),
