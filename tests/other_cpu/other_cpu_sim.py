@@ -54,13 +54,17 @@ def apply() -> str:
     else:
         plain_load, plain_agreement = cache.load_bundle, cache.probe_agreement
 
-        def load_bundle(path: Any, config: Any, embedder: Any) -> dict[str, np.ndarray]:
-            return {k: moved("bundle:" + k, v) for k, v in plain_load(path, config, embedder).items()}
-
-        def probe_agreement(got: Any, want: Any) -> dict[str, float]:  # the probes as the other CPU made them
+        def moved_agreement(got: Any, want: Any) -> dict[str, float]:  # the probes as the other CPU made them
             return plain_agreement(got, np.asarray([moved(f"probe:{i}", w) for i, w in enumerate(want)]))
 
+        def load_bundle(path: Any, config: Any, embedder: Any) -> dict[str, np.ndarray]:
+            cache.probe_agreement = moved_agreement  # only inside the bundle's own probe check
+            try:
+                vectors = plain_load(path, config, embedder)
+            finally:
+                cache.probe_agreement = plain_agreement
+            return {k: moved("bundle:" + k, v) for k, v in vectors.items()}
+
         cache.load_bundle = load_bundle  # type: ignore[assignment]
-        cache.probe_agreement = probe_agreement  # type: ignore[assignment]
     APPLIED.append(direction)
     return direction
