@@ -4,7 +4,9 @@ on the `everyday` labels with a declared held-out fifth, on local Ray into a tem
 
 Asserted: rows are conserved; HTML is gone from the kept text and kept beside it; every English and Korean row
 and no Japanese question is dropped by language; planted repeats are dropped; the judge reports the held-out
-rows with Wilson intervals. Not asserted: the judge's floats (the embedder's kernels differ by CPU)."""
+rows with Wilson intervals. Not asserted: the judge's floats (the embedder's kernels differ by CPU).
+Slow tier: the labelling loop on the same run (`piqaforge label export`, a filled CSV, `label import`, a refit that
+learns from the imported rows)."""
 
 from __future__ import annotations
 
@@ -81,3 +83,38 @@ def test_labels_without_the_recipes_label_are_refused_before_anything_runs():
 def test_too_few_labels_are_refused_with_how_many_more_to_label():
     with pytest.raises(RecipeError, match=r"label 80 more rows"):
         load_recipe("crawl-filter", {"runs.crawl.stages.supervised_prefilter.judge.min_labels": 414})
+
+
+@pytest.mark.slow  # the refit embeds the new rows and refits five folds: ~25 s more than the default tier's share
+@pytest.mark.ray
+def test_the_labelling_loop_exports_imports_and_the_next_fit_learns_from_it(crawl_run, tmp_path):
+    import csv
+
+    from jobs.cli import main
+    from transforms.judge.labels import load_labels
+    from transforms.judge.linear import LinearJudge, train
+
+    lake, run_id, _ = crawl_run
+    assert main(["label", "export", run_id, "--n", "12", "--lake", str(lake.root)]) == 0
+    (folder,) = (lake.root / "labelling").iterdir()
+    with (folder / "labelling.csv").open(encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 12
+    labels = tmp_path / "labels.jsonl"
+    labels.write_bytes((ROOT / "lake" / "samples" / "ja_everyday_labels.jsonl").read_bytes())
+    for r in rows:  # the sample's own rule: an everyday question is a JCommonsenseQA one
+        r["label"], r["annotator"] = str(int(r["source"].startswith("jcommonsenseqa"))), "test"
+    filled = tmp_path / "filled.csv"
+    with filled.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert main(["label", "import", str(folder), "--from", str(filled), "--labels", str(labels)]) == 0
+    recipe = load_recipe("crawl-filter")
+    entry = next(e for e in recipe.runs[0].stages if e.stage == "supervised_prefilter")
+    judge = LinearJudge.model_validate(entry.fields["judge"] | {"labels": str(labels)})
+    added = [json.loads(x) for x in labels.read_text(encoding="utf-8").splitlines()[400:]]
+    assert len(added) == 12 and {a["round"] for a in added} == {1} and {a["annotator"] for a in added} == {"test"}
+    held = sum(judge.held_out.holds_out(r) for r in load_labels(labels, label="everyday")[400:])
+    fitted = train(judge, lake.root / "cache" / "embeddings")
+    assert fitted.cv["seed_rows"] == 334 + 12 - held
