@@ -14,7 +14,10 @@ languages' rows (up to 1,000, taken in turn from each other language; a keep is 
 decided twice: `method: auto` (the default) and `method: fasttext` (lid.176's top language, the stage of
 earlier releases, no shortcut).
 
-Run: .venv/bin/python benchmarks/bench_crawl_langid.py  (prints the table docs/stages.md carries)
+Then ko-piqa's bundled crawl (4,600 rows after `normalize`) under its pinned `method: fasttext` with
+`script_shortcut: {ko: 0.9}` and under `method: auto`: how many rows each drops, and which rows differ.
+
+Run: .venv/bin/python benchmarks/bench_crawl_langid.py  (prints the table and the line docs/stages.md carries)
 """
 
 from __future__ import annotations
@@ -88,6 +91,26 @@ def measure(questions: dict[str, list[str]], method: str) -> dict[str, dict[str,
     return table
 
 
+def ko_sample_drops() -> tuple[int, int, int, list[str]]:
+    """ko-piqa's bundled crawl after `normalize`: rows, drops under its pinned `langid` (method fasttext,
+    script_shortcut {ko: 0.9}), drops under `method: auto`, and the texts the two decide differently."""
+    import pyarrow as pa
+
+    from transforms.text.langid import LanguageFilter
+    from transforms.text.normalize import NormalizeText
+
+    rows = _jsonl(ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl")
+    table = NormalizeText().process(pa.table({"id": [r["id"] for r in rows], "text": [r["text"] for r in rows]}))
+    out = []
+    for stage in (LanguageFilter(languages=["ko"], method="fasttext", script_shortcut={"ko": 0.9}),
+                  LanguageFilter(languages=["ko"])):
+        stage.setup()
+        out.append([r is not None for r in stage.process(table).column("drop_reason").to_pylist()])
+    texts = table.column("text").to_pylist()
+    differ = [t for t, a, b in zip(texts, out[0], out[1], strict=True) if a != b]
+    return len(rows), sum(out[0]), sum(out[1]), differ
+
+
 def main() -> int:
     sys.path.insert(0, str(ROOT))
     questions = load_questions()
@@ -99,6 +122,9 @@ def main() -> int:
         print(f"| {lang} | {r['rows']:,} | {r['false_drops']} | {r['false_drops'] / r['rows']:.2%} "
               f"({b['false_drops'] / b['rows']:.2%}) | {r['other_rows']:,} | {r['caught']:,} | "
               f"{r['caught'] / r['other_rows']:.2%} ({b['caught'] / b['other_rows']:.2%}) |")
+    n, pinned, auto, differ = ko_sample_drops()
+    print(f"\nko-piqa's bundled crawl ({n:,} rows, after normalize): pinned method drops {pinned}, auto drops {auto}; "
+          f"decided differently: {differ}")
     return 0
 
 
