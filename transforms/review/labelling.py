@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -173,7 +172,3 @@ def next_round(batches: Path, labels_path: str) -> int:
     rounds = [json.loads(p.read_text(encoding="utf-8")).get("round", 0) for p in batches.glob("*/batch.json")
               if json.loads(p.read_text(encoding="utf-8")).get("labels") == labels_path]
     return 1 + max(rounds, default=0)
-
-
-def is_finite(x: Any) -> bool:
-    return x is not None and isinstance(x, float | int) and math.isfinite(x)
