@@ -21,7 +21,7 @@ def test_the_simulated_gap_is_the_measured_cross_cpu_gap_and_deterministic():
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     out = np.stack([moved(f"text {i}", v) for i, v in enumerate(vecs)])
     cos = (vecs.astype(np.float64) * out).sum(1)
-    assert 0.9999 < cos.min() and cos.max() < 0.99999  # Intel Xeon vs AMD EPYC measured ~0.99994
+    assert cos.min() > 0.9999 and cos.max() < 0.99999  # Intel Xeon vs AMD EPYC measured ~0.99994
     assert 1e-3 < np.abs(out - vecs).max() < 5e-3
     assert np.array_equal(out[0], moved("text 0", vecs[0]))
 
