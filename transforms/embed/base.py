@@ -51,8 +51,12 @@ def cpu_multiplies_bfloat16() -> bool:
 
 
 def auto_dtype(device: str) -> str:
-    """What `dtype: auto` means on `device` here: bfloat16 on a CPU that multiplies it natively, else float32."""
-    return "bfloat16" if device == "cpu" and cpu_multiplies_bfloat16() else "float32"
+    """What `dtype: auto` means on `device` here: on a CPU that multiplies bfloat16 natively, whichever of float32
+    and bfloat16 a short measurement found faster on this machine (cached per CPU model and torch version);
+    float32 elsewhere; $PIQAFORGE_EMBED_DTYPE pins it (transforms/embed/dtype_choice.py)."""
+    from transforms.embed.dtype_choice import choose_dtype
+
+    return choose_dtype(device, cpu_multiplies_bfloat16)
 
 
 def resolved_dtype(config: EmbedderConfig) -> str:
