@@ -9,7 +9,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializerFunctionWrapHandler,
+    computed_field,
+    model_serializer,
+    model_validator,
+)
 
 from transforms.core.secrets import fingerprint_view, redact, scrub_strings
 
@@ -57,12 +64,34 @@ class StageRecord(BaseModel):
         """The rows the stage worked on: its input, or for a source the rows it made."""
         return self.rows_in if self.kind != "source" else self.rows_created
 
+    # recorded in the manifest (computed fields are serialised) so that `piqaforge plan` reads a run's rates as
+    # they were shown, and the plan improves with every run (issue 42)
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def rows_per_cpu_second(self) -> float | None:
         """The cost model's unit (benchmarks/bench_crawl_cost.py): rows processed per CPU-second."""
         if not self.cpu_seconds or not self.rows_processed:
             return None
         return self.rows_processed / self.cpu_seconds
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def gpu_seconds(self) -> float | None:
+        """GPU-seconds the stage held: its resources' GPUs per actor x actors x wall seconds (what a GPU is billed
+        for, model loading included); None for a stage that asked for no GPU."""
+        resources = self.config.get("resources") if isinstance(self.config, dict) else None
+        gpus = float((resources or {}).get("gpus") or 0)
+        if not gpus:
+            return None
+        return round(gpus * int((resources or {}).get("concurrency") or 1) * self.seconds, 3)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def rows_per_gpu_second(self) -> float | None:
+        """Rows processed per GPU-second held, where the stage ran on GPUs."""
+        if not self.gpu_seconds or not self.rows_processed:
+            return None
+        return self.rows_processed / self.gpu_seconds
 
     def conserved(self) -> bool:
         """rows_in + rows_created = rows_kept + sum(rows_dropped) + rows_consumed (docs/stages.md)."""
@@ -85,6 +114,19 @@ class RunManifest(BaseModel):
     outputs: dict[str, str] = Field(default_factory=dict)
     extras: dict[str, Any] = Field(default_factory=dict, description="Job-specific summaries (costs, samples).")
     error: str | None = None
+    machine: dict[str, Any] | None = Field(None, description="The driver's machine (CPU model, logical CPUs, "
+                                           "bfloat16 instructions, GPUs: transforms/core/machine.py), where a "
+                                           "local run's rates were measured; None in manifests older than the field.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _machine_when_made(cls, data: Any) -> Any:
+        # a manifest made now (no start time given) records this machine; one read back keeps the machine it had
+        if isinstance(data, dict) and "started_at" not in data and "machine" not in data:
+            from transforms.core.machine import machine_info
+
+            data = {**data, "machine": machine_info()}
+        return data
 
     @model_serializer(mode="wrap")
     def _without_secrets(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

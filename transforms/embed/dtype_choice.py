@@ -20,12 +20,13 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from transforms.core.machine import cpu_model
 
 log = logging.getLogger("piqaforge.embed")
 
@@ -39,17 +40,6 @@ _memo: dict[str, str] = {}
 
 def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path(__file__).resolve().parents[2] / ".cache" / "dtype")
-
-
-def cpu_model() -> str:
-    """The CPU's model name as the kernel reports it (platform.processor() elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def machine_key(shapes: tuple[int, int] = E5_SMALL) -> str:

@@ -157,12 +157,28 @@ def cpu_header(m: RunManifest) -> str:
     return f"CPU-s ({escape('; '.join(scopes))})" if scopes else "CPU-s"
 
 
-def cost_cells(s: Any) -> str:
-    """A stage's CPU-seconds and rows per CPU-second, the unit benchmarks/bench_crawl_cost.py prints."""
+def cost_cells(s: Any, gpu: bool = False) -> str:
+    """A stage's CPU-seconds and rows per CPU-second, the unit benchmarks/bench_crawl_cost.py prints; with `gpu`
+    its GPU-seconds held and rows per GPU-second too (`piqaforge plan` reads these from the manifest)."""
+    gpu_cells = ""
+    if gpu:
+        held, rate = s.gpu_seconds, s.rows_per_gpu_second
+        gpu_cells = (f"<td>{'-' if held is None else f'{held:.2f}'}</td>"
+                     f"<td>{'-' if rate is None else f'{rate:,.1f}'}</td>")
     if s.cpu_seconds is None:
-        return "<td>-</td><td>-</td>"
+        return "<td>-</td><td>-</td>" + gpu_cells
     rate = s.rows_per_cpu_second
-    return f"<td>{s.cpu_seconds:.2f}</td><td>{'-' if rate is None else f'{rate:,.0f}'}</td>"
+    return f"<td>{s.cpu_seconds:.2f}</td><td>{'-' if rate is None else f'{rate:,.0f}'}</td>" + gpu_cells
+
+
+def machine_line(m: RunManifest) -> str:
+    """Where the rates were measured: the driver's machine (on a cluster the workers' are not recorded)."""
+    if not m.machine:
+        return ""
+    gpus = ", ".join(m.machine.get("gpus") or []) or "no GPU"
+    return (f"<p class='meta'>measured on the driver's machine: {escape(str(m.machine.get('cpu_model')))}, "
+            f"{m.machine.get('logical_cpus')} logical CPUs, {escape(gpus)} (rows per CPU- or GPU-second feed "
+            "<code>piqaforge plan</code>)</p>")
 
 
 def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
@@ -173,6 +189,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
     status_cls = "ok" if m.status == "succeeded" else "bad"
     errors = conservation_errors(m)
     rows = []
+    gpu = any(s.gpu_seconds for s in m.stages)
     for s in m.stages:
         conserved = '<span class="ok">yes</span>' if s.conserved() else '<span class="bad">NO</span>'
         kind = escape(s.kind) + (f" <span class='meta'>(one pass with {escape(', '.join(n for n in s.fused_with if n != s.name))}"
@@ -180,7 +197,7 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
         rows.append(f"<tr><td>{s.index}</td><td class='l'>{escape(s.name)}</td><td class='l'>{kind}</td>"
                     f"<td>{_fmt(s.rows_in)}</td><td>{_fmt(s.rows_created)}</td>"
                     f"<td>{_fmt(s.rows_kept)}</td><td>{_fmt(s.dropped_total)}</td><td>{_fmt(s.rows_consumed)}</td>"
-                    f"<td>{s.seconds:.1f}</td>{cost_cells(s)}"
+                    f"<td>{s.seconds:.1f}</td>{cost_cells(s, gpu)}"
                     f"<td>{conserved}</td><td>{'yes' if s.resumed else ''}</td></tr>")
     drops = []
     for s in m.stages:
@@ -229,9 +246,10 @@ def render_report(manifest: RunManifest, runs_dir: Path | None = None) -> str:
 <h2>Funnel: rows after each stage</h2>
 {funnel_svg(m.funnel())}
 <h2>Stages</h2>
+{machine_line(m)}
 <table><tr><th>#</th><th class='l'>stage</th><th class='l'>kind</th><th>rows in</th><th>created</th><th>kept</th>
 <th>dropped</th><th>consumed</th><th>wall s</th><th>{cpu_header(m)}</th><th>rows / CPU-s</th>
-<th>conserved</th><th>resumed</th></tr>{''.join(rows)}</table>
+{'<th>GPU-s held</th><th>rows / GPU-s</th>' if gpu else ''}<th>conserved</th><th>resumed</th></tr>{''.join(rows)}</table>
 {conservation}
 {warnings}
 {requests_html(m)}
