@@ -109,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             if extra:
                 parser.error(f"unrecognised arguments: {' '.join(extra)}")
             return run_label(args)
+        if args.command == "plan":  # issue 42: what a recipe run costs before it is submitted (jobs/plan.py)
+            from jobs.plan_cli import run as run_plan
+
+            if extra:
+                parser.error(f"unrecognised arguments: {' '.join(extra)}")
+            return run_plan(args)
         if args.command == "review":
             from jobs.review import run_review
 

@@ -70,4 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     from jobs.labelling import add_parser as add_label_parser  # argparse only (issue 43: the labelling loop)
 
     add_label_parser(sub)
+    from jobs.plan_cli import add_parser as add_plan_parser  # argparse only (issue 42)
+
+    add_plan_parser(sub)
     return parser
