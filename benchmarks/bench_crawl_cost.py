@@ -131,6 +131,7 @@ def measure(rows: int, embed_rows: int, shared: Path,
         reasons = done.column(C.DROP_REASON) if C.DROP_REASON in done.column_names else None
         kept_mask = pc.is_null(reasons) if reasons is not None else pa.array([True] * done.num_rows)
         out.append({"stage": stage.name, "rows_in": todo.num_rows, "cpu_s": cpu, "fixed_cpu_s": fixed,
+                    "config": stage.describe(),
                     "kept": pc.sum(kept_mask).as_py() / max(done.num_rows, 1), "rss_mib": _rss_mib(),
                     "resources": where.get(stage.name, stage.resources)})
         table = done.filter(kept_mask).drop_columns([C.DROP_REASON]) if reasons is not None else done
@@ -172,6 +173,25 @@ def forecast(measured: list[dict[str, Any]], crawl: int, prefilter_pass: float, 
     return out
 
 
+def write_rates(path: Path, measured: list[dict[str, Any]]) -> None:
+    """The measured rates into `piqaforge plan`'s seed file (jobs/plan.py), keeping its keep shares."""
+    from jobs.plan import identity
+    from transforms.core.machine import machine_info
+
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"recipe": "ko-piqa", "runs": {}}
+    stages = data.setdefault("runs", {}).setdefault("crawl", {})
+    for m in measured:
+        if m.get("cpu_s"):
+            entry = stages.setdefault(m["stage"], {})
+            entry["rows_per_cpu_second"] = round(m["rows_in"] / m["cpu_s"], 1)
+            entry["identity"] = identity(m.get("config") or {})
+    data.update(measured_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), machine=machine_info(),
+                rates_command=" ".join([".venv/bin/python", *sys.argv]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"rates written to {path}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=20000, help="generated crawl rows measured here")
@@ -185,6 +205,9 @@ def main() -> int:
     parser.add_argument("--efficiency", type=float, default=0.7)
     parser.add_argument("--price", action="append", default=[], metavar="NODE_TYPE=USD_PER_HOUR")
     parser.add_argument("--shared", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--write-rates", type=Path, metavar="JSON", help="record the rates measured here in the seed "
+                        "of `piqaforge plan` (e.g. benchmarks/rates/ko-piqa.json): each stage's rows per CPU-second, "
+                        "the machine and this command; the keep shares already there (the bundled sample's) stay")
     args = parser.parse_args()
     gpu = json.loads(GPU_FIGURES.read_text(encoding="utf-8"))
     prices = {k: float(v) for k, v in (p.split("=", 1) for p in args.price)}
@@ -192,6 +215,8 @@ def main() -> int:
 
     extra = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
     measured, _ = measure(args.rows, args.embed_rows, Path(args.shared), extra)
+    if args.write_rates:
+        write_rates(args.write_rates, measured)
     types = node_types()
     rows = forecast(measured, args.crawl, args.prefilter_pass if args.prefilter_pass is not None
                     else gpu["prefilter_pass_real_sample"], gpu, types, args.efficiency, prices)
