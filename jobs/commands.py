@@ -9,12 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from jobs.config import parse_set, resolve_config
+from jobs.errors import UserError  # noqa: F401 (re-exported: jobs.commands.UserError)
 from jobs.overrides import forwarded_secret_names, recipe_overrides, run_overrides
 from transforms.core.secrets import scrub_text
-
-
-class UserError(Exception):
-    """An error to print as one clear message, without a stack trace."""
 
 
 def _run(args: argparse.Namespace, extra: list[str]) -> int:

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _export(args) if args.label_command == "export" else _import(args)
     except LabellingError as err:
-        from jobs.commands import UserError
+        from jobs.errors import UserError
 
         raise UserError(str(err)) from None
 

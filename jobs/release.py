@@ -73,7 +73,7 @@ def _licence_key(config: Config) -> str:
 
 def run(config: Config, *, run_id: str | None = None, resume: bool = False) -> dict[str, Any]:
     """Read the items, gate them and write the release, as a run of stages (read_items → gate_and_release)."""
-    from jobs.commands import UserError
+    from jobs.errors import UserError
     from transforms.core.runner import init_ray
     from transforms.flow.release import ReleaseInputError, gate_and_write
     from transforms.report.run_report import write_report
