@@ -114,7 +114,9 @@ def run(ray_local, tmp_path_factory):
         "output": {"kind": "json", "fields": {"goal": "str", "sol1": "str", "sol2": "str"}, "items": True},
         "cache_dir": cache, "chunk_size": 4}).use_engine(engine)
     manifest = run_pipeline(job="report", dataset="report", source=CrawlSource(CrawlInput(paths=[str(crawl)])),
-                            stages=[NormalizeText(), LengthFilter(min_chars=25, max_chars=1500), classify, generate],
+                            # strip_html off: the planted markup must reach the report, which escapes it
+                            stages=[NormalizeText(strip_html=False), LengthFilter(min_chars=25, max_chars=1500),
+                                    classify, generate],
                             lake=lake, config={}, run_id="rep", fuse=False)  # every stage's own kept files
     report = write_report(manifest, lake.run_dir("rep") / "report.html")
     return manifest, report.read_text(encoding="utf-8"), report
