@@ -96,10 +96,13 @@ class EmbedderConfig(BaseModel):
     device: str | None = Field(None, description="torch device for sentence-transformers and e5-torch ('cuda', "
                                "'cpu'); unset: cuda when torch sees one.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "float32", description="e5-torch: the encoder's dtype. auto: bfloat16 on a CPU that multiplies bfloat16 "
-        "natively (AVX512_BF16 or AMX: ~2x float32's rows per CPU-second, the ko-piqa prefilter's verdicts as in "
-        "float32), else float32 (a GPU included: set bfloat16 there yourself). Vectors in bfloat16 differ from "
-        "float32's by more than the last digits, so they have their own disk cache.")
+        "float32", description="e5-torch: the encoder's dtype. auto: on a CPU with bfloat16 instructions "
+        "(AVX512_BF16 or AMX), whichever of float32 and bfloat16 a short measurement on e5-small's shapes found "
+        "faster on this machine (once per CPU model and torch version, logged with both figures; on an AMD EPYC "
+        "bfloat16 was 1.6x float32, on an Intel Xeon float32 was 1.7x bfloat16), else float32 (a GPU included: "
+        "set bfloat16 there yourself); $PIQAFORGE_EMBED_DTYPE pins it. The ko-piqa crawl judges keep their "
+        "held-out positives within one in either dtype. Vectors in bfloat16 differ from float32's by more than "
+        "the last digits, so they have their own disk cache.")
     languages: list[str] | None = Field(
         None, description="Languages this model serves; unset uses the packaged model's known list "
         "(set it when you configure a multilingual model on a cluster).")
