@@ -29,6 +29,7 @@ from pydantic import Field, PrivateAttr
 from transforms.core import columns as C
 from transforms.core.stage import GlobalStage, put_column, set_drop_reason
 from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, train
+from transforms.judge.rounds import learning_curve
 
 log = logging.getLogger("piqaforge.prefilter")
 DROP = "prefilter_rejected"
@@ -65,7 +66,10 @@ class SupervisedPrefilter(GlobalStage):
         return self._report
 
     def fit(self) -> FittedLinear:
-        return train(self.judge, self.embed_cache_dir)
+        fitted = train(self.judge, self.embed_cache_dir)
+        # labels imported over several labelling rounds: the judge refitted per round (transforms/judge/rounds.py)
+        fitted.cv["label_rounds"] = learning_curve(self.judge, fitted, self.embed_cache_dir)
+        return fitted
 
     def score(self, table: pa.Table, fitted: FittedLinear, embedder: Any = None) -> pa.Table:
         """`prefilter_score`; with views, the minimum over a row's prefix views for the rows whose
@@ -86,7 +90,7 @@ class SupervisedPrefilter(GlobalStage):
             "cv_recall": cv.get("recall"), "cv_precision": cv.get("precision"), "cv_auc": cv.get("auc"),
             # 95% Wilson intervals: with a few dozen positives a recall of 0.90 may be anything from ~0.75 up
             "cv_recall_interval": cv.get("recall_interval"), "cv_precision_interval": cv.get("precision_interval"),
-            "held_out": cv.get("held_out"),
+            "held_out": cv.get("held_out"), "label_rounds": cv.get("label_rounds") or [],
             "cv_pass_rate_by_source": cv.get("pass_rate_by_source"), "folds": self.judge.folds,
             "embedder": fitted.embedder.model_dump(), "embed_chars": fitted.embed_chars,
             "rows": len(scores), "rows_at_target_recall": passing,
@@ -122,6 +126,12 @@ class SupervisedPrefilter(GlobalStage):
             print(f"prefilter: on {held['rows']} held-out labelled rows ({held['positives']} positive): recall "
                   f"{held['recall']:.2f}{_interval(held.get('recall_interval'))}, precision {held['precision']:.2f}"
                   f"{_interval(held.get('precision_interval'))}", file=sys.stderr, flush=True)
+        for p in report["label_rounds"]:
+            print(f"prefilter: labels of rounds <= {p['round']} ({p['labels']} rows): "
+                  + (p["error"] if "error" in p else f"out of fold precision {p['cv_precision']:.2f}, recall "
+                     f"{p['cv_recall']:.2f}" + (f"; held out precision {p['held_out_precision']:.2f}, recall "
+                                                 f"{p['held_out_recall']:.2f}" if p.get("held_out_rows") else "")),
+                  file=sys.stderr, flush=True)
         self.save(fitted)
         return threshold
 

@@ -253,10 +253,20 @@ def embedder_for(config: LinearJudge, cache_dir: str | Path | None = None) -> An
                           bundles=[bundle_path(config, f.path) for f in config.files()])
 
 
-def training_rows(config: LinearJudge) -> list[LabelledRow]:
-    """The rows the judge learns: `labels` + `extra_labels`, restricted by `negative_sources`."""
+def label_round(row: LabelledRow) -> int:
+    """The labelling round a row was imported in (`piqaforge label import` writes `round`); 0 for the rows
+    that carry none (the labels a team started with)."""
+    value = row.column("round")
+    return int(value) if value not in (None, "") else 0
+
+
+def training_rows(config: LinearJudge, up_to_round: int | None = None) -> list[LabelledRow]:
+    """The rows the judge learns: `labels` + `extra_labels`, restricted by `negative_sources` (and to the rows
+    of labelling rounds <= `up_to_round`, for the learning curve)."""
     rows = [r for f in config.files()
             for r in load_labels(f.path, held_out=config.held_out, label=config.label, source=f.source)]
+    if up_to_round is not None:
+        rows = [r for r in rows if label_round(r) <= up_to_round]
     if config.negative_sources is not None:
         keep = set(config.negative_sources)
         rows = [r for r in rows if r.value(config.label) or r.source in keep]
@@ -289,9 +299,10 @@ def seed_views(config: LinearJudge, labels: str | None = None) -> list[str]:
     return [x for v in views for x in (v if config.views else v[-1:])]
 
 
-def train(config: LinearJudge, cache_dir: str | Path | None = None) -> FittedLinear:
-    """Embed the labelled rows (through the embedding cache) and fit; held-out rows are refused."""
-    rows = training_rows(config)
+def train(config: LinearJudge, cache_dir: str | Path | None = None, up_to_round: int | None = None) -> FittedLinear:
+    """Embed the labelled rows (through the embedding cache) and fit; held-out rows are refused. `up_to_round`:
+    only the rows of labelling rounds <= it (the held-out rows checked are all of them, whatever their round)."""
+    rows = training_rows(config, up_to_round)
     if config.min_labels is not None and len(rows) < config.min_labels:
         raise LabelError(too_few_labels(len(rows), config.min_labels))
     labels = np.array([r.value(config.label) for r in rows], dtype=bool)

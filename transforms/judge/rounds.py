@@ -1,0 +1,141 @@
+"""The judge's learning curve over labelling rounds, and the judge's section of the run report.
+
+`piqaforge label import` appends each row with the `round` of its batch (rows without one are round 0, the labels
+a team started with). When the training rows span more than one round, the supervised prefilter refits on the
+rows of rounds <= k for every earlier round k (transforms/judge/linear.train, `up_to_round`) and keeps, per k,
+the labels used, the out-of-fold precision and recall at that fit's threshold, and precision and recall on the
+held-out rows: all the held-out rows of the files, whatever their round, so every k is measured on the same
+set. The last round's figures are the run's own fit. They go into the prefilter's report.json (`label_rounds`).
+
+`judge_figures` / `judge_section` are a recipe report (`reports:` in jobs/recipes/crawl-filter.yaml): the
+figures read back from the prefilter's report.json, and an HTML section with the learning curve as a table and
+an inline SVG (no scripts, so the run report stays one self-contained page).
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from transforms.judge.labels import LabelError
+from transforms.judge.linear import FittedLinear, LinearJudge, label_round, train, training_rows
+
+FIGURES = ("seed_rows", "positives", "precision", "recall", "precision_interval", "recall_interval", "auc",
+           "threshold")
+
+
+def round_figures(k: int, cv: dict[str, Any]) -> dict[str, Any]:
+    """One point of the curve from a fit's `cv` report."""
+    held = cv.get("held_out") or {}
+    return ({"round": k, "labels": cv.get("seed_rows")} | {f"cv_{f}": cv.get(f) for f in FIGURES[1:]}
+            | {f"held_out_{f}": held.get(f) for f in ("rows", "positives", "precision", "recall",
+                                                       "precision_interval", "recall_interval")})
+
+
+def learning_curve(config: LinearJudge, fitted: FittedLinear, cache_dir: str | Path | None = None
+                   ) -> list[dict[str, Any]]:
+    """Per labelling round k (oldest first), the judge refitted on the rows of rounds <= k; [] when the
+    training rows hold one round. `fitted` is the fit on every row (the last point)."""
+    rounds = sorted({label_round(r) for r in training_rows(config)})
+    if len(rounds) < 2:
+        return []
+    curve = []
+    for k in rounds[:-1]:
+        try:  # min_labels gates a run, not a point of the curve: the early rounds may hold fewer
+            cv = train(config.model_copy(update={"min_labels": None}), cache_dir, up_to_round=k).cv
+        except LabelError as err:
+            curve.append({"round": k, "labels": len(training_rows(config, k)), "error": str(err)})
+            continue
+        curve.append(round_figures(k, cv))
+    return curve + [round_figures(rounds[-1], fitted.cv)]
+
+
+def judge_figures(manifest: Any, lake: Any, folder: str) -> dict[str, Any] | None:
+    """The report maker: the prefilter's report.json in `folder` (the stage's output_dir), None without one."""
+    path = Path(folder) / "report.json"
+    if not path.exists():
+        return None
+    report = json.loads(path.read_text(encoding="utf-8"))
+    keep = ("labels", "label", "labels_sha", "seed_rows", "seed_positives", "target_recall", "threshold",
+            "cv_recall", "cv_precision", "cv_auc", "cv_recall_interval", "cv_precision_interval", "held_out",
+            "rows", "rows_kept", "label_rounds")
+    return {k: report.get(k) for k in keep}
+
+
+def _f(x: Any) -> str:
+    return "–" if x is None else f"{x:.3f}" if isinstance(x, float) else escape(str(x))
+
+
+def _ci(bounds: Any) -> str:
+    return f" <span class='meta'>({bounds[0]:.2f}–{bounds[1]:.2f})</span>" if bounds else ""
+
+
+def curve_svg(curve: list[dict[str, Any]], width: int = 520, height: int = 220) -> str:
+    """Precision (solid) and recall (dashed), out of fold (blue) and held out (red), against labels used."""
+    points = [p for p in curve if "error" not in p and p.get("labels")]
+    if len(points) < 2:
+        return ""
+    left, right, top, bottom = 44, 12, 10, 30
+    xs = [p["labels"] for p in points]
+    lo_x, hi_x = min(xs), max(max(xs), min(xs) + 1)
+    values = [p[k] for p in points for k in ("cv_precision", "cv_recall", "held_out_precision", "held_out_recall")
+              if isinstance(p.get(k), float) and p[k] == p[k]]
+    lo_y = min([0.5, *values])
+
+    def xy(x: float, y: float) -> str:
+        return (f"{left + (x - lo_x) / (hi_x - lo_x) * (width - left - right):.1f},"
+                f"{top + (1 - (y - lo_y) / (1 - lo_y)) * (height - top - bottom):.1f}")
+
+    lines = []
+    for key, colour, dash in (("cv_precision", "#2f6db5", ""), ("cv_recall", "#2f6db5", "5,3"),
+                              ("held_out_precision", "#c8553d", ""), ("held_out_recall", "#c8553d", "5,3")):
+        pts = [xy(p["labels"], p[key]) for p in points if isinstance(p.get(key), float) and p[key] == p[key]]
+        if len(pts) > 1:
+            lines.append(f"<polyline fill='none' stroke='{colour}' stroke-width='1.6' stroke-dasharray='{dash}' "
+                         f"points='{' '.join(pts)}'><title>{key}</title></polyline>")
+    grid = "".join(f"<line x1='{left}' x2='{width - right}' y1='{xy(lo_x, y).split(',')[1]}' "
+                   f"y2='{xy(lo_x, y).split(',')[1]}' stroke='#ddd'/><text x='{left - 4}' "
+                   f"y='{float(xy(lo_x, y).split(',')[1]) + 4:.1f}' font-size='10' text-anchor='end'>{y:.1f}</text>"
+                   for y in (lo_y, (lo_y + 1) / 2, 1.0))
+    ticks = "".join(f"<text x='{xy(x, lo_y).split(',')[0]}' y='{height - 12}' font-size='10' "
+                    f"text-anchor='middle'>{x}</text>" for x in xs)
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
+            f"aria-label='precision and recall per labelling round'>{grid}{ticks}{''.join(lines)}"
+            f"<text x='{width - right}' y='{height - 1}' font-size='10' text-anchor='end'>labels used</text></svg>"
+            "<p class='meta'>blue: out of fold; red: held out; solid: precision; dashed: recall</p>")
+
+
+def judge_section(figures: dict[str, Any]) -> str:
+    """The run report's section: the judge's figures, then its learning curve over labelling rounds."""
+    held = figures.get("held_out") or {}
+    html = (f"<h2>Judge: {escape(str(figures.get('label')))} from {escape(str(figures.get('labels')))}</h2>"
+            f"<p>{_f(figures.get('seed_rows'))} labelled rows trained on ({_f(figures.get('seed_positives'))} "
+            f"positive); threshold {_f(figures.get('threshold'))} for out-of-fold recall "
+            f"{_f(figures.get('target_recall'))}. Out of fold: recall {_f(figures.get('cv_recall'))}"
+            f"{_ci(figures.get('cv_recall_interval'))}, precision {_f(figures.get('cv_precision'))}"
+            f"{_ci(figures.get('cv_precision_interval'))}."
+            + (f" On {held.get('rows')} held-out rows ({held.get('positives')} positive): recall "
+               f"{_f(held.get('recall'))}{_ci(held.get('recall_interval'))}, precision {_f(held.get('precision'))}"
+               f"{_ci(held.get('precision_interval'))}." if held else "")
+            + f" Kept {_f(figures.get('rows_kept'))} of {_f(figures.get('rows'))} rows (95% Wilson intervals).</p>")
+    curve = figures.get("label_rounds") or []
+    if not curve:
+        return html + ("<p class='meta'>The labels carry one labelling round: <code>piqaforge label export</code> "
+                       "and <code>label import</code> add rounds, and this section then shows the judge per round."
+                       "</p>")
+    rows = "".join(
+        f"<tr><td>{p['round']}</td><td>{_f(p['labels'])}</td><td class='l' colspan='4'>{escape(p['error'])}</td></tr>"
+        if "error" in p else
+        f"<tr><td>{p['round']}</td><td>{_f(p['labels'])}</td><td>{_f(p['cv_precision'])}"
+        f"{_ci(p.get('cv_precision_interval'))}</td><td>{_f(p['cv_recall'])}{_ci(p.get('cv_recall_interval'))}</td>"
+        f"<td>{_f(p.get('held_out_precision'))}{_ci(p.get('held_out_precision_interval'))}</td>"
+        f"<td>{_f(p.get('held_out_recall'))}{_ci(p.get('held_out_recall_interval'))}</td></tr>" for p in curve)
+    return (html + "<h3>Learning curve: the judge refitted on the labels of rounds ≤ k</h3>"
+            "<table><tr><th>round k</th><th>labels</th><th>out-of-fold precision</th><th>out-of-fold recall</th>"
+            f"<th>held-out precision</th><th>held-out recall</th></tr>{rows}</table>{curve_svg(curve)}"
+            "<p class='meta'>Each fit sets its own threshold for the target recall out of fold. The held-out rows "
+            "are the same for every k. Out-of-fold figures are measured on the labels each fit has: rows the loop "
+            "chose near the threshold are harder than a random sample, so they can fall as rounds are added while "
+            "the held-out figures hold.</p>")
