@@ -71,6 +71,9 @@ def test_the_judge_reports_its_held_out_rows_with_intervals(crawl_run):
         assert low <= held[key] <= high and high - low > 0.05  # 66 rows: never a point estimate
     low, high = report["cv_recall_interval"]
     assert low <= report["cv_recall"] <= high
+    # the run report's judge section (transforms/judge/rounds.py): the bundled labels are one round, so no curve
+    section = (lake.run_dir(run_id) / "judge.section.html").read_text(encoding="utf-8")
+    assert report["label_rounds"] == [] and "piqaforge label export" in section and "held-out rows" in section
 
 
 def test_labels_without_the_recipes_label_are_refused_before_anything_runs():
