@@ -116,11 +116,7 @@ def fit_tier(config: NgramTier, windows: Sequence[str], views: Sequence[str], ow
             np.minimum.at(oof, owner[held], model.predict_proba(xv[held])[:, 1])
     kept_by_judge = y & (np.asarray(judge_oof) >= judge_threshold)
     alone = kept_by_judge.sum() / max(int(y.sum()), 1)
-    threshold = 0.0
-    for t in np.sort(oof[kept_by_judge]):  # highest cut that still keeps enough of what the judge keeps
-        cascade = (kept_by_judge & (oof >= t)).sum() / max(int(y.sum()), 1)
-        if cascade >= alone - config.max_recall_loss - 1e-12:
-            threshold = float(t)
+    threshold = cascade_threshold(oof, y, kept_by_judge, config.max_recall_loss)
     final = fit(np.arange(len(y)))
     cascade = kept_by_judge & (oof >= threshold)
     cv: dict[str, Any] = {
@@ -132,6 +128,21 @@ def fit_tier(config: NgramTier, windows: Sequence[str], views: Sequence[str], ow
         cv["static_table"] = static_tier.table_key(config.distillation())
     return FittedTier(config=config, coef=final.coef_[0].tolist(), intercept=float(final.intercept_[0]),
                       threshold=threshold, cv=cv)
+
+
+def cascade_threshold(tier_oof: np.ndarray, labels: np.ndarray, kept_by_judge: np.ndarray,
+                      max_recall_loss: float) -> float:
+    """The highest out-of-fold tier score t at which the cascade (tier >= t, then the judge) keeps all but
+    `max_recall_loss` (a share of all positives) of the positives the judge alone keeps out of fold; 0 when the
+    judge keeps none. Positives the judge drops anyway cost nothing."""
+    n_pos = max(int(np.asarray(labels, dtype=bool).sum()), 1)
+    kept = np.asarray(kept_by_judge, dtype=bool)
+    alone = kept.sum() / n_pos
+    threshold = 0.0
+    for t in np.sort(np.asarray(tier_oof)[kept]):  # ascending: the last that still keeps enough wins
+        if (kept & (tier_oof >= t)).sum() / n_pos >= alone - max_recall_loss - 1e-12:
+            threshold = float(t)
+    return threshold
 
 
 def gate(tier: FittedTier, texts: Sequence[str], over_views: Callable[..., np.ndarray]) -> np.ndarray:
