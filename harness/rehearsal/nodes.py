@@ -102,8 +102,9 @@ def node_process_env(venv: Path, setup_env: str, temp: Path) -> dict[str, str]:
 
 
 def start_cluster(nodes: list[NodeType], venvs: dict[str, Path], settings: dict[str, Any], logs: Path,
-                  cluster: Cluster) -> Cluster:
-    """Head and workers into `cluster` (its temp dir: short, Ray's socket paths have a length limit)."""
+                  cluster: Cluster, python_paths: dict[str, str] | None = None) -> Cluster:
+    """Head and workers into `cluster` (its temp dir: short, Ray's socket paths have a length limit).
+    `python_paths`: a node set-up's PYTHONPATH (CI's tier: the cuML stand-in beside the shared .venv)."""
     temp = cluster.temp
     head = next(n for n in nodes if n.head)
     ports = free_ports(9)
@@ -146,6 +147,8 @@ def start_cluster(nodes: list[NodeType], venvs: dict[str, Path], settings: dict[
                f"--object-store-memory={store}", "--disable-usage-stats"]
         env = node_process_env(venvs[node.setup_env], node.setup_env, node_temp)
         env["VLLM_CPU_KVCACHE_SPACE"] = str(settings.get("kv_cache_gb", 1))
+        if (python_paths or {}).get(node.setup_env):
+            env["PYTHONPATH"] = (python_paths or {})[node.setup_env]
         say(f"worker {node.name} ({node.setup_env} env, {venvs[node.setup_env].name} venv): CPU {n_cpus} "
             f"(cluster: {node.resources.get('CPU', 0):g}), GPU {node.gpus:g} declared, "
             f"{', '.join(f'{k}: {v:g}' for k, v in node.custom.items()) or 'no custom resources'}")
@@ -245,5 +248,31 @@ def start_server(cluster: Cluster, venv: Path, model: str, served: dict[str, Any
         if proc.poll() is not None or time.time() > deadline:
             raise RehearsalError(f"the vLLM server did not start (see {logs / 'vllm-server.log'})")
         time.sleep(3)
+    cluster.server_url = f"http://127.0.0.1:{port}/v1"
+    return cluster.server_url
+
+
+def start_llama_server(cluster: Cluster, venv: Path, model: str, served: dict[str, Any], logs: Path) -> str:
+    """llama.cpp's OpenAI-compatible server (CI's tier: harness/rehearsal/llama_server.py), from `venv`."""
+    port = int(served.get("port") or 0) or free_ports(1)[0]
+    env = node_process_env(venv, "vllm", cluster.temp)
+    env["PYTHONPATH"] = str(REPO)
+    opts = served.get("options") or {}
+    cmd = [str(venv / "bin" / "python"), "-m", "harness.rehearsal.llama_server", "--model", model,
+           "--port", str(port), "--threads", str(opts.get("threads", 1)), "--ctx-size", str(opts.get("ctx_size", 4096))]
+    say(f"llama.cpp's OpenAI-compatible server (xllamacpp) on 127.0.0.1:{port}: {model}")
+    proc = _start(cmd, env, logs / "llama-server.log", cluster)
+    import httpx
+
+    deadline = time.time() + 180
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            raise RehearsalError(f"llama.cpp's server did not start (see {logs / 'llama-server.log'})")
+        time.sleep(1)
     cluster.server_url = f"http://127.0.0.1:{port}/v1"
     return cluster.server_url

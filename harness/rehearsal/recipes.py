@@ -22,7 +22,9 @@ from harness.rehearsal.nodes import Cluster, as_dict, list_nodes, node_type_of, 
 # -- the model swap, in one place ---------------------------------------------------------------------------
 def swapped_roles(recipe_name: str, models: dict[str, Any], model_path: str, server_url: str | None) -> list[str]:
     """`--set engine_profiles.vllm-cluster.<role>=...` items: every role of the recipe's cluster profile with
-    its model swapped for the local one; served roles through the OpenAI-compatible server."""
+    its model swapped for the local one; served roles through the OpenAI-compatible server. With a `backend`
+    in `models` (CI's tier) the role's backend is swapped too (e.g. llama.cpp in process); its `resources`
+    always stay, so it lands on the node type it names."""
     from transforms.flow.engines import profiles
     from transforms.flow.recipe import load_recipe
 
@@ -32,6 +34,8 @@ def swapped_roles(recipe_name: str, models: dict[str, Any], model_path: str, ser
 
     def swap(engine: dict[str, Any], role: str) -> dict[str, Any]:
         out = {**engine, "model": model_path, "options": dict(options)}
+        if models.get("backend"):
+            out["backend"] = models["backend"]
         if role in served and server_url:
             out = {"backend": "openai", "model": "rehearsal-served", "name": engine.get("name"),
                    "params_b": engine.get("params_b"),
@@ -71,6 +75,8 @@ def run_recipe(name: str, cluster: Cluster, lake: Path, conf: dict[str, Any], mo
         raise RehearsalError(f"{name}: no cluster config {cfg.relative_to(REPO)}")
     items = ["engines=vllm-cluster", *swapped_roles(name, conf.get("models", {}), model_path, cluster.server_url)]
     for key, value in ((conf.get("recipes") or {}).get(name, {}).get("set") or {}).items():
+        items.append(f"{key}={json.dumps(value, ensure_ascii=False)}")
+    for key, value in ((conf.get("ci_recipes") or {}).get(name, {}).get("set") or {}).items():
         items.append(f"{key}={json.dumps(value, ensure_ascii=False)}")
     args += ["--config", str(cfg.relative_to(REPO))]
     for item in items:

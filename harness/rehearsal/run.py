@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from harness.rehearsal.envs import REPO, build_env, build_shared_env, read_cluster
-from harness.rehearsal.nodes import Cluster, say, start_cluster, start_server
+from harness.rehearsal.envs import CUML_SUBSTITUTE, REPO, build_env, build_shared_env, read_cluster
+from harness.rehearsal.nodes import Cluster, say, start_cluster, start_llama_server, start_server
 from harness.rehearsal.recipes import Outcome, refusal_check, run_recipe
 
 CONFIG = REPO / "cluster" / "rehearsal.yaml"
@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared-venv", action="store_true",
                         help="one venv for every node type (CI's tier: built once; the full rehearsal builds one "
                              "per node type, as their images differ)")
+    parser.add_argument("--ci", action="store_true",
+                        help="CI's tier: every raylet from the project's .venv (no venv built), every vLLM role on "
+                             "llama.cpp with the same stand-in model (cluster/rehearsal.yaml, `ci:`)")
     args = parser.parse_args(argv)
 
     def stop_on_term(signum: int, frame: Any) -> None:  # `timeout`, `kill`: clean up as on any failure
@@ -40,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop_on_term)
     conf = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    if args.ci:
+        ci = conf.get("ci") or {}
+        conf = {**conf, "models": {**conf["models"], **(ci.get("models") or {})},
+                "ci_recipes": ci.get("recipes") or {}}
     names = [r.strip() for r in args.recipes.split(",") if r.strip()]
     unknown = [r for r in names if r not in RECIPES]
     if unknown:
@@ -53,23 +60,37 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     nodes = read_cluster()
     venvs: dict[str, Path] = {}
-    if args.shared_venv:
+    python_paths: dict[str, str] = {}
+    if args.ci:
+        # the project's own venv stands in for every node type's image; the cuML node adds the stand-in package
+        venvs = {node.setup_env: REPO / ".venv" for node in nodes}
+        python_paths = {"cuml": str(CUML_SUBSTITUTE)}
+        say(f"CI tier: every node type runs from {REPO / '.venv'} (no venv built); the cuML node imports the "
+            f"scikit-learn stand-in from {CUML_SUBSTITUTE.relative_to(REPO)}")
+    elif args.shared_venv:
         shared = build_shared_env(nodes, root / "venvs", log=say)
         venvs = {node.setup_env: shared for node in nodes}
     for node in nodes:
         if node.setup_env not in venvs:
             venvs[node.setup_env] = build_env(node, root / "venvs", log=say)
     say(f"environments ready in {time.time() - t0:.0f} s")
-    from transforms.llm.prepare import resolve_model
+    from transforms.llm.prepare import gguf_path, resolve_model
 
-    model_path = resolve_model(conf["models"]["model"])
-    say(f"substitution on every vLLM role: the cluster's models -> {conf['models']['model']} ({model_path}); "
-        f"served through vLLM's OpenAI server: {', '.join(conf['models'].get('served') or []) or 'none'}")
+    llama = conf["models"].get("backend") == "llamacpp"
+    model_path = str(gguf_path(conf["models"]["model"])) if llama else resolve_model(conf["models"]["model"])
+    server_kind = "llama.cpp's" if llama else "vLLM's"
+    say(f"substitution on every vLLM role: the cluster's models -> {conf['models']['model']} ({model_path})"
+        f"{' on the llama.cpp backend' if llama else ''}; served through {server_kind} OpenAI server: "
+        f"{', '.join(conf['models'].get('served') or []) or 'none'}")
     outcomes: list[Outcome] = []
     cluster = Cluster(temp=Path(tempfile.mkdtemp(prefix="pfr", dir="/tmp")))
     try:
-        cluster = start_cluster(nodes, venvs, conf.get("nodes") or {}, logs, cluster)
-        if conf["models"].get("served"):
+        cluster = start_cluster(nodes, venvs, conf.get("nodes") or {}, logs, cluster, python_paths)
+        if conf["models"].get("served") and llama:
+            start_llama_server(cluster, venvs["vllm"], conf["models"]["model"],
+                               {**(conf["models"].get("server") or {}), "options": conf["models"].get("options")},
+                               logs)
+        elif conf["models"].get("served"):
             start_server(cluster, venvs["vllm"], model_path, conf["models"].get("server") or {}, logs)
         for name in names:
             outcome = run_recipe(name, cluster, lake, conf, model_path, logs)

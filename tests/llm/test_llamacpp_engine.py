@@ -148,6 +148,22 @@ def test_forced_logprobs_equal_unforced_top_logprobs(gemma):
     assert gemma.loglikelihood([(prompt, "")]) == [(0.0, 0)]
 
 
+def test_the_openai_client_reads_llama_cpp_servers_option_logprobs(gemma):
+    """A team's endpoint may be llama.cpp's own server, whose /v1/completions lists each token's alternatives
+    as [{token, logprob}] instead of OpenAI's token -> logprob map (the rehearsal's CI tier serves its judge
+    this way). The OpenAI backend's option scores through that server equal the in-process engine's."""
+    served = build_engine(EngineConfig(backend="openai", model="served", options={
+        "base_url": gemma.server.listening_address + "/v1", "top_logprobs": 10}))
+    prompt = "Question: Is ice cold? Answer:"
+    options = [" Yes", " No", " yes"]
+    got = served.option_logprobs([prompt], options)[0]
+    local = gemma.option_logprobs([prompt], options)[0]
+    missing = served.options.missing_logprob
+    assert all(g > missing for g in got), got  # each option found in the server's reply, none defaulted
+    assert got == pytest.approx(local, abs=LLAMACPP_NOISE)
+    assert sorted(range(3), key=lambda i: got[i]) == sorted(range(3), key=lambda i: local[i])
+
+
 # -- Qwen2.5-Coder-1.5B-Instruct (slow tier) ----------------------------------------------------
 @pytest.mark.slow
 @needs_qwen

@@ -196,6 +196,12 @@ class OpenAIEngine(LLMEngine):
         lp = response["choices"][0].get("logprobs") or {}
         tops = lp.get("top_logprobs") or [{}]
         top: dict[str, float] = tops[0] or {}
+        if not lp.get("top_logprobs") and lp.get("content"):
+            # llama.cpp's server (and the chat API's shape): a list per generated token, each with a list of
+            # {token, logprob} alternatives, instead of the completions API's token -> logprob map
+            top = {}
+            for alt in lp["content"][0].get("top_logprobs") or []:
+                top[str(alt.get("token"))] = max(float(alt.get("logprob")), top.get(str(alt.get("token")), -1e30))
         scores = []
         for opt in options:
             exact = top.get(opt)
