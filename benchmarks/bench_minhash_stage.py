@@ -3,6 +3,13 @@
     .venv/bin/python benchmarks/bench_minhash_stage.py                        # 300k rows, in process + Ray
     .venv/bin/python benchmarks/bench_minhash_stage.py --rows 3000000 --repeat 3
     .venv/bin/python benchmarks/bench_minhash_stage.py --rows 50000 --repeat 1 --no-ray   # smoke run
+    .venv/bin/python benchmarks/bench_minhash_stage.py --staged DIR --before REV --repeat 2   # the runner's step
+
+`--staged DIR` runs the stage the way the runner runs a global step (`run_global` on the lake's partitions of
+DIR's Parquet files, then `write_dataset` of kept and rejected rows, uncompressed kept rows as in `staged/`) on
+a folder of real rows, e.g. the exact-dedup step's kept rows of a `bench_scale.py --rows 3000000` run
+(lake/bench/staged/ko-piqa/<run>/04_exact_dedup); before and after interleaved, CPU-seconds of the driver and
+every Ray process per row, and the rows written compared (same ids kept, same `duplicate_of` for every row).
 
 "Before" is the stage as it was at `--before` (a git revision): its four modules are read with
 `git show` into a temporary package and imported beside the current ones, so both run in one
@@ -114,6 +121,76 @@ def on_ray(path: Path, stages: dict[str, Any], num_cpus: int, repeat: int) -> tu
     return best, all(m == maps[0] for m in maps)
 
 
+def runner_step(stage: Any, files: list[Path], out: Path) -> tuple[float, float, int]:
+    """(CPU-seconds of the driver and every Ray process, wall seconds, processes started meanwhile: Ray workers
+    each pay for their imports) of the runner's global step on `files`."""
+    import shutil
+
+    import psutil
+
+    from transforms.core.cpu_time import StageClock
+    from transforms.core.execution import run_global
+    from transforms.core.ledger import PartitionLedger
+    from transforms.core.planning import MAX_ROW_GROUP_ROWS, plan_partitions, read_partitions
+    from transforms.core.runner import STAGED
+    from transforms.core.writing import write_dataset
+
+    shutil.rmtree(out, ignore_errors=True)
+    parts = plan_partitions(files, 100_000)
+    ledger = PartitionLedger(out / "kept", out / "rejected", "bench", "global", False)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    started = set(before)
+    w0 = time.perf_counter()
+    with StageClock() as clock:
+        write_dataset(run_global(stage, read_partitions(parts, tracked=False), parts), ledger,
+                      {0: sum(p.rows for p in parts)}, MAX_ROW_GROUP_ROWS, stage.name, STAGED)
+        started |= {p.pid for p in psutil.Process().children(recursive=True)}
+    return clock.seconds, time.perf_counter() - w0, len(started - before)
+
+
+def written(out: Path) -> tuple[list[str], dict[str, str]]:
+    """The kept ids (sorted) and `id -> duplicate_of` of the rejected rows a runner step wrote."""
+    kept = pq.read_table(out / "kept", columns=[C.ID]).column(C.ID).to_pylist()
+    rejected = pq.read_table(out / "rejected", columns=[C.ID, C.DUPLICATE_OF])
+    return sorted(kept), duplicate_map(rejected)
+
+
+def on_staged(folder: Path, stages: dict[str, Any], num_cpus: int, repeat: int) -> int:
+    import ray
+
+    from transforms.core.execution import init_ray
+
+    files = sorted(folder.glob("*.parquet"))
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    init_ray(None, num_cpus)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    work = Path(tempfile.mkdtemp(prefix="piqaforge-mh-step-"))
+    print(f"{machine()}\n{rows:,} rows in {len(files)} files of {folder}; load average before "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    best: dict[str, tuple[float, float]] = {}
+    outputs: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for r in range(repeat + 1):  # round 0 warms the workers (imports, numba's cache) and is not counted
+        for name, stage in stages.items():
+            cpu, wall, spawned = runner_step(stage, files, work / name)
+            print(f"round {r} {name:<8} {cpu:7.1f} CPU-s {wall:6.1f} s  {cpu / rows * 1e6:6.2f} CPU-µs a row; "
+                  f"{spawned} processes started", flush=True)
+            if r:
+                old = best.get(name, (float("inf"), float("inf")))
+                best[name] = (min(old[0], cpu), min(old[1], wall))
+            else:
+                outputs[name] = written(work / name)
+    ray.shutdown()
+    same = all(o == outputs["before"] for o in outputs.values())
+    print(f"\n== the runner's step on {rows:,} rows, best of {repeat} (after a warm-up round) ==")
+    print(f"{'':<10}{'CPU-s':>8}{'wall s':>8}{'CPU-µs a row':>14}")
+    for name, (cpu, wall) in best.items():
+        print(f"{name:<10}{cpu:>8.1f}{wall:>8.1f}{cpu / rows * 1e6:>14.2f}")
+    print(f"after / before CPU: {best['after'][0] / best['before'][0]:.2f}; kept {len(outputs['after'][0]):,}, "
+          f"dropped {len(outputs['after'][1]):,}; same rows kept and same duplicate_of: {same}")
+    print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return 0 if same else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=300_000, help="rows in the synthetic crawl")
@@ -121,10 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="interleaved rounds (best of)")
     p.add_argument("--no-ray", action="store_true", help="only the in-process path")
     p.add_argument("--num-cpus", type=int, default=2)
+    p.add_argument("--staged", type=Path, help="a folder of Parquet rows with id and text: run the runner's step on it")
     args = p.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="piqaforge-mh-stage-"))
     before = import_before(args.before, work)
+    if args.staged:
+        return on_staged(args.staged, {"before": before.MinHashDedup(), "after": after.MinHashDedup()},
+                         args.num_cpus, args.repeat)
     crawl = build_crawl(args.rows)
     table = crawl.table.select([C.ID, C.TEXT])
     n = table.num_rows

@@ -126,6 +126,51 @@ def test_numba_kernels_equal_numpy(kin_questions: list[str]) -> None:
     assert minhash_signatures(["", None], backend="numba").shape == (2, 128)
 
 
+def test_numba_band_keys_and_partition_split_equal_numpy(kin_questions: list[str]) -> None:
+    """The map task's two numba kernels (the `fast` extra): band keys bit for bit those of the numpy passes,
+    on real signatures and on random ones with every bit pattern; the counting sort by reducer gives the
+    stable argsort's keys, rows and bounds."""
+    pytest.importorskip("numba", reason="the `fast` extra is not installed")
+    from transforms.dedup import minhash_numba
+    from transforms.dedup.minhash_tasks import split_by_partition
+
+    real = minhash_signatures(kin_questions[:2000])
+    noise = np.random.default_rng(3).integers(0, 2**32, size=(500, 128), dtype=np.uint64).astype(np.uint32)
+    for sig, (bands, rows) in ((real, (20, 6)), (noise, (14, 9)), (real[:0], (20, 6)), (noise[:1], (1, 128))):
+        keys = band_keys(sig, bands, rows, backend="numpy")
+        np.testing.assert_array_equal(band_keys(sig, bands, rows, backend="numba"), keys)
+        text_rows = np.flatnonzero(np.arange(3 * len(sig)) % 3 == 1)  # rows of the texts with content
+        for k in (1, 5, 16):
+            part = (keys.ravel() % np.uint64(k)).astype(np.uint16)
+            order = np.argsort(part, kind="stable")
+            got_keys, got_rows, bounds = minhash_numba.split_by_partition_numba(keys, text_rows, k)
+            np.testing.assert_array_equal(got_keys, keys.ravel()[order])
+            np.testing.assert_array_equal(got_rows, np.repeat(text_rows, bands)[order])
+            np.testing.assert_array_equal(bounds, np.searchsorted(part[order], np.arange(k + 1)))
+            for got, want in zip(split_by_partition(keys, text_rows, k), (got_keys, got_rows, bounds), strict=True):
+                np.testing.assert_array_equal(got, want)
+
+
+def test_lsh_bands_travel_with_the_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pickled stage (what a Ray task gets) knows its bands and rows: no worker imports datasketch and scipy
+    to integrate them again; a changed field is resolved anew."""
+    import pickle
+
+    from transforms.dedup import minhash
+
+    stage = MinHashDedup(threshold=0.7)
+    expected = stage.lsh_bands()
+    copy = pickle.loads(pickle.dumps(stage))
+
+    def refuse(*args: object) -> tuple[int, int]:
+        raise AssertionError("lsh_params called again")
+
+    monkeypatch.setattr(minhash, "lsh_params", refuse)
+    assert copy.lsh_bands() == expected == (20, 6)
+    copy.bands, copy.rows = 10, 5
+    assert copy.lsh_bands() == (10, 5)
+
+
 def test_shingle_counts_match_text_lengths(kin_questions: list[str]) -> None:
     texts = kin_questions[:100]
     hashes, counts = shingle_hashes(texts, ngram=5)

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from transforms.core import columns as C
 from transforms.core.stage import GlobalStage, Resources, set_drop_reason, set_duplicate_of
@@ -55,7 +55,6 @@ from transforms.dedup.minhash_tasks import (
     _cluster,
     _edges,
     _mark,
-    _num_rows,
     _reduce_edges,
     _signature_rows,
     _signature_rows_of,
@@ -106,6 +105,7 @@ class MinHashDedup(GlobalStage):
                                 "runs the distributed path.")
     resources: Resources = Field(default_factory=lambda: Resources(batch_size=8192),
                                  description="Per-task resources of the signature and marking passes.")
+    _lsh: tuple[tuple[Any, ...], tuple[int, int]] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check_bands(self) -> MinHashDedup:
@@ -115,6 +115,14 @@ class MinHashDedup(GlobalStage):
         return self
 
     def lsh_bands(self) -> tuple[int, int]:
+        # Resolved once where the stage is built and pickled with it: a Ray worker then never imports
+        # datasketch and scipy (~1 CPU-s a worker process) to integrate the same numbers again.
+        key = (self.threshold, self.num_perm, self.false_negative_weight, self.bands, self.rows)
+        if self._lsh is None or self._lsh[0] != key:
+            self._lsh = (key, self._resolve_lsh_bands())
+        return self._lsh[1]
+
+    def _resolve_lsh_bands(self) -> tuple[int, int]:
         if self.bands and self.rows:
             return self.bands, self.rows
         bands, rows = lsh_params(self.threshold, self.num_perm, 1 - self.false_negative_weight,
@@ -134,8 +142,8 @@ class MinHashDedup(GlobalStage):
         return minhash_signatures(texts, num_perm=self.num_perm, ngram=self.ngram, seed=self.seed,
                                   backend=self.signature_backend)
 
-    def bucket_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """Every bucket key of the texts with content (text 0's bands, text 1's...) and each key's row in `batch`.
+    def content_band_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """The `(texts, bands)` bucket keys of the texts with content, and each such text's row in `batch`.
 
         Signatures are computed `resources.batch_size` rows at a time, so a large block never holds
         all its signatures at once; only the keys (8 bytes a band) are kept.
@@ -145,9 +153,13 @@ class MinHashDedup(GlobalStage):
         texts = text.take(pa.array(rows)) if len(rows) < batch.num_rows else text
         bands, per_band = self.lsh_bands()
         step = self.resources.batch_size or len(rows) or 1
-        keys = [band_keys(self.signatures(texts.slice(i, step)), bands, per_band).ravel()
-                for i in range(0, len(rows), step)]
-        return (np.concatenate(keys) if keys else np.zeros(0, np.uint64)), np.repeat(rows, bands)
+        keys = [band_keys(self.signatures(texts.slice(i, step)), bands, per_band) for i in range(0, len(rows), step)]
+        return (np.concatenate(keys) if keys else np.zeros((0, bands), np.uint64)), rows
+
+    def bucket_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """Every bucket key of the texts with content (text 0's bands, text 1's...) and each key's row in `batch`."""
+        keys, rows = self.content_band_keys(batch)
+        return keys.ravel(), np.repeat(rows, keys.shape[1])
 
     def band_rows(self, batch: pa.Table) -> pa.Table:
         """One row per (text with content, band): bucket key, shuffle partition and id."""
@@ -239,10 +251,16 @@ class MinHashDedup(GlobalStage):
                 _signature_rows_of if from_lake else _signature_rows)
             sig_refs = [sig_task.remote(source, self, [candidates]) for source in sources]
         del sources
-        map_ref = ray.remote(num_cpus=1)(_cluster).remote(self, len(edge_refs), *edge_refs, *sig_refs)
-        n_dups = ray.get(ray.remote(num_cpus=0)(_num_rows).remote(map_ref))
+        map_ref, n_ref = ray.remote(num_cpus=1, num_returns=2)(_cluster).remote(self, len(edge_refs), *edge_refs,
+                                                                               *sig_refs)
+        n_dups = ray.get(n_ref)
         log.info("minhash_dedup: %d near-duplicate rows to drop; signatures, shuffle, verification and "
                  "clustering took %.1fs", n_dups, time.perf_counter() - started)
+        if from_lake:
+            # Whole blocks (the lake's row groups, at most 16,384 rows): with a batch size Ray Data cannot fuse the
+            # marking into the read tasks, and every column of every row goes through the object store between
+            # them (at 3M crawl rows ~3 GB written and read back). Fused, the runner's write joins the same task.
+            batch_args["batch_size"] = None
         return ds.map_batches(_mark, fn_kwargs={"stage": self, "lookup_ref": [map_ref]}, **batch_args)
 
     def _task_shuffle(self, sources: list[Any], band_task: Any) -> list[Any]:

@@ -5,7 +5,11 @@ checks): `signatures_numba` takes flat shingle hashes, `text_signatures_numba` s
 Arrow string column itself: it decodes each text's UTF-8, hashes its character n-grams and folds
 them into the signature in one pass per document, so no array of code points or shingle hashes is
 ever materialised (the stage uses this one). A third, `shared_keys_numba`, finds the LSH bucket keys
-that occur more than once (the reducers' step) without sorting them all.
+that occur more than once (the reducers' step) without sorting them all. Two more serve the map task
+of the shuffle: `band_keys_numba` hashes each band of a signature into its bucket key (bit-identical
+to `minhash_signature.band_keys`, whose numpy form copies the signatures to uint64 and makes six passes
+over them: as slow as the signatures themselves), and `split_by_partition_numba` puts the keys in
+reducer order with one counting sort instead of an argsort and two gathers.
 
 Why the arithmetic is written in uint32: every permutation is `a*x + b (mod 2^32)` and the
 minimum is taken over uint32 values, so the inner loop over the `num_perm` lanes compiles to 32-bit
@@ -40,6 +44,9 @@ def _compile() -> dict[str, Any]:
 
     u32 = np.uint32
     full = u32(0xFFFFFFFF)
+    u64 = np.uint64
+    band_mul, poly64 = u64(0x9E3779B97F4A7C15), u64(0x100000001B3)  # minhash_signature's _BAND_MUL, _POLY
+    fmix1, fmix2, s33 = u64(0xFF51AFD7ED558CCD), u64(0xC4CEB9FE1A85EC53), u64(33)
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
     def from_hashes(hashes: np.ndarray, bounds: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
@@ -154,7 +161,39 @@ def _compile() -> dict[str, Any]:
                         break
                     slot = (slot + 1) & mask
 
-    return {"from_hashes": from_hashes, "from_utf8": from_utf8, "shared": shared}
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    def bands(sig: np.ndarray, rows: int, out: np.ndarray) -> None:
+        # minhash_signature.band_keys, one key at a time: h = (j+1)*M; per row h = (h ^ v)*P; fmix64.
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                h = u64(j + 1) * band_mul
+                for k in range(rows):
+                    h = (h ^ u64(sig[i, j * rows + k])) * poly64
+                h ^= h >> s33
+                h *= fmix1
+                h ^= h >> s33
+                h *= fmix2
+                h ^= h >> s33
+                out[i, j] = h
+
+    @numba.njit(cache=True, nogil=True, boundscheck=False)
+    def split(keys: np.ndarray, text_rows: np.ndarray, k: int, out_keys: np.ndarray, out_rows: np.ndarray,
+              bounds: np.ndarray) -> None:
+        # keys is (texts, bands) flattened; a stable counting sort by key % k.
+        nb = keys.shape[0] // max(text_rows.shape[0], 1)
+        kk = u64(k)
+        for i in range(keys.shape[0]):
+            bounds[np.int64(keys[i] % kk) + 1] += 1
+        for p in range(k):
+            bounds[p + 1] += bounds[p]
+        fill = bounds[:-1].copy()
+        for i in range(keys.shape[0]):
+            q = np.int64(keys[i] % kk)
+            out_keys[fill[q]] = keys[i]
+            out_rows[fill[q]] = text_rows[i // nb]
+            fill[q] += 1
+
+    return {"from_hashes": from_hashes, "from_utf8": from_utf8, "shared": shared, "bands": bands, "split": split}
 
 
 def _kernel(name: str) -> Any:
@@ -200,3 +239,23 @@ def text_signatures_numba(arr: pa.Array, ngram: int, poly: np.uint32, a: np.ndar
     _kernel("from_utf8")(data, offsets, ngram, np.uint32(poly), np.ascontiguousarray(a, np.uint32),
                          np.ascontiguousarray(b, np.uint32), out)
     return out
+
+
+def band_keys_numba(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """`(n, bands)` uint64 bucket keys, bit-identical to `minhash_signature.band_keys` (its numpy form)."""
+    out = np.empty((signatures.shape[0], bands), np.uint64)
+    if len(out):
+        _kernel("bands")(np.ascontiguousarray(signatures, np.uint32), rows, out)
+    return out
+
+
+def split_by_partition_numba(keys: np.ndarray, text_rows: np.ndarray, k: int
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The `(texts, bands)` keys flattened, in reducer order (`key % k`, stable), each key's row in `text_rows`
+    order, and the `k + 1` bounds of each reducer's slice: what an argsort by partition and two gathers give."""
+    keys = np.ascontiguousarray(keys, np.uint64).ravel()
+    out_keys, out_rows = np.empty(len(keys), np.uint64), np.empty(len(keys), np.int64)
+    bounds = np.zeros(k + 1, np.int64)
+    if len(keys):
+        _kernel("split")(keys, np.ascontiguousarray(text_rows, np.int64), k, out_keys, out_rows, bounds)
+    return out_keys, out_rows, bounds

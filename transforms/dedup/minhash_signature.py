@@ -172,15 +172,21 @@ def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:
     return np.asarray((sig_a == sig_b).mean(axis=-1))
 
 
-def band_keys(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
+def band_keys(signatures: np.ndarray, bands: int, rows: int,
+              backend: Literal["auto", "numpy", "numba"] = "auto") -> np.ndarray:
     """`(n, bands)` uint64 bucket keys: band `i`'s `rows` values hashed together with `i`.
 
     The band index is folded into the key, so one key column identifies a (band, bucket) pair;
-    two different bands collide with probability 2^-64 per pair.
+    two different bands collide with probability 2^-64 per pair. With numba (the `fast` extra) one
+    kernel computes the same keys ~10x faster than the numpy passes below.
     """
     n, num_perm = signatures.shape
     if bands * rows > num_perm:
         raise ValueError(f"bands*rows = {bands * rows} exceeds num_perm = {num_perm}")
+    from transforms.dedup import minhash_numba
+
+    if backend == "numba" or (backend == "auto" and minhash_numba.available()):
+        return minhash_numba.band_keys_numba(signatures, bands, rows)
     block = signatures[:, : bands * rows].reshape(n, bands, rows).astype(np.uint64)
     h = np.broadcast_to((np.arange(bands, dtype=np.uint64) + np.uint64(1)) * _BAND_MUL, (n, bands)).copy()
     for j in range(rows):

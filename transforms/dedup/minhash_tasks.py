@@ -32,6 +32,7 @@ class MinHashDedup(Protocol):
 
     def band_rows(self, batch: pa.Table) -> pa.Table: ...
     def bucket_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]: ...
+    def content_band_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]: ...
     def signature_rows(self, batch: pa.Table, candidates: CandidateSet) -> pa.Table: ...
     def cluster(self, edges: pa.Table, signature_rows: pa.Table | None) -> pa.Table: ...
     def mark(self, batch: pa.Table, lookup: DuplicateLookup) -> pa.Table: ...
@@ -44,16 +45,28 @@ def _edges(group: pa.Table) -> pa.Table:
     return bucket_edges(group)
 
 
+def split_by_partition(keys: np.ndarray, text_rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(texts, bands)` keys flattened in reducer order (`key % k`, stable), each key's row, and the reducers'
+    `k + 1` bounds: one counting sort in numba (the `fast` extra), else a stable argsort and two gathers."""
+    from transforms.dedup import minhash_numba
+
+    if minhash_numba.available():
+        return minhash_numba.split_by_partition_numba(keys, text_rows, k)
+    flat = keys.ravel()
+    # A partition number of 16 bits or less lets numpy's stable argsort run as a radix sort (~4x faster than int32).
+    part = (flat % np.uint64(k)).astype(np.uint16 if k <= 1 << 16 else np.uint32)
+    order = np.argsort(part, kind="stable")
+    rows = np.repeat(text_rows, keys.shape[1] if keys.ndim == 2 else 1)
+    return flat[order], rows[order], np.searchsorted(part[order], np.arange(k + 1))
+
+
 def _band_partitions(block: pa.Table, stage: MinHashDedup) -> tuple[pa.Table, ...] | pa.Table:
     """The block's band rows (key, id), split by `key % shuffle_partitions` into one table per reducer."""
-    keys, rows = stage.bucket_keys(block)
+    keys, rows = stage.content_band_keys(block)
     k = stage.shuffle_partitions
-    # A partition number of 16 bits or less lets numpy's stable argsort run as a radix sort (~4x
-    # faster than on int32); the ids are gathered once, in partition order.
-    part = (keys % np.uint64(k)).astype(np.uint16 if k <= 1 << 16 else np.uint32)
-    order = np.argsort(part, kind="stable")
-    bands = pa.table({KEY: pa.array(keys[order]), ROW_ID: _string_ids(block).take(pa.array(rows[order]))})
-    bounds = np.searchsorted(part[order], np.arange(k + 1))
+    keys, rows, bounds = split_by_partition(keys, rows, k)
+    # the ids are gathered once, in partition order
+    bands = pa.table({KEY: pa.array(keys), ROW_ID: _string_ids(block).take(pa.array(rows))})
     out = tuple(bands.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
     return out if len(out) > 1 else out[0]
 
@@ -88,15 +101,13 @@ def _candidates(*edge_tables: pa.Table) -> np.ndarray:
     return CandidateSet.of_edges(edges).hashes if edges is not None else np.zeros(0, dtype=np.uint64)
 
 
-def _cluster(stage: MinHashDedup, n_edge_tables: int, *tables: pa.Table) -> pa.Table:
+def _cluster(stage: MinHashDedup, n_edge_tables: int, *tables: pa.Table) -> tuple[pa.Table, int]:
+    """The duplicate map and its length (two returns: the driver fetches the count alone, with no task of its own)."""
     edges = _concat(tables[:n_edge_tables])
     if edges is None:
-        return stage.cluster(pa.table({SRC: pa.array([], pa.string()), DST: pa.array([], pa.string())}), None)
-    return stage.cluster(edges, _concat(tables[n_edge_tables:]))
-
-
-def _num_rows(table: pa.Table) -> int:
-    return table.num_rows
+        edges = pa.table({SRC: pa.array([], pa.string()), DST: pa.array([], pa.string())})
+    duplicates = stage.cluster(edges, None if edges.num_rows == 0 else _concat(tables[n_edge_tables:]))
+    return duplicates, duplicates.num_rows
 
 
 _LOOKUPS: dict[str, CandidateSet | DuplicateLookup] = {}
