@@ -175,7 +175,7 @@ class MinHashDedup(GlobalStage):
         sig = self.signatures(batch.column(C.TEXT))
         return pa.table({ROW_ID: batch.column(C.ID).cast(pa.string()),
                          SIGNATURE: pa.FixedSizeBinaryArray.from_buffers(
-                             pa.binary(4 * self.num_perm), len(sig), [None, pa.py_buffer(sig.tobytes())])})
+                             pa.binary(4 * self.num_perm), len(sig), [None, pa.py_buffer(np.ascontiguousarray(sig))])})
 
     def cluster(self, edges: pa.Table, signature_rows: pa.Table | None) -> pa.Table:
         """Verify (when asked) and cluster candidate edges into `id -> duplicate_of`."""

@@ -60,7 +60,9 @@ def bucket_edges(rows: pa.Table) -> pa.Table:
     shared = np.flatnonzero(shared_keys(rows.column(KEY).to_numpy()))
     if not len(shared):
         return EDGE_SCHEMA.empty_table()
-    rows = rows.select([KEY, ROW_ID]).take(pa.array(shared))
+    # one contiguous array per column first: Arrow's take on a column of many chunks (one per map task) resolves the
+    # chunk of every index, and was the reducers' second-largest cost
+    rows = rows.select([KEY, ROW_ID]).combine_chunks().take(pa.array(shared))
     rows = rows.sort_by([(KEY, "ascending"), (ROW_ID, "ascending")])
     keys = rows.column(KEY).to_numpy()
     starts_here = np.empty(len(keys), dtype=bool)
@@ -199,6 +201,15 @@ def id_hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return series.hash(seed=0).to_numpy()
 
 
+def sorted_search(table: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """`np.searchsorted(table, query)`, the queries looked up in sorted order: random 64-bit hashes searched as they
+    come miss the cache at every step (on 2.9M crawl ids against 0.7M candidates 0.26 µs a query, 0.10 sorted)."""
+    order = np.argsort(query)
+    pos = np.empty(len(query), np.int64)
+    pos[order] = np.searchsorted(table, query[order])
+    return pos
+
+
 class CandidateSet:
     """Which rows are endpoints of a candidate edge, as sorted 64-bit hashes of their ids.
 
@@ -218,7 +229,7 @@ class CandidateSet:
         query = id_hashes(ids)
         if len(self.hashes) == 0:
             return pa.array(np.zeros(len(query), dtype=bool))
-        pos = np.minimum(np.searchsorted(self.hashes, query), len(self.hashes) - 1)
+        pos = np.minimum(sorted_search(self.hashes, query), len(self.hashes) - 1)
         return pa.array(self.hashes[pos] == query)
 
     def __len__(self) -> int:
@@ -255,7 +266,7 @@ class DuplicateLookup:
         if self.hash_collision:
             return self.reps.take(pc.index_in(ids, value_set=self.ids))
         query = id_hashes(ids)
-        pos = np.minimum(np.searchsorted(self.hashes, query), len(self.hashes) - 1)
+        pos = np.minimum(sorted_search(self.hashes, query), len(self.hashes) - 1)
         maybe = np.flatnonzero(self.hashes[pos] == query)
         found = pc.equal(ids.take(pa.array(maybe)), self.ids.take(pa.array(pos[maybe]))).to_numpy(zero_copy_only=False)
         take = np.full(len(query), -1, np.int64)
