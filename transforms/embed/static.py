@@ -158,6 +158,8 @@ def token_outputs(f: E5File, ids: np.ndarray, batch_size: int = 1024) -> np.ndar
                 part = torch.from_numpy(np.asarray(ids[a:a + batch_size], dtype=np.int64))
                 tok = torch.stack([torch.full_like(part, f.bos), part, torch.full_like(part, f.eos)], dim=1)
                 out[a:a + len(part)] = module(tok, torch.ones(tok.shape, dtype=torch.bool)).numpy()
+                if len(ids) >= 20 * batch_size and (a // batch_size) % max(1, len(ids) // batch_size // 10) == 0:
+                    log.info("static tier: %d of %d tokens distilled", a + len(part), len(ids))
     finally:
         torch.set_float32_matmul_precision(precision)
     return out
@@ -177,7 +179,8 @@ def post_process(outputs: np.ndarray, ids: np.ndarray, vocab: int, dims: int, si
     x = outputs.astype(np.float64)
     if dims < min(x.shape):
         x = PCA(n_components=dims, svd_solver="full").fit_transform(x)
-    return (x * zipf_sif_weights(ids, vocab, sif_coefficient)[:, None]).astype(np.float32)
+    # C order: PCA hands back a Fortran-ordered array, and a sparse product with one copies it every call
+    return np.ascontiguousarray(x * zipf_sif_weights(ids, vocab, sif_coefficient)[:, None], dtype=np.float32)
 
 
 def distil(config: StaticDistillation) -> StaticTable:
@@ -201,7 +204,7 @@ def load_table(config: StaticDistillation, directory: str | Path | None = None) 
     path = Path(directory or cache_dir()) / f"e5-static-{key}.npz"
     if path.exists():
         with np.load(path) as z:
-            table = StaticTable(ids=z["ids"], vectors=z["vectors"], vocab=f.vocab, key=key)
+            table = StaticTable(ids=z["ids"], vectors=np.ascontiguousarray(z["vectors"]), vocab=f.vocab, key=key)
     else:
         log.info("static tier: distilling %d tokens of %s (once; cached in %s)", len(ids), config.model, path.parent)
         table = distil(config)

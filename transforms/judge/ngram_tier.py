@@ -42,9 +42,16 @@ class NgramTier(BaseModel):
     C: float = Field(1.0, gt=0, description="Inverse L2 regularisation of the logistic regression.")
     max_recall_loss: float = Field(0.005, ge=0, lt=1, description="Out-of-fold recall the cascade may lose "
                                    "against the embedder's judge alone (0.005: at most one positive in 200).")
+    repeats: int | None = Field(None, ge=1, description="Fold splits the out-of-fold cut is set over: a seed's "
+                                "out-of-fold score is its lowest under any of them, so one lucky split cannot "
+                                "place the cut (null: 1 for char_ngrams, 5 for static_e5; docs/front_half.md, "
+                                "'Static first tier').")
     static: StaticDistillation | None = Field(None, description="static_e5: how the weights are distilled "
                                               "(null: the bundled multilingual-e5-small, 256 PCA dimensions, "
                                               "SIF 1e-4, the whole vocabulary).")
+
+    def fold_repeats(self) -> int:
+        return self.repeats or (5 if self.features == "static_e5" else 1)
 
     def distillation(self) -> StaticDistillation:
         return self.static or StaticDistillation()
@@ -61,8 +68,8 @@ class FittedTier(BaseModel):
 
     def key(self) -> str:
         # the n-gram tier's key stays what it was before `features` existed
-        config = self.config.model_dump(mode="json", exclude={"features", "static"} if self.config.features ==
-                                        "char_ngrams" else None)
+        plain = self.config.features == "char_ngrams" and self.config.fold_repeats() == 1
+        config = self.config.model_dump(mode="json", exclude={"features", "static", "repeats"} if plain else None)
         ident = json.dumps([config, self.intercept, self.threshold,
                             hashlib.sha256(np.asarray(self.coef, np.float64).tobytes()).hexdigest()]
                            + ([self.cv.get("static_table")] if self.config.features == "static_e5" else []))
@@ -93,7 +100,8 @@ def features(config: NgramTier, texts: Sequence[str]) -> Any:
 def fit_tier(config: NgramTier, windows: Sequence[str], views: Sequence[str], owner: np.ndarray, labels: np.ndarray,
              judge_oof: np.ndarray, judge_threshold: float, *, folds: int, seed: int) -> FittedTier:
     """Fit on the seeds' windows and views (labelled as their row); the threshold is the highest out-of-fold
-    tier score at which the cascade keeps all but `max_recall_loss` of the positives the judge keeps."""
+    tier score at which the cascade keeps all but `max_recall_loss` of the positives the judge keeps (a seed's
+    out-of-fold score: the lowest over `repeats` fold splits and over its views)."""
     from scipy import sparse
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
@@ -107,20 +115,22 @@ def fit_tier(config: NgramTier, windows: Sequence[str], views: Sequence[str], ow
         stack = np.vstack if isinstance(x, np.ndarray) else (lambda parts: sparse.vstack(parts).tocsr())
         return model.fit(stack([x[rows], xv[extra]]), np.concatenate([y[rows], y[owner[extra]]]))
 
-    oof = np.zeros(len(y))
-    for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y):
-        model = fit(train)
-        oof[test] = model.predict_proba(x[test])[:, 1]
-        held = np.isin(owner, test)
-        if held.any():
-            np.minimum.at(oof, owner[held], model.predict_proba(xv[held])[:, 1])
+    oof = np.ones(len(y))
+    for repeat in range(config.fold_repeats()):  # a seed's out-of-fold score: its lowest over the fold splits
+        split = StratifiedKFold(folds, shuffle=True, random_state=seed + repeat).split(np.zeros(len(y)), y)
+        for train, test in split:
+            model = fit(train)
+            oof[test] = np.minimum(oof[test], model.predict_proba(x[test])[:, 1])
+            held = np.isin(owner, test)
+            if held.any():
+                np.minimum.at(oof, owner[held], model.predict_proba(xv[held])[:, 1])
     kept_by_judge = y & (np.asarray(judge_oof) >= judge_threshold)
     alone = kept_by_judge.sum() / max(int(y.sum()), 1)
     threshold = cascade_threshold(oof, y, kept_by_judge, config.max_recall_loss)
     final = fit(np.arange(len(y)))
     cascade = kept_by_judge & (oof >= threshold)
     cv: dict[str, Any] = {
-        "threshold": threshold, "recall_judge_alone": float(alone),
+        "threshold": threshold, "fold_repeats": config.fold_repeats(), "recall_judge_alone": float(alone),
         "recall_cascade": float(cascade.sum() / max(int(y.sum()), 1)),
         "negatives_passing_tier": float((oof[~y] >= threshold).mean()) if (~y).any() else None,
         "positives_passing_tier": float((oof[y] >= threshold).mean()) if y.any() else None}
