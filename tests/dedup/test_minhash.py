@@ -485,3 +485,35 @@ def test_lake_partition_path_equals_process_table(ray_local, kin_questions: list
     assert got.column(C.DUPLICATE_OF).to_pylist() == expected.column(C.DUPLICATE_OF).to_pylist()
     assert got.column(C.DROP_REASON).to_pylist() == expected.column(C.DROP_REASON).to_pylist()
     assert table.num_rows - expected.column(C.DUPLICATE_OF).null_count >= 250
+
+
+@pytest.mark.ray
+def test_lake_partition_path_equals_process_table_on_real_crawl_rows(ray_local, tmp_path: Path) -> None:
+    """The runner's path on real crawl rows (the bundled crawl sample, 4,600 rows with its own exact and near copies,
+    cut into 10 lake partitions): the same `duplicate_of` and reason for every row as `process_table` and as the
+    plain-Python definition, with the marking fused into the partitions' read tasks."""
+    import pyarrow.parquet as pq
+
+    from transforms.core.planning import plan_partitions, read_partitions
+
+    sample = Path(__file__).resolve().parents[2] / "lake" / "samples" / "ko_crawl_sample.jsonl"
+    with open(sample, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    table = pa.table({C.ID: [r["id"] for r in rows], C.TEXT: [r.get("text") for r in rows]})
+    for i, start in enumerate(range(0, table.num_rows, 1_000)):
+        pq.write_table(table.slice(start, 1_000), tmp_path / f"part-{i}.parquet", row_group_size=250)
+    parts = plan_partitions(sorted(tmp_path.glob("*.parquet")), 500)
+    assert len(parts) >= 10
+    stage = MinHashDedup(threshold=0.7, shuffle_partitions=4, local_max_rows=0)
+    expected = stage(table).sort_by(C.ID)
+    got = pa.concat_tables(ray_local.get(stage.run_partitions(read_partitions(parts, tracked=False), parts)
+                                         .to_arrow_refs())).sort_by(C.ID)
+    assert got.column(C.ID).to_pylist() == expected.column(C.ID).to_pylist()
+    assert got.column(C.DUPLICATE_OF).to_pylist() == expected.column(C.DUPLICATE_OF).to_pylist()
+    assert got.column(C.DROP_REASON).to_pylist() == expected.column(C.DROP_REASON).to_pylist()
+    reference = _reference_duplicate_of(stage, table.column(C.ID).to_pylist(), table.column(C.TEXT).to_pylist())
+    dropped = got.filter(got.column(C.DUPLICATE_OF).is_valid())
+    assert dict(zip(dropped.column(C.ID).to_pylist(), dropped.column(C.DUPLICATE_OF).to_pylist(), strict=True)) \
+        == reference
+    assert len(reference) > 500  # the sample's own copies
+
