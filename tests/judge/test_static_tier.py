@@ -50,6 +50,17 @@ def fitted(distillation, tmp_path_factory):
     return train(judge_of(distillation), tmp_path_factory.mktemp("emb"))
 
 
+class OneVectorPerText:
+    def __init__(self, embedder):
+        self.embedder, self.seen = embedder, {}
+
+    def encode(self, texts):
+        new = [t for t in dict.fromkeys(texts) if t not in self.seen]
+        if new:
+            self.seen.update(zip(new, self.embedder.encode(new), strict=True))
+        return np.stack([self.seen[t] for t in texts])
+
+
 def tier_passes(fitted, texts):
     """Which texts the tier sends on to the embedder (the minimum over the judge's views, as the judge reads)."""
     tier = fitted.first_tier
@@ -128,6 +139,7 @@ def test_the_fitted_tier_keeps_the_judges_out_of_fold_recall(fitted):
     assert cv["recall_cascade"] >= cv["recall_judge_alone"] - fitted.first_tier.config.max_recall_loss - 1e-9
     assert cv["recall_judge_alone"] == pytest.approx(fitted.cv["recall"])
     assert cv["static_table"] == load_table(fitted.first_tier.config.distillation()).key
+    assert cv["fold_repeats"] == 5  # static_e5's default: the cut is the lowest any of 5 fold splits gives
     assert cv["negatives_passing_tier"] < 0.8  # the tier does cut seed negatives (measured 0.47)
 
 
@@ -147,13 +159,15 @@ def test_the_tier_spares_crawl_rows_and_keeps_held_out_positives(fitted, distill
 
 
 def test_the_cascade_never_passes_a_row_the_judge_rejects(fitted, distillation, crawl):
-    """Over the crawl rows (every 15th, ~260): a cascade score is the judge's own score or 0, never more."""
+    """Over the crawl rows (every 15th, ~260): a cascade score is the judge's own score or 0, never more. Both
+    read one vector per text (e5 batched differently may differ in the last digits); the dot products with the
+    judge's weights, batched differently, may still differ in the last bit (measured: < 1e-15)."""
     texts = crawl[::15]
-    embedder = embedder_for(judge_of(distillation), None)
+    embedder = OneVectorPerText(embedder_for(judge_of(distillation), None))
     cascade = fitted.score_texts(texts, embedder, lazy_below=fitted.threshold)
     alone = fitted.model_copy(update={"first_tier": None}).score_texts(texts, embedder, lazy_below=fitted.threshold)
     through = tier_passes(fitted, texts)
     assert np.all(cascade[~through] == 0.0)
-    assert np.array_equal(cascade[through], alone[through])
-    assert not np.any((cascade >= fitted.threshold) & (alone < fitted.threshold))
+    assert np.allclose(cascade[through], alone[through], rtol=0, atol=1e-12)
+    assert not np.any((cascade >= fitted.threshold) & (alone < fitted.threshold - 1e-12))
     assert (~through).any()

@@ -20,8 +20,9 @@ e5-torch's encoder built from that file (transforms/embed/e5_torch.py), float32 
 A text's static vector: the mean of the rows of its content tokens (e5's tokenizer, no "query: " prefix, no
 <s> </s>), L2-normalised; a text none of whose tokens has a row gets a zero vector (`encode` says which).
 
-Cost: the whole vocabulary (250,002 tokens) is one forward pass of three positions per token, ~660 tokens a
-second on two cores of an AMD EPYC (~6.5 minutes), once per weights file and settings: the table is cached
+Cost: the whole vocabulary (250,002 tokens) is one forward pass of three positions per token: ~660 tokens a
+second on two idle cores of an AMD EPYC (~6.5 minutes; measured 2026-11-29 under a load average of 10-35 from
+other work: 995 CPU-s, 45 minutes of wall time), once per weights file and settings: the table (258 MB) is cached
 under `$PIQAFORGE_STATIC_CACHE`, else `<repo>/.cache/static`, as `e5-static-<key>.npz`, the key being the sha256
 of the weights file, the settings and (with `vocabulary: corpus`) the token ids distilled. `vocabulary: corpus`
 distils only the tokens seen in the `corpus` files (the bundled ko-piqa seeds, held-out labels and crawl sample

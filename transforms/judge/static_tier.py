@@ -3,7 +3,8 @@
 The tier itself is the n-gram tier's (transforms/judge/ngram_tier.py, `features: static_e5`): the same logistic
 regression on the judge's own seeds and views, the same out-of-fold cut (the highest at which the cascade keeps
 all but `max_recall_loss` of the positives the e5 judge alone keeps out of fold), the same minimum over the
-judge's views; only the features differ: a text's static vector, the SIF-weighted mean of its tokens' rows of
+judge's views (its cut set over 5 fold splits by default, `repeats`); only the features differ: a text's
+static vector, the SIF-weighted mean of its tokens' rows of
 the distilled table (Model2Vec's method on the bundled weights, no download). Where the n-gram tier sees
 characters, this one sees what e5 makes of each token on its own, in the same tokenisation the judge embeds.
 
