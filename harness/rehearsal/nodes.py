@@ -235,21 +235,7 @@ def start_server(cluster: Cluster, venv: Path, model: str, served: dict[str, Any
            # the stand-in is a base model without a chat template: render as the in-process engines do
            "--chat-template", str(REPO / "cluster" / "rehearsal" / "plain_chat_template.jinja")]
     say(f"vLLM OpenAI server (CPU build) on 127.0.0.1:{port}: {model}")
-    proc = _start(cmd, env, logs / "vllm-server.log", cluster)
-    import httpx
-
-    deadline = time.time() + 600
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            raise RehearsalError(f"the vLLM server did not start (see {logs / 'vllm-server.log'})")
-        time.sleep(3)
-    cluster.server_url = f"http://127.0.0.1:{port}/v1"
-    return cluster.server_url
+    return _serve(cluster, cmd, env, port, logs / "vllm-server.log", "the vLLM server", timeout=600)
 
 
 def start_llama_server(cluster: Cluster, venv: Path, model: str, served: dict[str, Any], logs: Path) -> str:
@@ -261,10 +247,16 @@ def start_llama_server(cluster: Cluster, venv: Path, model: str, served: dict[st
     cmd = [str(venv / "bin" / "python"), "-m", "harness.rehearsal.llama_server", "--model", model,
            "--port", str(port), "--threads", str(opts.get("threads", 1)), "--ctx-size", str(opts.get("ctx_size", 4096))]
     say(f"llama.cpp's OpenAI-compatible server (xllamacpp) on 127.0.0.1:{port}: {model}")
-    proc = _start(cmd, env, logs / "llama-server.log", cluster)
+    return _serve(cluster, cmd, env, port, logs / "llama-server.log", "llama.cpp's server", timeout=180)
+
+
+def _serve(cluster: Cluster, cmd: list[str], env: dict[str, str], port: int, log: Path, what: str,
+           timeout: float) -> str:
+    """Start an OpenAI-compatible server and wait until it lists its models; its URL becomes the cluster's."""
+    proc = _start(cmd, env, log, cluster)
     import httpx
 
-    deadline = time.time() + 180
+    deadline = time.time() + timeout
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200:
@@ -272,7 +264,7 @@ def start_llama_server(cluster: Cluster, venv: Path, model: str, served: dict[st
         except httpx.HTTPError:
             pass
         if proc.poll() is not None or time.time() > deadline:
-            raise RehearsalError(f"llama.cpp's server did not start (see {logs / 'llama-server.log'})")
+            raise RehearsalError(f"{what} did not start (see {log})")
         time.sleep(1)
     cluster.server_url = f"http://127.0.0.1:{port}/v1"
     return cluster.server_url
