@@ -5,10 +5,11 @@
 
 The phases of `MinHashDedup.run_dataset` (shuffle "tasks") are called directly, in this one
 process, with the stage's own functions and no Ray: the map task `_band_partitions` on every block
-(signatures -> band keys -> K partitions), the K reducers `_reduce_edges`, the candidate set
-`CandidateSet` (8-byte id hashes of the edge endpoints, held by each signature worker), `signature_rows` per block, the single
-clustering task `_cluster` (also split into its steps: unique edges, signature views, verification,
-union-find), the marking workers' `DuplicateLookup(duplicate map)` and `mark` on one batch.
+(signatures -> band keys -> K partitions of (key, ref) pairs), the K reducers `_reduce_buckets` (the rows of
+shared buckets), `_candidates` (each block's candidate rows, 8 bytes a candidate), `_candidate_rows` per block
+(ref, id, signature of those rows), the single clustering task `_cluster` (also split into its steps: candidate
+views, id ranks, star edges, verification, union-find), the marking workers' `DuplicateLookup(duplicate map)` and
+`mark` on one batch.
 
 Input: benchmarks/common.build_crawl (real Korean questions, 10% near-duplicates, 3% exact copies),
 exact copies removed first (keep the smallest id per text) because exact dedup runs before MinHash
@@ -19,7 +20,7 @@ Memory of a phase = peak above the baseline taken just before it (after gc, Arro
 release_unused and malloc_trim): a thread samples this process's RSS and
 `pyarrow.total_allocated_bytes()` every 5 ms; `peak` is the larger of the two deltas. Outputs are
 sized with Arrow `nbytes` (what goes to the object store). In Ray the inputs of a task (blocks, band
-rows, edges) sit in the object store, mapped into the worker, so a task's footprint is
+rows, bucket rows, candidate rows) sit in the object store, mapped into the worker, so a task's footprint is
 input nbytes + its peak. Per-unit figures are printed side by side for each size to check that they
 are linear; the JSON (benchmarks/results/minhash-memory.json) also has the 100M extrapolation.
 """
@@ -47,21 +48,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import build_crawl  # noqa: E402
-from transforms.dedup.minhash import SIGNATURE, MinHashDedup  # noqa: E402
+from transforms.dedup.minhash import MinHashDedup  # noqa: E402
 from transforms.dedup.minhash_cluster import (  # noqa: E402
-    ROW_ID,
-    CandidateSet,
+    CandidateRows,
     DuplicateLookup,
-    SignatureChunks,
-    cluster_duplicates,
-    unique_edges,
+    id_ranks,
+    sorted_search,
+    star_edges,
+    union_find_min,
     verify_edges,
 )
 from transforms.dedup.minhash_tasks import (  # noqa: E402
+    Buckets,
     _band_partitions,
+    _candidate_rows,
     _candidates,
     _cluster,
-    _reduce_edges,
+    _reduce_buckets,
 )
 
 MiB = 2**20
@@ -175,16 +178,19 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                                "output_nbytes": sig.nbytes, "seconds": p.seconds}
     del sig
 
-    # 2. map tasks: band rows of each block, split into K partitions.
-    parts: list[tuple[pa.Table, ...]] = []
+    # 2. map tasks: band rows (key, ref) of each block, split into K partitions.
+    def nbytes(b: Buckets) -> int:
+        return int(b[0].nbytes + b[1].nbytes)
+
+    parts: list[tuple[Buckets, ...]] = []
     map_peaks, map_secs = [], 0.0
-    for block in blocks:
-        res, p = measure(_band_partitions, block, stage)
-        parts.append(res if isinstance(res, tuple) else (res,))
+    for i, block in enumerate(blocks):
+        res, p = measure(_band_partitions, block, stage, i)
+        parts.append(res if k > 1 else (res,))
         map_peaks.append((p.peak / block.num_rows, p.peak, block.num_rows))
         map_secs += p.seconds
-    band_nbytes = sum(t.nbytes for ps in parts for t in ps)
-    band_count = sum(t.num_rows for ps in parts for t in ps)
+    band_nbytes = sum(nbytes(t) for ps in parts for t in ps)
+    band_count = sum(len(t[0]) for ps in parts for t in ps)
     # Per block row over the full-size blocks (the last, short block carries the fixed costs alone).
     full = [m for m in map_peaks if m[2] == args.rows_per_block] or map_peaks
     out["map"] = {"band_rows": band_count, "band_nbytes": band_nbytes, "peak_max": max(m[1] for m in map_peaks),
@@ -192,67 +198,73 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                   "peak_per_block_row_median": float(np.median([m[0] for m in full])), "seconds": map_secs}
     print(f"  map: {band_count:,} band rows, {band_nbytes / MiB:,.0f} MiB, {map_secs:.0f}s", flush=True)
 
-    # 3. reducers: partition i of every block -> star edges of shared buckets.
-    edge_tables, reducers = [], []
+    # 3. reducers: partition i of every block -> the rows of its shared buckets, sorted by key.
+    buckets, reducers = [], []
     for i in range(k):
         inputs = [ps[i] for ps in parts]
-        res, p = measure(_reduce_edges, *inputs)
-        edge_tables.append(res)
-        reducers.append({"band_rows": sum(t.num_rows for t in inputs), "input_nbytes": sum(t.nbytes for t in inputs),
-                         "peak": p.peak, "rss": p.rss, "arrow": p.arrow, "edges": res.num_rows,
-                         "output_nbytes": res.nbytes, "seconds": p.seconds})
+        res, p = measure(_reduce_buckets, *inputs)
+        buckets.append(res)
+        reducers.append({"band_rows": sum(len(t[0]) for t in inputs), "input_nbytes": sum(nbytes(t) for t in inputs),
+                         "peak": p.peak, "rss": p.rss, "arrow": p.arrow, "bucket_rows": len(res[0]),
+                         "output_nbytes": nbytes(res), "seconds": p.seconds})
     del parts
     out["reducers"] = reducers
-    edges_in = sum(r["edges"] for r in reducers)
-    print(f"  reduce: {edges_in:,} edges, {sum(r['seconds'] for r in reducers):.0f}s", flush=True)
+    bucket_rows = sum(r["bucket_rows"] for r in reducers)
+    print(f"  reduce: {bucket_rows:,} rows of shared buckets, {sum(r['seconds'] for r in reducers):.0f}s", flush=True)
 
-    # 4. the candidate set every signature worker builds (edge endpoints).
-    hashes, p0 = measure(_candidates, *edge_tables)  # the one task that builds it
-    cand, p = measure(CandidateSet, hashes)  # what each signature worker holds
-    out["candidate_lookup"] = {"candidates": len(cand), "peak": p.peak, "retained": p.retained_rss,
-                               "numpy_nbytes": int(cand.hashes.nbytes), "build_task_peak": p0.peak,
-                               "seconds": p.seconds}
-    del hashes
+    # 4. each block's candidate rows (the refs in shared buckets), one task for all.
+    per_block, p = measure(_candidates, len(blocks), *buckets)
+    per_block = per_block if len(blocks) > 1 else (per_block,)
+    cands = sum(len(r) for r in per_block)
+    out["candidates"] = {"candidates": cands, "peak": p.peak, "output_nbytes": sum(int(r.nbytes) for r in per_block),
+                         "seconds": p.seconds}
 
-    # 5. signature rows of the candidates, one task per block.
-    sig_tables, sig_peaks = [], []
-    for block in blocks:
-        res, p = measure(stage.signature_rows, block, cand)
-        sig_tables.append(res)
-        sig_peaks.append((p.peak / block.num_rows, p.peak, block.num_rows))
-    del cand
-    sig_rows = sum(t.num_rows for t in sig_tables)
-    out["signature_rows"] = {"rows": sig_rows, "output_nbytes": sum(t.nbytes for t in sig_tables),
-                             "peak_per_block_row_max": max(sig_peaks)[0], "peak_max": max(sig_peaks)[1]}
+    # 5. ref, id and signature of the candidates, one task per block.
+    cand_tables, cand_peaks = [], []
+    for i, (block, rows_of) in enumerate(zip(blocks, per_block, strict=True)):
+        res, p = measure(_candidate_rows, block, stage, i, rows_of)
+        cand_tables.append(res)
+        cand_peaks.append((p.peak / block.num_rows, p.peak, block.num_rows))
+    out["candidate_rows"] = {"rows": cands, "output_nbytes": sum(t.nbytes for t in cand_tables),
+                             "peak_per_block_row_max": max(cand_peaks)[0], "peak_max": max(cand_peaks)[1]}
 
-    # 6. the clustering task: verify + union-find over all edges (inputs: K edge tables, B signature tables).
-    dup_map, p = measure(_cluster, stage, len(edge_tables), *edge_tables, *sig_tables)
-    out["cluster"] = {"edges_in": edges_in, "edges_nbytes": sum(t.nbytes for t in edge_tables),
-                      "candidates": sig_rows, "signatures_nbytes": out["signature_rows"]["output_nbytes"],
+    # 6. the clustering task: ranks, stars, verification and union-find (inputs: K bucket parts, B candidate tables).
+    (dup_map, _), p = measure(_cluster, stage, len(buckets), True, *buckets, *cand_tables)
+    out["cluster"] = {"bucket_rows": bucket_rows, "buckets_nbytes": sum(nbytes(b) for b in buckets),
+                      "candidates": cands, "candidate_rows_nbytes": out["candidate_rows"]["output_nbytes"],
                       "peak": p.peak, "rss": p.rss, "arrow": p.arrow, "dropped": dup_map.num_rows,
                       "output_nbytes": dup_map.nbytes, "seconds": p.seconds}
     print(f"  cluster: {dup_map.num_rows:,} near-duplicates, {p.seconds:.1f}s", flush=True)
-    # ... and its steps, each measured on its own (same code as MinHashDedup.cluster).
-    edges = pa.concat_tables(edge_tables)
-    sig_table = pa.concat_tables(sig_tables)
-    uniq, p1 = measure(unique_edges, edges)
+    # ... and its steps, each measured on its own (the same code as minhash_cluster.cluster_buckets).
+    keys = np.concatenate([b[0] for b in buckets])
+    refs = np.concatenate([b[1] for b in buckets])
+    candidates, p1 = measure(CandidateRows.of_tables, cand_tables, stage.num_perm, True)
+    (rank, row_of_rank), p2 = measure(id_ranks, candidates.ids)
 
-    def signature_matrix(sig_table: pa.Table) -> tuple[pa.Array, SignatureChunks]:
-        # as MinHashDedup.cluster: one zero-copy view per block's signature table, no concatenation
-        return sig_table.column(ROW_ID).combine_chunks(), SignatureChunks.of_column(sig_table.column(SIGNATURE),
-                                                                                     stage.num_perm)
+    def stars(keys: np.ndarray, refs: np.ndarray, cand_refs: np.ndarray, rank: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        return star_edges(keys, rank[sorted_search(cand_refs, refs)])
 
-    (ids, matrix), p2 = measure(signature_matrix, sig_table)
-    verified, p3 = measure(verify_edges, uniq, ids, matrix, stage.threshold)
-    dup2, p4 = measure(cluster_duplicates, verified)
-    assert dup2.num_rows == dup_map.num_rows
+    (u, v), p3 = measure(stars, keys, refs, candidates.refs, rank)
+    assert candidates.signatures is not None
+    keep, p4 = measure(verify_edges, row_of_rank[u], row_of_rank[v], candidates.signatures, stage.threshold)
+    u, v = u[keep], v[keep]
+
+    def union_find(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        nodes = np.unique(np.concatenate([u, v]))
+        root = union_find_min(np.searchsorted(nodes, u), np.searchsorted(nodes, v), len(nodes))
+        return np.flatnonzero(root != np.arange(len(nodes)))
+
+    dropped, p5 = measure(union_find, u, v)
+    assert len(dropped) == dup_map.num_rows
     out["cluster_steps"] = {
-        "unique_edges": {"edges_in": edges.num_rows, "edges_out": uniq.num_rows, "peak": p1.peak},
-        "signature_concat": {"candidates": len(ids), "peak": p2.peak},
-        "verify": {"edges_in": uniq.num_rows, "edges_out": verified.num_rows, "peak": p3.peak},
-        "union_find": {"edges_in": verified.num_rows, "dropped": dup2.num_rows, "peak": p4.peak},
+        "candidate_views": {"candidates": len(candidates), "peak": p1.peak},
+        "id_ranks": {"candidates": len(candidates), "peak": p2.peak},
+        "star_edges": {"bucket_rows": len(keys), "edges_out": len(keep), "peak": p3.peak},
+        "verify": {"edges_in": len(keep), "edges_out": int(keep.sum()), "peak": p4.peak},
+        "union_find": {"edges_in": int(keep.sum()), "dropped": len(dropped), "peak": p5.peak},
     }
-    del edges, sig_table, uniq, ids, matrix, verified, dup2, edge_tables, sig_tables
+    del keys, refs, candidates, rank, row_of_rank, u, v, keep, buckets, cand_tables
 
     # 7. marking: each worker builds the lookup of the duplicate map once, then marks batches.
     lookup, p = measure(DuplicateLookup, dup_map)
@@ -284,21 +296,23 @@ def per_unit(r: dict[str, Any]) -> dict[str, float]:
         "band_row_nbytes": r["map"]["band_nbytes"] / r["map"]["band_rows"],
         "reducer_input_per_band_row": red["input_nbytes"] / red["band_rows"],
         "reducer_peak_per_band_row": red["peak"] / red["band_rows"],
-        "edges_per_row": c["edges_in"] / r["rows"],
-        "edges_per_dropped": c["edges_in"] / dropped,
-        "edge_nbytes": c["edges_nbytes"] / c["edges_in"],
+        "bucket_rows_per_row": c["bucket_rows"] / r["rows"],
+        "bucket_rows_per_dropped": c["bucket_rows"] / dropped,
+        "bucket_row_nbytes": c["buckets_nbytes"] / c["bucket_rows"],
         "candidates_per_dropped": c["candidates"] / dropped,
         "dropped_per_row": dropped / r["rows"],
-        "candidate_lookup_peak_per_candidate": r["candidate_lookup"]["peak"] / r["candidate_lookup"]["candidates"],
-        "candidate_lookup_retained_per_candidate":
-            r["candidate_lookup"]["retained"] / r["candidate_lookup"]["candidates"],
-        "signature_row_nbytes": c["signatures_nbytes"] / c["candidates"],
-        "signature_rows_peak_per_block_row": r["signature_rows"]["peak_per_block_row_max"],
+        "candidate_refs_nbytes_per_candidate": r["candidates"]["output_nbytes"] / r["candidates"]["candidates"],
+        "candidates_task_peak_per_bucket_row": r["candidates"]["peak"] / c["bucket_rows"],
+        "candidate_row_nbytes": c["candidate_rows_nbytes"] / c["candidates"],
+        "candidate_rows_peak_per_block_row": r["candidate_rows"]["peak_per_block_row_max"],
+        "unique_edges_per_dropped": steps["star_edges"]["edges_out"] / dropped,
+        "verified_edges_per_dropped": steps["verify"]["edges_out"] / dropped,
         "cluster_peak_per_dropped": c["peak"] / dropped,
-        "cluster_peak_per_edge": c["peak"] / c["edges_in"],
-        "cluster_total_per_dropped": (c["peak"] + c["edges_nbytes"] + c["signatures_nbytes"]) / dropped,
-        "unique_edges_peak_per_edge": steps["unique_edges"]["peak"] / steps["unique_edges"]["edges_in"],
-        "signature_concat_peak_per_candidate": steps["signature_concat"]["peak"] / steps["signature_concat"]["candidates"],
+        "cluster_peak_per_bucket_row": c["peak"] / c["bucket_rows"],
+        "cluster_total_per_dropped": (c["peak"] + c["buckets_nbytes"] + c["candidate_rows_nbytes"]) / dropped,
+        "candidate_views_peak_per_candidate": steps["candidate_views"]["peak"] / steps["candidate_views"]["candidates"],
+        "id_ranks_peak_per_candidate": steps["id_ranks"]["peak"] / steps["id_ranks"]["candidates"],
+        "star_edges_peak_per_bucket_row": steps["star_edges"]["peak"] / steps["star_edges"]["bucket_rows"],
         "verify_peak_per_unique_edge": steps["verify"]["peak"] / steps["verify"]["edges_in"],
         "union_find_peak_per_verified_edge": steps["union_find"]["peak"] / steps["union_find"]["edges_in"],
         "dup_map_nbytes_per_dropped": c["output_nbytes"] / dropped,
@@ -312,22 +326,22 @@ def extrapolate(u: dict[str, float], rows: float, bands: int, rows_per_block: in
                 partitions: list[int]) -> dict[str, Any]:
     """Memory at `rows` rows (after exact dedup) from the measured per-unit costs, same duplicate rate."""
     dropped = rows * u["dropped_per_row"]
-    edges = dropped * u["edges_per_dropped"]
+    bucket_rows = dropped * u["bucket_rows_per_dropped"]
     cands = dropped * u["candidates_per_dropped"]
     band_rows = rows * bands
     blocks = int(np.ceil(rows / rows_per_block))
     return {
-        "rows": rows, "dropped": dropped, "edges": edges, "candidates": cands, "band_rows": band_rows,
+        "rows": rows, "dropped": dropped, "bucket_rows": bucket_rows, "candidates": cands, "band_rows": band_rows,
         "blocks": blocks,
         "input_bytes": rows * u["input_per_row"],
         "map_task_bytes": rows_per_block * (u["input_per_row"] + u["map_peak_per_block_row"]),
         "band_rows_bytes": band_rows * u["band_row_nbytes"],
         "reducer_bytes": {str(k): band_rows / k * (u["reducer_input_per_band_row"] + u["reducer_peak_per_band_row"])
                           for k in partitions},
-        "candidate_lookup_bytes": cands * u["candidate_lookup_retained_per_candidate"],
-        "candidate_lookup_peak_bytes": cands * u["candidate_lookup_peak_per_candidate"],
-        "edges_bytes": edges * u["edge_nbytes"],
-        "signature_rows_bytes": cands * u["signature_row_nbytes"],
+        "candidate_refs_bytes": cands * u["candidate_refs_nbytes_per_candidate"],
+        "candidates_task_bytes": bucket_rows * (u["bucket_row_nbytes"] + u["candidates_task_peak_per_bucket_row"]),
+        "bucket_rows_bytes": bucket_rows * u["bucket_row_nbytes"],
+        "candidate_rows_bytes": cands * u["candidate_row_nbytes"],
         "cluster_task_bytes": dropped * u["cluster_total_per_dropped"],
         "dup_lookup_bytes": dropped * u["dup_lookup_retained_per_dropped"],
         "dup_lookup_peak_bytes": dropped * u["dup_lookup_peak_per_dropped"],
@@ -368,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         line = (f"  {r['rows']:,} rows: largest reducer {max(x['band_rows'] for x in red):,} band rows, "
                 f"input {max(x['input_nbytes'] for x in red) / MiB:.0f} MiB + peak {max(x['peak'] for x in red) / MiB:.0f} MiB; "
                 f"map task peak {r['map']['peak_max'] / MiB:.0f} MiB; cluster task peak {r['cluster']['peak'] / MiB:.0f} MiB "
-                f"over {r['cluster']['edges_nbytes'] / MiB:.0f} MiB edges + {r['cluster']['signatures_nbytes'] / MiB:.0f} MiB "
-                f"signatures; {r['cluster']['dropped']:,} dropped; {r['seconds']:.0f}s")
+                f"over {r['cluster']['buckets_nbytes'] / MiB:.0f} MiB bucket rows + "
+                f"{r['cluster']['candidate_rows_nbytes'] / MiB:.0f} MiB candidate rows; {r['cluster']['dropped']:,} dropped; "
+                f"{r['seconds']:.0f}s")
         if "same_as_find_duplicates" in r:
             line += f"; same duplicate map as find_duplicates: {r['same_as_find_duplicates']}"
         print(line)
@@ -382,11 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  input blocks {ext['input_bytes'] / gb:.1f} GB; band rows {ext['band_rows']:.2e} = "
           f"{ext['band_rows_bytes'] / gb:.1f} GB shuffled; map task {ext['map_task_bytes'] / MiB:.0f} MiB")
     print("  reducer (input + peak): " + ", ".join(f"K={k}: {v / MiB:,.0f} MiB" for k, v in ext["reducer_bytes"].items()))
-    print(f"  {ext['dropped']:,.0f} dropped, {ext['edges']:,.0f} edges, {ext['candidates']:,.0f} candidates: "
-          f"edges {ext['edges_bytes'] / gb:.2f} GB + signatures {ext['signature_rows_bytes'] / gb:.2f} GB; "
+    print(f"  {ext['dropped']:,.0f} dropped, {ext['bucket_rows']:,.0f} bucket rows, {ext['candidates']:,.0f} candidates: "
+          f"bucket rows {ext['bucket_rows_bytes'] / gb:.2f} GB + candidate rows {ext['candidate_rows_bytes'] / gb:.2f} GB; "
           f"cluster task total {ext['cluster_task_bytes'] / gb:.1f} GB")
-    print(f"  candidate lookup per signature worker {ext['candidate_lookup_bytes'] / gb:.2f} GB "
-          f"(peak {ext['candidate_lookup_peak_bytes'] / gb:.2f}); duplicate lookup per marking worker "
+    print(f"  candidate refs (all sources) {ext['candidate_refs_bytes'] / gb:.2f} GB, the task that splits them "
+          f"{ext['candidates_task_bytes'] / gb:.2f} GB; duplicate lookup per marking worker "
           f"{ext['dup_lookup_bytes'] / gb:.2f} GB (peak {ext['dup_lookup_peak_bytes'] / gb:.2f})")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,14 +14,20 @@ import pytest
 from transforms.core import columns as C
 from transforms.dedup.minhash import NEAR_DUPLICATE, MinHashDedup
 from transforms.dedup.minhash_cluster import (
-    CandidateSet,
+    CandidateRows,
     DuplicateLookup,
     SignatureChunks,
-    bucket_edges,
-    cluster_duplicates,
+    candidate_refs,
+    cluster_buckets,
     collision_probability,
+    id_ranks,
     lsh_params,
+    ref_positions,
+    row_refs,
+    shared_buckets,
     shared_keys,
+    source_rows,
+    star_edges,
     union_find_min,
     verify_edges,
 )
@@ -228,42 +234,80 @@ def test_union_find_gives_each_component_its_smallest_node() -> None:
     assert (union_find_min(order + 1, order, n) == 0).all()
 
 
-def test_cluster_duplicates_is_transitive_and_deterministic() -> None:
-    edges = [("b", "c"), ("c", "a"), ("x", "y"), ("d", "c"), ("y", "z")]
+def test_cluster_buckets_is_transitive_and_deterministic() -> None:
+    """Buckets of refs (no verification): each bucket's smallest id is its head, chains collapse to the cluster's
+    smallest id, whatever refs the ids sit at and in whatever order the buckets come."""
+    buckets = [("b", "c"), ("c", "a"), ("x", "y"), ("d", "c"), ("y", "z"), ("e", "e")]
+    names = sorted({n for b in buckets for n in b})
     results = []
     for seed in range(5):
-        shuffled = random.Random(seed).sample(edges, len(edges))
-        table = pa.table({"src": [s for s, _ in shuffled], "dst": [d for _, d in shuffled]})
-        out = cluster_duplicates(table)
+        rng = random.Random(seed)
+        refs = dict(zip(names, rng.sample(range(1 << 34), len(names)), strict=True))  # refs of several sources
+        shuffled = rng.sample(buckets, len(buckets))
+        keys = np.repeat(np.arange(len(shuffled), dtype=np.uint64) * np.uint64(7919), 2)
+        members = np.array([refs[n] for b in shuffled for n in rng.sample(b, 2)], np.int64)
+        order = rng.sample(names, len(names))
+        cands = CandidateRows(np.array([refs[n] for n in order]), pa.array(order), None)
+        out = cluster_buckets(keys, members, cands, threshold=0.7)
         results.append(dict(zip(out.column("id").to_pylist(), out.column("duplicate_of").to_pylist(), strict=True)))
+        ungrouped = np.array(rng.sample(range(len(keys)), len(keys)))
+        assert cluster_buckets(keys[ungrouped], members[ungrouped], cands, 0.7, grouped=False).equals(out)
     assert all(r == results[0] for r in results)
     assert results[0] == {"b": "a", "c": "a", "d": "a", "y": "x", "z": "x"}
 
 
-def test_candidate_set_and_chunked_verification_agree_with_the_exact_answers(kin_questions: list[str]) -> None:
-    """The candidate set (8-byte id hashes) holds exactly the edge endpoints, and verifying in chunks of
-    3 edges keeps the same edges as one pass and as the exact Jaccard of the texts would suggest."""
+def test_row_refs_and_id_ranks() -> None:
+    rows = np.array([0, 5, 2**32 - 1])
+    refs = row_refs(rows, 3)
+    assert (refs >> 32).tolist() == [3, 3, 3] and source_rows(np.sort(np.concatenate([refs, row_refs(rows, 2)])),
+                                                              3).tolist() == rows.tolist()
+    with pytest.raises(ValueError, match="32 bits"):
+        row_refs(np.array([2**32]), 0)
+    rank, row_of_rank = id_ranks(pa.array(["9", "10", "b", "a", "가", "Z"]))
+    assert rank.tolist() == [1, 0, 4, 3, 5, 2]  # byte order: "10" < "9" < "Z" < "a" < "b" < "가"
+    assert row_of_rank[rank].tolist() == list(range(6))
+    for last in (11, 2**31):  # a dense lookup table over the sources' rows, and a sparse one (sorted search)
+        table = np.sort(np.concatenate([row_refs(np.array([1, 7, 9]), 0), row_refs(np.array([0, last]), 4)]))
+        queries = np.repeat(table[[4, 0, 2, 3, 1]], 5)
+        assert table[ref_positions(queries, table)].tolist() == queries.tolist()
+        for missing in (row_refs(np.array([3]), 0), row_refs(np.array([3]), 9), row_refs(np.array([last + 1]), 4)):
+            with pytest.raises(ValueError, match="missing"):
+                ref_positions(np.concatenate([queries, missing]), table)
+    u, v = star_edges(np.array([1, 1, 1, 2, 2, 3, 3], np.uint64), np.array([4, 2, 9, 2, 4, 4, 2]))
+    assert list(zip(u.tolist(), v.tolist(), strict=True)) == [(2, 4), (2, 9)]  # unique, sorted
+
+
+def test_candidate_rows_and_chunked_verification_agree_with_the_exact_answers(kin_questions: list[str]) -> None:
+    """The candidate rows are exactly the rows of shared buckets, with their ids and signatures; verifying in chunks
+    of 3 edges keeps the same edges as one pass and as the exact Jaccard of the texts would suggest."""
     stage = MinHashDedup(threshold=0.7)
     base = [q for q in kin_questions if 40 <= len(q) <= 200][:300]
     texts = base + [q + "?" for q in base[:40]] + [edit(q, random.Random(3), 8) for q in base[40:80]]
     table = _table(texts)
-    edges = bucket_edges(stage.band_rows(table))
-    candidates = CandidateSet.of_edges(edges)
-    endpoints = set(edges.column("src").to_pylist()) | set(edges.column("dst").to_pylist())
-    assert len(candidates) == len(endpoints) > 40
-    assert [i in endpoints for i in table.column(C.ID).to_pylist()] == candidates.contains(table.column(C.ID)).to_pylist()
-    sig_rows = stage.signature_rows(table, candidates)
-    assert sorted(sig_rows.column("_mh_id").to_pylist()) == sorted(endpoints)
-    sig = stage.signatures(pa.array([texts[int(i[1:])] for i in sig_rows.column("_mh_id").to_pylist()]))
-    whole = verify_edges(edges, sig_rows.column("_mh_id"), sig, 0.7)
-    chunked = verify_edges(edges, sig_rows.column("_mh_id"), sig, 0.7, chunk_edges=3)
-    pieces = SignatureChunks([sig[:1], sig[1:1], sig[1:50], sig[50:]])  # one view per block, never concatenated
-    in_pieces = verify_edges(edges, sig_rows.column("_mh_id"), pieces, 0.7, chunk_edges=7)
-    assert chunked.equals(whole) and in_pieces.equals(whole) and 0 < whole.num_rows < edges.num_rows
-    text = dict(zip(table.column(C.ID).to_pylist(), texts, strict=True))
-    exact = [exact_jaccard(text[a], text[b]) for a, b in zip(*whole.to_pydict().values(), strict=True)]
+    keys, rows = stage.bucket_keys(table)
+    bucket_keys, bucket_refs = shared_buckets(keys, rows)
+    assert (np.diff(bucket_keys.astype(np.float64)) >= 0).all()
+    counts: dict[int, int] = {}
+    for key in keys.tolist():
+        counts[key] = counts.get(key, 0) + 1
+    shared = sorted({int(r) for k, r in zip(keys.tolist(), rows.tolist(), strict=True) if counts[k] > 1})
+    cand = candidate_refs([bucket_refs])
+    assert cand.tolist() == shared and len(shared) > 40
+    cand_rows = stage.candidate_rows(table, cand)
+    assert cand_rows.column("_mh_id").to_pylist() == [f"r{i:04d}" for i in shared]
+    candidates = CandidateRows.of_tables([cand_rows], stage.num_perm, verify=True)
+    sig = stage.signatures(pa.array([texts[i] for i in shared]))
+    assert candidates.signatures is not None
+    np.testing.assert_array_equal(candidates.signatures.take(np.arange(len(shared))), sig)
+    u, v = star_edges(bucket_keys, np.searchsorted(cand, bucket_refs))  # ids r0000.. sort as their rows
+    whole = verify_edges(u, v, sig, 0.7)
+    chunked = verify_edges(u, v, sig, 0.7, chunk_edges=3)
+    pieces = SignatureChunks([sig[:1], sig[1:1], sig[1:50], sig[50:]])  # one view per source, never concatenated
+    in_pieces = verify_edges(u, v, pieces, 0.7, chunk_edges=7)
+    assert (chunked == whole).all() and (in_pieces == whole).all() and 0 < whole.sum() < len(u)
+    exact = [exact_jaccard(texts[shared[a]], texts[shared[b]]) for a, b in zip(u[whole], v[whole], strict=True)]
     assert np.mean(np.array(exact) >= 0.6) > 0.95  # what verification keeps is similar text
-    assert CandidateSet(np.zeros(0, np.uint64)).contains(pa.array(["a"])).to_pylist() == [False]
+    assert len(stage.candidate_rows(pa.table({}), np.zeros(0, np.int64), 5)) == 0
 
 
 def test_shared_keys_finds_exactly_the_repeated_keys() -> None:
@@ -324,11 +368,8 @@ def _reference_duplicate_of(stage: MinHashDedup, ids: list[str], texts: list[str
     return {ids[r]: ids[root(r)] for r in parent}
 
 
-@pytest.mark.parametrize("threshold", [0.6, 0.7])
-def test_stage_equals_the_reference_on_real_data(shared_data: Path, threshold: float) -> None:
-    """On the bundled crawl sample and the songys question pairs (19,752 rows of real Korean text), the
-    stage's optimised path (cached LSH parameters, hashed shared-key search, hashed duplicate lookup)
-    gives every row the `duplicate_of` of the definition, computed here without any of that code."""
+def _crawl_and_pairs(shared_data: Path) -> tuple[list[str], list[str]]:
+    """The bundled crawl sample and the songys question pairs: 19,752 rows of real Korean text, ids and texts."""
     sample = Path(__file__).resolve().parents[2] / "lake" / "samples" / "ko_crawl_sample.jsonl"
     ids, texts = [], []
     with open(sample, encoding="utf-8") as f:
@@ -341,12 +382,66 @@ def test_stage_equals_the_reference_on_real_data(shared_data: Path, threshold: f
             for i, r in enumerate(csv.DictReader(f)):
                 ids += [f"{name[:8]}-{i}-1", f"{name[:8]}-{i}-2"]
                 texts += [r["question1"], r["question2"]]
+    return ids, texts
+
+
+@pytest.mark.parametrize("threshold", [0.6, 0.7])
+def test_stage_equals_the_reference_on_real_data(shared_data: Path, threshold: float) -> None:
+    """On the bundled crawl sample and the songys question pairs (19,752 rows of real Korean text), the
+    stage's optimised path (cached LSH parameters, hashed shared-key search, integer row references, ranks of
+    the candidates' ids, hashed duplicate lookup) gives every row the `duplicate_of` of the definition,
+    computed here without any of that code."""
+    ids, texts = _crawl_and_pairs(shared_data)
     stage = MinHashDedup(threshold=threshold)
     out = stage(pa.table({C.ID: ids, C.TEXT: texts}))
     got = {i: d for i, d in zip(ids, out.column(C.DUPLICATE_OF).to_pylist(), strict=True) if d is not None}
     expected = _reference_duplicate_of(stage, ids, texts)
     assert len(expected) > 2_500  # the sample's and the pairs' near and exact copies
     assert got == expected
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_refs_across_sources_give_the_reference_duplicate_map(shared_data: Path, verify: bool) -> None:
+    """The distributed path's task functions called in turn in this process, on the 19,752 real rows shuffled and cut
+    into sources of uneven size (one empty, one of a single row) with 7 reducers: band rows of (key, ref) only, shared
+    buckets, each source's candidate rows, the cluster task ranking the candidates' ids. Ids are decimal numbers in
+    random order, so string order ("10" < "9"), numeric order and row order all differ, and as an int64 column they
+    are compared as strings: the same duplicate map as the plain-Python definition, which chooses each bucket's
+    head and each cluster's root by the id string, and as process_table."""
+    from transforms.dedup.minhash_tasks import (
+        _band_partitions,
+        _candidate_rows,
+        _candidates,
+        _cluster,
+        _reduce_buckets,
+    )
+
+    _, texts = _crawl_and_pairs(shared_data)
+    rng = random.Random(11)
+    rng.shuffle(texts)
+    numbers = rng.sample(range(1, 20 * len(texts)), len(texts))
+    ids = [str(n) for n in numbers]
+    assert sorted(ids) != sorted(ids, key=int)
+    stage = MinHashDedup(threshold=0.7, verify=verify, shuffle_partitions=7, resources={"batch_size": 1000})
+    expected = _reference_duplicate_of(stage, ids, texts)
+    assert len(expected) > 2_500
+    for id_column in (pa.array(ids), pa.array(numbers, pa.int64())):
+        table = pa.table({C.ID: id_column, C.TEXT: texts})
+        cuts = [0, 1, 1, 2_000, 2_001, 9_000, 13_333, table.num_rows]
+        sources = [table.slice(lo, hi - lo) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
+        parts = [_band_partitions(block, stage, i) for i, block in enumerate(sources)]
+        assert all(len(p) == 7 and p[0][1].dtype == np.int64 for p in parts)  # numbers only, no ids
+        buckets = [_reduce_buckets(*[p[k] for p in parts]) for k in range(7)]
+        rows = _candidates(len(sources), *buckets)
+        assert len(rows[1]) == 0 and sum(map(len, rows)) < table.num_rows / 2  # ids read for candidates only
+        cand = [_candidate_rows(block, stage, i, r) for i, (block, r) in enumerate(zip(sources, rows, strict=True))]
+        duplicates, n = _cluster(stage, len(buckets), True, *buckets, *cand)
+        got = dict(zip(duplicates.column("id").to_pylist(), duplicates.column("duplicate_of").to_pylist(),
+                       strict=True))
+        assert n == len(got) and got == expected
+        in_process = stage(table)
+        assert {str(i): d for i, d in zip(id_column.to_pylist(), in_process.column(C.DUPLICATE_OF).to_pylist(),
+                                          strict=True) if d is not None} == expected
 
 
 # -- the stage -----------------------------------------------------------------------------------

@@ -1,20 +1,22 @@
 """Near-duplicate removal with MinHash LSH, clustered globally.
 
 Phases (each a pure function in minhash_signature / minhash_cluster, so the Ray path and the
-in-memory `process_table` path run the same code):
+in-memory `process_table` path run the same code). A row travels as a number, `ref = source << 32 | row`
+(its lake partition or block, and its position there), not as its id, until the duplicate map:
 
-1. bands    per block (a Ray task): signatures -> one row per (text, band): bucket key, id,
-            split into K hash partitions by `key % shuffle_partitions`. Empty texts get no band.
-2. edges    K reduce tasks, one per partition: each gets every row of its buckets and groups
-            them in numpy (sort by key, id) -> star edges of buckets with >= 2 members. This is a
-            hash shuffle over the dataset's blocks with plain Ray tasks; `shuffle="ray_data"` uses
-            Ray Data's groupby(partition).map_groups instead (same result, more fixed overhead).
-3. verify   the candidate ids (few) are broadcast; a pass over the same blocks recomputes the
-            signatures of those rows only, and one task drops edges whose signatures estimate a
-            Jaccard below the threshold. Signatures never go through the shuffle.
-4. cluster  the same task runs union-find over the edges -> id -> duplicate_of (smallest id).
-5. mark     Ray Data map_batches: rows in the map get drop_reason `near_duplicate` and
-            `duplicate_of`.
+1. bands      per source (a Ray task): text only -> signatures -> one (bucket key, ref) pair per (text, band),
+              split into K hash partitions by `key % shuffle_partitions`. Empty texts get no band.
+2. buckets    K reduce tasks, one per partition: each gets every row of its buckets and keeps the rows of the
+              buckets with >= 2 members, sorted by key (numbers only). This is a hash shuffle over the
+              dataset's sources with plain Ray tasks; `shuffle="ray_data"` uses Ray Data's
+              groupby(partition).map_groups instead (same result, more fixed overhead).
+3. candidates the refs in those buckets (a minority of the rows), split by source; a pass over the same
+              sources takes those rows only: ref, id (as a string) and, with `verify`, the signature.
+              Signatures and ids never go through the shuffle.
+4. cluster    one task: the candidates' ids are sorted once (their rank is their id order); each bucket
+              links its members to its smallest-id member (a star), edges are verified on the signatures
+              (estimated Jaccard >= threshold), union-find on the ranks -> id -> duplicate_of (smallest id).
+5. mark       Ray Data map_batches: rows in the map get drop_reason `near_duplicate` and `duplicate_of`.
 
 The driver holds only object references; the Ray tasks are in minhash_tasks.py. See docs/minhash.md
 for measured speed, precision/recall and the memory model at 100M rows.
@@ -34,37 +36,40 @@ from pydantic import Field, PrivateAttr, model_validator
 from transforms.core import columns as C
 from transforms.core.stage import GlobalStage, Resources, set_drop_reason, set_duplicate_of
 from transforms.dedup.minhash_cluster import (
+    DUPLICATE_MAP_SCHEMA,
     KEY,
     PART,
+    REF,
     ROW_ID,
-    CandidateSet,
+    SIGNATURE,
+    CandidateRows,
     DuplicateLookup,
-    SignatureChunks,
-    bucket_edges,
-    cluster_duplicates,
+    candidate_refs,
+    cluster_buckets,
     lsh_params,
-    unique_edges,
-    verify_edges,
+    row_refs,
+    shared_buckets,
+    signature_column,
 )
 from transforms.dedup.minhash_signature import band_keys, minhash_signatures
 from transforms.dedup.minhash_tasks import (
+    Buckets,
     _band_partitions,
     _band_partitions_of,
-    _band_rows,
+    _band_table,
+    _bucket_table,
+    _candidate_rows,
+    _candidate_rows_of,
     _candidates,
     _cluster,
-    _edges,
     _mark,
-    _reduce_edges,
-    _signature_rows,
-    _signature_rows_of,
-    _string_ids,
+    _reduce_buckets,
 )
 
 log = logging.getLogger("piqaforge")
 
 NEAR_DUPLICATE = "near_duplicate"
-SIGNATURE = "_mh_signature"
+__all__ = ["KEY", "NEAR_DUPLICATE", "PART", "REF", "ROW_ID", "SIGNATURE", "MinHashDedup"]
 
 
 class MinHashDedup(GlobalStage):
@@ -161,30 +166,37 @@ class MinHashDedup(GlobalStage):
         keys, rows = self.content_band_keys(batch)
         return keys.ravel(), np.repeat(rows, keys.shape[1])
 
-    def band_rows(self, batch: pa.Table) -> pa.Table:
-        """One row per (text with content, band): bucket key, shuffle partition and id."""
+    def band_rows(self, batch: pa.Table, source: int = 0) -> pa.Table:
+        """One row per (text with content, band): bucket key, shuffle partition and the row's ref
+        (`source << 32 | row in batch`)."""
         keys, rows = self.bucket_keys(batch)
-        return pa.table({KEY: pa.array(keys),
+        return pa.table({KEY: pa.array(keys, pa.uint64()),
                          PART: pa.array((keys % np.uint64(self.shuffle_partitions)).astype(np.int32)),
-                         ROW_ID: _string_ids(batch).take(pa.array(rows))})
+                         REF: pa.array(row_refs(rows, source), pa.int64())})
 
-    def signature_rows(self, batch: pa.Table, candidates: CandidateSet) -> pa.Table:
-        """(id, signature) of the rows that are endpoints of a candidate edge."""
-        ids = batch.column(C.ID).cast(pa.string())
-        batch = batch.filter(candidates.contains(ids))
-        sig = self.signatures(batch.column(C.TEXT))
-        return pa.table({ROW_ID: batch.column(C.ID).cast(pa.string()),
-                         SIGNATURE: pa.FixedSizeBinaryArray.from_buffers(
-                             pa.binary(4 * self.num_perm), len(sig), [None, pa.py_buffer(np.ascontiguousarray(sig))])})
+    def candidate_rows(self, batch: pa.Table, rows: np.ndarray, source: int = 0) -> pa.Table:
+        """Ref, id (as a string) and, with `verify`, signature of the candidate rows `rows` (positions in `batch`)."""
+        rows = np.asarray(rows, np.int64)
+        picked = batch.select([C.ID, C.TEXT]).take(pa.array(rows)) if len(rows) else None
+        ids = picked.column(C.ID).cast(pa.string()) if picked is not None else pa.array([], pa.string())
+        columns: dict[str, Any] = {REF: pa.array(row_refs(rows, source), pa.int64()), ROW_ID: ids}
+        if self.verify:
+            sig = (self.signatures(picked.column(C.TEXT)) if picked is not None
+                   else np.zeros((0, self.num_perm), np.uint32))
+            columns[SIGNATURE] = signature_column(sig)
+        return pa.table(columns)
 
-    def cluster(self, edges: pa.Table, signature_rows: pa.Table | None) -> pa.Table:
-        """Verify (when asked) and cluster candidate edges into `id -> duplicate_of`."""
-        edges = unique_edges(edges)
-        if self.verify and signature_rows is not None and edges.num_rows:
-            # Read the signature tables in place (they sit in the object store): no concatenated copy.
-            sigs = SignatureChunks.of_column(signature_rows.column(SIGNATURE), self.num_perm)
-            edges = verify_edges(edges, signature_rows.column(ROW_ID).combine_chunks(), sigs, self.threshold)
-        return cluster_duplicates(edges)
+    def cluster(self, buckets: list[Buckets], candidate_rows: list[pa.Table], grouped: bool = True) -> pa.Table:
+        """`id -> duplicate_of` from the reducers' shared buckets (key, ref) and the candidate rows (ref, id,
+        signature): stars from each bucket's smallest id, verified (when asked), union-find. `grouped`: each
+        bucket is one contiguous run of the concatenated buckets (the reducers' sorted output)."""
+        buckets = [b for b in buckets if len(b[0])]
+        if not buckets:
+            return DUPLICATE_MAP_SCHEMA.empty_table()
+        keys = np.concatenate([b[0] for b in buckets])
+        refs = np.concatenate([b[1] for b in buckets])
+        candidates = CandidateRows.of_tables(candidate_rows, self.num_perm, self.verify)
+        return cluster_buckets(keys, refs, candidates, self.threshold, grouped=grouped)
 
     def mark(self, batch: pa.Table, lookup: DuplicateLookup) -> pa.Table:
         dup_of = lookup.duplicate_of(batch.column(C.ID).cast(pa.string()))
@@ -193,11 +205,12 @@ class MinHashDedup(GlobalStage):
 
     # -- in memory (unit tests, small tables) ------------------------------------------------------
     def find_duplicates(self, table: pa.Table) -> pa.Table:
-        """`id -> duplicate_of` for a whole table, in this process."""
+        """`id -> duplicate_of` for a whole table, in this process (one source: a row's ref is its row number)."""
         table = table.select([C.ID, C.TEXT])
-        edges = bucket_edges(self.band_rows(table))
-        sig_rows = self.signature_rows(table, CandidateSet.of_edges(edges)) if self.verify else None
-        return self.cluster(edges, sig_rows)
+        keys, rows = self.bucket_keys(table)
+        buckets = shared_buckets(keys, rows)
+        rows = candidate_refs([buckets[1]])
+        return self.cluster([buckets], [self.candidate_rows(table, rows)])
 
     def process_table(self, table: pa.Table) -> pa.Table:
         ids = table.column(C.ID)
@@ -207,9 +220,9 @@ class MinHashDedup(GlobalStage):
 
     # -- on Ray ------------------------------------------------------------------------------------
     def run_partitions(self, ds: Any, partitions: list[Any]) -> Any:
-        """On the lake's partitions (the runner's path): the `tasks` shuffle's map and signature tasks read id and
-        text from the Parquet files themselves, so no block of text is held in (or spilled from) the object store;
-        3M crawl rows: docs/minhash.md. Anything else goes to `run_dataset`."""
+        """On the lake's partitions (the runner's path): the `tasks` shuffle's map tasks read the text and the
+        candidate-rows tasks id and text from the Parquet files themselves, so no block of text is held in (or
+        spilled from) the object store; 3M crawl rows: docs/minhash.md. Anything else goes to `run_dataset`."""
         import pyarrow.parquet as pq
 
         if self.shuffle != "tasks" or not partitions:
@@ -231,28 +244,35 @@ class MinHashDedup(GlobalStage):
         started = time.perf_counter()
         batch_args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": self.resources.batch_size,
                                       **self.resources.ray_remote_args()}
-        texts = ds.select_columns([C.ID, C.TEXT])
-        sources: list[Any] = partitions
-        if self.shuffle == "ray_data":
-            bands = texts.map_batches(_band_rows, fn_kwargs={"stage": self}, **batch_args)
-            edge_refs = bands.groupby(PART, num_partitions=self.shuffle_partitions).map_groups(
-                _edges, batch_format="pyarrow").to_arrow_refs()
-            sources = texts.to_arrow_refs() if self.verify else []
+        args = self.resources.ray_remote_args()
+        sources: list[Any] = partitions  # a row's ref names its source by the index in this list
+        if not from_lake:  # blocks of bounded size, held in the object store (spilled to disk if need be)
+            texts = ds.select_columns([C.ID, C.TEXT])
+            if self.shuffle == "tasks":
+                texts = texts.repartition(target_num_rows_per_block=self.rows_per_block)
+            sources = texts.to_arrow_refs()
+            log.info("minhash_dedup: %d blocks materialised in %.1fs", len(sources), time.perf_counter() - started)
+        grouped = self.shuffle == "tasks"
+        if grouped:
+            bucket_refs = self._task_shuffle(sources, _band_partitions_of if from_lake else _band_partitions)
         else:
-            if not from_lake:  # blocks of bounded size, held in the object store (spilled to disk if need be)
-                sources = texts.repartition(target_num_rows_per_block=self.rows_per_block).to_arrow_refs()
-                log.info("minhash_dedup: %d blocks materialised in %.1fs", len(sources),
-                         time.perf_counter() - started)
-            edge_refs = self._task_shuffle(sources, _band_partitions_of if from_lake else _band_partitions)
-        sig_refs: list[Any] = []
-        if self.verify:
-            candidates = ray.remote(num_cpus=0.5)(_candidates).remote(*edge_refs)
-            sig_task = ray.remote(**self.resources.ray_remote_args())(
-                _signature_rows_of if from_lake else _signature_rows)
-            sig_refs = [sig_task.remote(source, self, [candidates]) for source in sources]
-        del sources
-        map_ref, n_ref = ray.remote(num_cpus=1, num_returns=2)(_cluster).remote(self, len(edge_refs), *edge_refs,
-                                                                               *sig_refs)
+            band_task = ray.remote(**args)(_band_table)
+            band_tables: list[Any] = [band_task.remote(block, self, i) for i, block in enumerate(sources)]
+            bands = ray.data.from_arrow_refs(band_tables)
+            bucket_refs = bands.groupby(PART, num_partitions=self.shuffle_partitions).map_groups(
+                _bucket_table, batch_format="pyarrow").to_arrow_refs()
+        # Each source's candidate rows (one return per source), then those rows' ids and signatures, read again.
+        per_source: Any = []
+        if sources:
+            per_source = ray.remote(num_cpus=0.5, num_returns=len(sources))(_candidates).remote(
+                len(sources), *bucket_refs)
+            per_source = per_source if len(sources) > 1 else [per_source]
+        rows_task = ray.remote(**args)(_candidate_rows_of if from_lake else _candidate_rows)
+        cand_refs = [rows_task.remote(source, self, i, rows) for i, (source, rows) in
+                     enumerate(zip(sources, per_source, strict=True))]
+        del sources, per_source
+        map_ref, n_ref = ray.remote(num_cpus=1, num_returns=2)(_cluster).remote(
+            self, len(bucket_refs), grouped, *bucket_refs, *cand_refs)
         n_dups = ray.get(n_ref)
         log.info("minhash_dedup: %d near-duplicate rows to drop; signatures, shuffle, verification and "
                  "clustering took %.1fs", n_dups, time.perf_counter() - started)
@@ -264,15 +284,15 @@ class MinHashDedup(GlobalStage):
         return ds.map_batches(_mark, fn_kwargs={"stage": self, "lookup_ref": [map_ref]}, **batch_args)
 
     def _task_shuffle(self, sources: list[Any], band_task: Any) -> list[Any]:
-        """Hash shuffle of band rows with plain Ray tasks: B map tasks x K outputs -> K reduce tasks; a map task
-        takes a block (an object reference) or a lake partition it reads itself."""
+        """Hash shuffle of band rows (key, ref) with plain Ray tasks: B map tasks x K outputs -> K reduce tasks; a map
+        task takes a block (an object reference) or a lake partition it reads itself, and its index."""
         import ray
 
         k = self.shuffle_partitions
         args = self.resources.ray_remote_args()
         split = ray.remote(num_returns=k, **args)(band_task)
-        parts: list[Any] = [split.remote(source, self) for source in sources]
+        parts: list[Any] = [split.remote(source, self, i) for i, source in enumerate(sources)]
         parts = [p if k > 1 else [p] for p in parts]
-        reduce = ray.remote(**args)(_reduce_edges)
+        reduce = ray.remote(**args)(_reduce_buckets)
         # The driver holds B*K references, never the band rows themselves.
         return [reduce.remote(*[p[i] for p in parts]) for i in range(k)]

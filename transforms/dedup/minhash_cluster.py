@@ -1,16 +1,26 @@
-"""From LSH bucket keys to duplicate clusters: candidate edges, optional verification, union-find.
+"""From LSH bucket keys to duplicate clusters, on integer row references; ids are read for candidates only.
 
-All three steps are columnar. `bucket_edges` sorts one partition of (key, id) rows and links every
-member of a bucket with two or more members to the bucket's smallest id (a star: enough for
-connectivity, and `members - 1` edges instead of `members^2 / 2`); `verify_edges` drops candidate
-pairs whose signatures disagree. `cluster_duplicates` runs a
-vectorised union-find (hook the larger root under the smaller, then pointer-jump) over the few
-edges, so every cluster's root is its smallest id, which is the row we keep. Verification compares
-full signatures of the edge endpoints only, so signatures never travel through the shuffle.
+A row is named by a 64-bit reference `ref = source << 32 | row` (`source`: the lake partition or block it was read
+from, `row`: its position there), never by its id, until the very end. The steps, all columnar:
+
+* `shared_buckets` keeps the (key, ref) rows of one partition's buckets with two or more members, sorted by key;
+* `candidate_refs` is the set of their refs: the only rows whose ids (and, with verification, signatures) are
+  read again, by the candidate-rows pass;
+* `CandidateRows` holds those rows (ref, id, signature), `id_ranks` numbers them in id order (pyarrow's sort of the
+  ids cast to string, byte order), and `cluster_buckets` links every bucket's member to the bucket's head (its
+  member with the smallest rank, i.e. the smallest id: a star, `members - 1` edges instead of `members^2 / 2`),
+  keeps the unique edges as rank pairs packed in one uint64, drops the pairs whose signatures estimate a Jaccard
+  below the threshold (`verify_edges`), and runs a vectorised union-find (hook the larger root under the smaller,
+  then pointer-jump) over the ranks: every cluster's root is its smallest rank, the smallest id, the row we keep.
+
+Only the dropped rows' ids become strings again, in the duplicate map (`id -> duplicate_of`); `DuplicateLookup`
+marks rows by id. The string-id version before (sorting and deduplicating id strings in every reducer, hashing
+every row's id to find candidates) gave the same map; the tests compare both with a plain-Python definition.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -20,12 +30,13 @@ import pyarrow.compute as pc
 from transforms.dedup.minhash_signature import estimated_jaccard
 
 KEY = "_mh_key"
+REF = "_mh_ref"
 ROW_ID = "_mh_id"
 PART = "_mh_part"
-SRC = "src"
-DST = "dst"
+SIGNATURE = "_mh_signature"
 
-EDGE_SCHEMA = pa.schema([pa.field(SRC, pa.string()), pa.field(DST, pa.string())])
+ROW_BITS = 32
+ROW_MASK = (1 << ROW_BITS) - 1
 DUPLICATE_MAP_SCHEMA = pa.schema([pa.field("id", pa.string()), pa.field("duplicate_of", pa.string())])
 
 
@@ -47,36 +58,24 @@ def collision_probability(jaccard: float | np.ndarray, bands: int, rows: int) ->
     return np.asarray(1.0 - (1.0 - np.asarray(jaccard, dtype=float) ** rows) ** bands)
 
 
-def bucket_edges(rows: pa.Table) -> pa.Table:
-    """Candidate edges (src = smallest id of the bucket, dst = another member) of one partition.
-
-    `rows` has KEY (uint64) and ROW_ID (string). Every bucket must lie wholly inside `rows`: the
-    caller partitions by KEY. The same pair found in several bands gives one edge.
-    """
-    if rows.num_rows < 2:
-        return EDGE_SCHEMA.empty_table()
-    # Most keys are unique: find the shared ones from the keys alone, and sort only those rows by
-    # (key, id); string sorting of every row was the slowest step.
-    shared = np.flatnonzero(shared_keys(rows.column(KEY).to_numpy()))
-    if not len(shared):
-        return EDGE_SCHEMA.empty_table()
-    # one contiguous array per column first: Arrow's take on a column of many chunks (one per map task) resolves the
-    # chunk of every index, and was the reducers' second-largest cost
-    rows = rows.select([KEY, ROW_ID]).combine_chunks().take(pa.array(shared))
-    rows = rows.sort_by([(KEY, "ascending"), (ROW_ID, "ascending")])
-    keys = rows.column(KEY).to_numpy()
-    starts_here = np.empty(len(keys), dtype=bool)
-    starts_here[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=starts_here[1:])
-    # Index of each row's bucket head (the bucket's smallest id, thanks to the sort).
-    head = np.maximum.accumulate(np.where(starts_here, np.arange(len(keys)), 0))
-    member = np.flatnonzero(~starts_here)
-    ids = rows.column(ROW_ID)
-    edges = pa.table({SRC: ids.take(pa.array(head[member])).cast(pa.string()),
-                      DST: ids.take(pa.array(member)).cast(pa.string())}, schema=EDGE_SCHEMA)
-    return unique_edges(edges)
+# -- row references ---------------------------------------------------------------------------------
+def row_refs(rows: np.ndarray, source: int) -> np.ndarray:
+    """`source << 32 | row` as int64 (sources up to 2^31, rows up to 2^32 a source)."""
+    rows = np.asarray(rows, np.int64)
+    if len(rows) and (rows.min() < 0 or rows.max() > ROW_MASK):
+        raise ValueError("a row position does not fit in 32 bits: use smaller blocks or partitions")
+    if not 0 <= source < 1 << 31:
+        raise ValueError(f"source index {source} out of range")
+    return rows | np.int64(source << ROW_BITS) if source else rows
 
 
+def source_rows(refs: np.ndarray, source: int) -> np.ndarray:
+    """The rows (int64, ascending) of `source` among the sorted refs `refs`."""
+    lo, hi = np.searchsorted(refs, [source << ROW_BITS, (source + 1) << ROW_BITS])
+    return refs[lo:hi] & np.int64(ROW_MASK)
+
+
+# -- reducers -----------------------------------------------------------------------------------------
 def shared_keys(keys: np.ndarray) -> np.ndarray:
     """Mask of the keys that occur more than once (numba hash pieces with the `fast` extra, else a numpy sort)."""
     from transforms.dedup import minhash_numba
@@ -91,16 +90,33 @@ def shared_keys(keys: np.ndarray) -> np.ndarray:
     return shared
 
 
-def unique_edges(edges: pa.Table) -> pa.Table:
-    if edges.num_rows < 2:
-        return edges
-    return edges.group_by([SRC, DST], use_threads=False).aggregate([]).select([SRC, DST])
+def shared_buckets(keys: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (key, ref) rows of the buckets with two or more members, sorted by key (stable): each bucket contiguous.
+
+    Every bucket must lie wholly inside `keys`: the caller partitions by key. Numbers only: most keys are unique,
+    so the shared ones are found from the keys alone (a hash table in numba) and only those rows are sorted.
+    """
+    keys = np.asarray(keys, np.uint64)
+    refs = np.asarray(refs, np.int64)
+    if len(keys) < 2:
+        return keys[:0], refs[:0]
+    shared = np.flatnonzero(shared_keys(keys))
+    keys, refs = keys[shared], refs[shared]
+    order = np.argsort(keys, kind="stable")
+    return keys[order], refs[order]
 
 
+def candidate_refs(refs: Sequence[np.ndarray]) -> np.ndarray:
+    """The sorted unique refs of the shared buckets' rows: the rows whose ids (and signatures) are needed."""
+    refs = [np.asarray(r, np.int64) for r in refs if len(r)]
+    return np.unique(np.concatenate(refs)) if refs else np.zeros(0, np.int64)
+
+
+# -- the cluster task ---------------------------------------------------------------------------------
 class SignatureChunks:
     """Row-wise access to several signature matrices as if they were one, without copying them.
 
-    The cluster task receives one signature table per block from the object store; concatenating
+    The cluster task receives one signature table per source from the object store; concatenating
     them would hold every candidate signature twice.
     """
 
@@ -130,25 +146,76 @@ class SignatureChunks:
         return out
 
 
-def verify_edges(edges: pa.Table, ids: pa.Array, signatures: np.ndarray | SignatureChunks, threshold: float,
-                 chunk_edges: int = 1 << 16) -> pa.Table:
-    """Keep the edges whose two signatures estimate a Jaccard similarity >= `threshold`.
+def signature_column(signatures: np.ndarray) -> pa.Array:
+    """A `(rows, num_perm)` uint32 matrix as a fixed_size_binary column, without a copy."""
+    sig = np.ascontiguousarray(signatures, np.uint32)
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(4 * sig.shape[1]), len(sig), [None, pa.py_buffer(sig)])
 
-    `ids[i]` is the id of signature row `i`; every edge endpoint must be among `ids`.
+
+class CandidateRows:
+    """The candidate rows' refs (sorted), ids (strings) and, when verifying, signatures, as the candidate-rows
+    pass returns them (one table per source, REF / ROW_ID / SIGNATURE); read in place, never concatenated."""
+
+    def __init__(self, refs: np.ndarray, ids: pa.Array | pa.ChunkedArray, signatures: SignatureChunks | None):
+        refs = np.asarray(refs, np.int64)
+        ids = ids.cast(pa.string())
+        ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+        if len(refs) > 1 and not bool((refs[1:] > refs[:-1]).all()):
+            order = np.argsort(refs, kind="stable")
+            refs, ids = refs[order], ids.take(pa.array(order))
+            if signatures is not None:
+                signatures = SignatureChunks([signatures.take(order)])
+        self.refs, self.ids, self.signatures = refs, ids, signatures
+
+    @classmethod
+    def of_tables(cls, tables: Sequence[pa.Table], num_perm: int, verify: bool) -> CandidateRows:
+        tables = [t for t in tables if t.num_rows]
+        if not tables:
+            return cls(np.zeros(0, np.int64), pa.array([], pa.string()), None)
+        table = pa.concat_tables(tables)
+        refs = np.concatenate([c.to_numpy() for c in table.column(REF).chunks])
+        sigs = SignatureChunks.of_column(table.column(SIGNATURE), num_perm) if verify else None
+        return cls(refs, table.column(ROW_ID), sigs)
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+
+def id_ranks(ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """`(rank of each row, row of each rank)`: the rows numbered in the order of their ids as strings (pyarrow's
+    sort: byte order, "10" < "9"), the order in which the string-id code chose each bucket's head and each
+    cluster's root. Ids must be unique (process_table checks; the runner's rows are after exact dedup)."""
+    order = pc.sort_indices(ids).to_numpy().astype(np.int64, copy=False)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank, order
+
+
+def star_edges(keys: np.ndarray, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique candidate edges `(head rank, member rank)`, sorted: per bucket (a run of equal `keys`) its smallest
+    rank to each other member. The same pair found in several bands or reducers gives one edge."""
+    if len(keys) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    heads = np.repeat(np.minimum.reduceat(ranks, starts), np.diff(np.append(starts, len(keys))))
+    member = ranks != heads
+    packed = np.unique((heads[member].astype(np.uint64) << np.uint64(ROW_BITS)) | ranks[member].astype(np.uint64))
+    return (packed >> np.uint64(ROW_BITS)).astype(np.int64), (packed & np.uint64(ROW_MASK)).astype(np.int64)
+
+
+def verify_edges(u: np.ndarray, v: np.ndarray, signatures: np.ndarray | SignatureChunks, threshold: float,
+                 chunk_edges: int = 1 << 16) -> np.ndarray:
+    """Mask of the edges `(u[i], v[i])` (signature rows) whose signatures estimate a Jaccard >= `threshold`.
+
+    In chunks: gathering both endpoints' signatures for every edge at once costs 2 x 4 x num_perm bytes per
+    edge (1 KiB at 128 permutations), which would be the cluster task's peak otherwise.
     """
-    if edges.num_rows == 0:
-        return edges
     sigs = signatures if isinstance(signatures, SignatureChunks) else SignatureChunks([signatures])
-    ids = ids.cast(pa.string())
-    src = pc.index_in(edges.column(SRC), value_set=ids).to_numpy(zero_copy_only=False)
-    dst = pc.index_in(edges.column(DST), value_set=ids).to_numpy(zero_copy_only=False)
-    # Compare in chunks: gathering both endpoints' signatures for every edge at once costs
-    # 2 x 4 x num_perm bytes per edge (1 KiB at 128 permutations), which is the task's peak otherwise.
-    keep = np.empty(len(src), dtype=bool)
-    for lo in range(0, len(src), chunk_edges):
+    keep = np.empty(len(u), dtype=bool)
+    for lo in range(0, len(u), chunk_edges):
         hi = lo + chunk_edges
-        keep[lo:hi] = estimated_jaccard(sigs.take(src[lo:hi]), sigs.take(dst[lo:hi])) >= threshold
-    return edges.filter(pa.array(keep))
+        keep[lo:hi] = estimated_jaccard(sigs.take(u[lo:hi]), sigs.take(v[lo:hi])) >= threshold
+    return keep
 
 
 def union_find_min(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
@@ -174,35 +241,8 @@ def union_find_min(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
             parent = jumped
 
 
-def cluster_duplicates(edges: pa.Table) -> pa.Table:
-    """`id -> duplicate_of` for every clustered row except each cluster's kept (smallest) id.
-
-    Only ids that appear in an edge take part, so this is small even for a huge dataset.
-    """
-    if edges.num_rows == 0:
-        return DUPLICATE_MAP_SCHEMA.empty_table()
-    src, dst = edges.column(SRC).combine_chunks(), edges.column(DST).combine_chunks()
-    nodes = pc.unique(pa.concat_arrays([src, dst]))
-    nodes = nodes.take(pc.sort_indices(nodes))  # node number order = id order: the root is the smallest id
-    u = pc.index_in(src, value_set=nodes).to_numpy()
-    v = pc.index_in(dst, value_set=nodes).to_numpy()
-    root = union_find_min(u, v, len(nodes))
-    dropped = np.flatnonzero(root != np.arange(len(nodes)))
-    return pa.table({"id": nodes.take(pa.array(dropped)), "duplicate_of": nodes.take(pa.array(root[dropped]))},
-                    schema=DUPLICATE_MAP_SCHEMA)
-
-
-def id_hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """A 64-bit hash of each id, column-wise (polars; stable across the processes of one environment)."""
-    import polars as pl
-
-    series = pl.from_arrow(ids.cast(pa.string()))
-    assert isinstance(series, pl.Series)
-    return series.hash(seed=0).to_numpy()
-
-
 def sorted_search(table: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """`np.searchsorted(table, query)`, the queries looked up in sorted order: random 64-bit hashes searched as they
+    """`np.searchsorted(table, query)`, the queries looked up in sorted order: random 64-bit values searched as they
     come miss the cache at every step (on 2.9M crawl ids against 0.7M candidates 0.26 µs a query, 0.10 sorted)."""
     order = np.argsort(query)
     pos = np.empty(len(query), np.int64)
@@ -210,30 +250,77 @@ def sorted_search(table: np.ndarray, query: np.ndarray) -> np.ndarray:
     return pos
 
 
-class CandidateSet:
-    """Which rows are endpoints of a candidate edge, as sorted 64-bit hashes of their ids.
+def ref_positions(refs: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """The position of each ref in the sorted refs `table` (every ref must be there).
 
-    Every signature worker holds it, so it costs 8 bytes per candidate instead of the ids
-    themselves. A hash collision only lets a non-candidate's signature through; verification
-    looks signatures up by exact id, so that row is ignored there.
-    """
+    Through a dense array over each source's rows up to its last candidate (4 bytes a row, one gather a
+    query) when that is at most 8 bytes per query; else `sorted_search`, whose sort of the queries cost the
+    cluster task more than anything else it does (5.4M queries at 3M rows)."""
+    if not len(refs):
+        return np.zeros(0, np.int64)
+    sources = table >> np.int64(ROW_BITS)
+    n_sources = int(sources[-1]) + 1
+    ends = np.searchsorted(sources, np.arange(n_sources), side="right")  # one past each source's last candidate
+    extent = np.zeros(n_sources, np.int64)
+    nonempty = ends > np.concatenate([[0], ends[:-1]])
+    extent[nonempty] = (table[ends[nonempty] - 1] & np.int64(ROW_MASK)) + 1
+    offsets = np.concatenate([[0], np.cumsum(extent)])
+    if offsets[-1] > 2 * len(refs) or len(table) >= 1 << 31:
+        pos = sorted_search(table, refs)
+        if pos.max() >= len(table) or not np.array_equal(table[pos], refs):
+            raise ValueError("a bucket row is missing from the candidate rows")
+        return pos
+    dense = np.full(int(offsets[-1]), -1, np.int32)
+    dense[offsets[sources] + (table & np.int64(ROW_MASK))] = np.arange(len(table), dtype=np.int32)
+    src = refs >> np.int64(ROW_BITS)
+    if src.max() >= n_sources:
+        raise ValueError("a bucket row is missing from the candidate rows")
+    row = refs & np.int64(ROW_MASK)
+    if (row >= extent[src]).any():
+        raise ValueError("a bucket row is missing from the candidate rows")
+    row += offsets[src]
+    pos = dense[row]
+    if pos.min() < 0:
+        raise ValueError("a bucket row is missing from the candidate rows")
+    return pos
 
-    def __init__(self, hashes: np.ndarray):
-        self.hashes = np.unique(np.asarray(hashes, dtype=np.uint64))
 
-    @classmethod
-    def of_edges(cls, edges: pa.Table) -> CandidateSet:
-        return cls(np.concatenate([id_hashes(edges.column(SRC)), id_hashes(edges.column(DST))]))
+def cluster_buckets(keys: np.ndarray, refs: np.ndarray, candidates: CandidateRows, threshold: float,
+                    grouped: bool = True) -> pa.Table:
+    """`id -> duplicate_of` (strings; every clustered row but each cluster's smallest id) from the shared buckets'
+    rows (`keys`, `refs`: each bucket a contiguous run when `grouped`, else sorted here) and the candidate rows.
+    Edges are verified when `candidates` carries signatures."""
+    keys, refs = np.asarray(keys, np.uint64), np.asarray(refs, np.int64)
+    if len(keys) < 2 or len(candidates) == 0:
+        return DUPLICATE_MAP_SCHEMA.empty_table()
+    if not grouped:
+        order = np.argsort(keys, kind="stable")
+        keys, refs = keys[order], refs[order]
+    rank, row_of_rank = id_ranks(candidates.ids)
+    u, v = star_edges(keys, rank[ref_positions(refs, candidates.refs)])
+    if candidates.signatures is not None and len(u):
+        keep = verify_edges(row_of_rank[u], row_of_rank[v], candidates.signatures, threshold)
+        u, v = u[keep], v[keep]
+    if not len(u):
+        return DUPLICATE_MAP_SCHEMA.empty_table()
+    # Union-find on the ranks of the verified edges' endpoints only (numbered again, in rank order).
+    nodes = np.unique(np.concatenate([u, v]))
+    root = union_find_min(np.searchsorted(nodes, u), np.searchsorted(nodes, v), len(nodes))
+    dropped = np.flatnonzero(root != np.arange(len(nodes)))
+    ids = candidates.ids
+    return pa.table({"id": ids.take(pa.array(row_of_rank[nodes[dropped]])),
+                     "duplicate_of": ids.take(pa.array(row_of_rank[nodes[root[dropped]]]))},
+                    schema=DUPLICATE_MAP_SCHEMA)
 
-    def contains(self, ids: pa.Array | pa.ChunkedArray) -> pa.Array:
-        query = id_hashes(ids)
-        if len(self.hashes) == 0:
-            return pa.array(np.zeros(len(query), dtype=bool))
-        pos = np.minimum(sorted_search(self.hashes, query), len(self.hashes) - 1)
-        return pa.array(self.hashes[pos] == query)
 
-    def __len__(self) -> int:
-        return len(self.hashes)
+# -- marking --------------------------------------------------------------------------------------------
+def id_hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit hash of each id, column-wise (polars; stable across the processes of one environment)."""
+    import polars as pl
+
+    series = pl.from_arrow(ids.cast(pa.string()))
+    assert isinstance(series, pl.Series)
+    return series.hash(seed=0).to_numpy()
 
 
 class DuplicateLookup:

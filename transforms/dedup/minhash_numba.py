@@ -179,19 +179,32 @@ def _compile() -> dict[str, Any]:
     @numba.njit(cache=True, nogil=True, boundscheck=False)
     def split(keys: np.ndarray, text_rows: np.ndarray, k: int, out_keys: np.ndarray, out_rows: np.ndarray,
               bounds: np.ndarray) -> None:
-        # keys is (texts, bands) flattened; a stable counting sort by key % k.
-        nb = keys.shape[0] // max(text_rows.shape[0], 1)
+        # keys is (texts, bands) flattened; a stable counting sort by key % k. The partition of each key is
+        # computed once (a mask when k is a power of two: a 64-bit modulo is a division) and the text's row is
+        # read once per text, not divided out of the key's index.
+        n = text_rows.shape[0]
+        nb = keys.shape[0] // max(n, 1)
         kk = u64(k)
+        mask = u64(k - 1)
+        pow2 = (k & (k - 1)) == 0
+        part = np.empty(keys.shape[0], np.int32)
         for i in range(keys.shape[0]):
-            bounds[np.int64(keys[i] % kk) + 1] += 1
+            q = np.int32(keys[i] & mask) if pow2 else np.int32(keys[i] % kk)
+            part[i] = q
+            bounds[q + 1] += 1
         for p in range(k):
             bounds[p + 1] += bounds[p]
         fill = bounds[:-1].copy()
-        for i in range(keys.shape[0]):
-            q = np.int64(keys[i] % kk)
-            out_keys[fill[q]] = keys[i]
-            out_rows[fill[q]] = text_rows[i // nb]
-            fill[q] += 1
+        i = 0
+        for t in range(n):
+            row = text_rows[t]
+            for _ in range(nb):
+                q = part[i]
+                f = fill[q]
+                out_keys[f] = keys[i]
+                out_rows[f] = row
+                fill[q] = f + 1
+                i += 1
 
     return {"from_hashes": from_hashes, "from_utf8": from_utf8, "shared": shared, "bands": bands, "split": split}
 

@@ -1,8 +1,13 @@
-"""The Ray tasks of MinHashDedup's distributed path (transforms/dedup/minhash.py `run_dataset`): band rows
-split per reducer, edge reduction, the candidate set, clustering, signature rows and marking.
+"""The Ray tasks of MinHashDedup's distributed path (transforms/dedup/minhash.py `_distributed`): band rows split
+per reducer, the reducers' shared buckets, the candidate rows of each source, clustering and marking.
 
-Module-level functions so Ray serialises a reference to code, plus the stage's fields; each lookup a task
-needs is fetched and indexed once per worker process.
+Everything between the map tasks and the cluster task is numbers: a band row is (key uint64, ref int64), `ref =
+source << 32 | row` naming a row by the source it was read from (a lake partition or a block, by its index in the
+stage's list) and its position there. A source is read the same way twice (`read_partition_columns` of the same
+row groups, or the same block in the object store), so the candidate-rows pass finds the rows by position.
+
+Module-level functions so Ray serialises a reference to code, plus the stage's fields; the duplicate map is
+fetched and indexed once per marking worker process.
 """
 
 from __future__ import annotations
@@ -15,14 +20,16 @@ import pyarrow as pa
 from transforms.core import columns as C
 from transforms.core.planning import read_partition_columns
 from transforms.dedup.minhash_cluster import (
-    DST,
     KEY,
-    ROW_ID,
-    SRC,
-    CandidateSet,
+    REF,
     DuplicateLookup,
-    bucket_edges,
+    candidate_refs,
+    row_refs,
+    shared_buckets,
+    source_rows,
 )
+
+Buckets = tuple[np.ndarray, np.ndarray]
 
 
 class MinHashDedup(Protocol):
@@ -30,24 +37,16 @@ class MinHashDedup(Protocol):
 
     shuffle_partitions: int
 
-    def band_rows(self, batch: pa.Table) -> pa.Table: ...
-    def bucket_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]: ...
+    def band_rows(self, batch: pa.Table, source: int = 0) -> pa.Table: ...
     def content_band_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]: ...
-    def signature_rows(self, batch: pa.Table, candidates: CandidateSet) -> pa.Table: ...
-    def cluster(self, edges: pa.Table, signature_rows: pa.Table | None) -> pa.Table: ...
+    def candidate_rows(self, batch: pa.Table, rows: np.ndarray, source: int = 0) -> pa.Table: ...
+    def cluster(self, buckets: list[Buckets], candidate_rows: list[pa.Table], grouped: bool = True) -> pa.Table: ...
     def mark(self, batch: pa.Table, lookup: DuplicateLookup) -> pa.Table: ...
-
-def _band_rows(batch: pa.Table, stage: MinHashDedup) -> pa.Table:
-    return stage.band_rows(batch)
-
-
-def _edges(group: pa.Table) -> pa.Table:
-    return bucket_edges(group)
 
 
 def split_by_partition(keys: np.ndarray, text_rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`(texts, bands)` keys flattened in reducer order (`key % k`, stable), each key's row, and the reducers'
-    `k + 1` bounds: one counting sort in numba (the `fast` extra), else a stable argsort and two gathers."""
+    """`(texts, bands)` keys flattened in reducer order (`key % k`, stable), each key's row (or ref), and the
+    reducers' `k + 1` bounds: one counting sort in numba (the `fast` extra), else a stable argsort and two gathers."""
     from transforms.dedup import minhash_numba
 
     if minhash_numba.available():
@@ -60,60 +59,74 @@ def split_by_partition(keys: np.ndarray, text_rows: np.ndarray, k: int) -> tuple
     return flat[order], rows[order], np.searchsorted(part[order], np.arange(k + 1))
 
 
-def _band_partitions(block: pa.Table, stage: MinHashDedup) -> tuple[pa.Table, ...] | pa.Table:
-    """The block's band rows (key, id), split by `key % shuffle_partitions` into one table per reducer."""
+def _band_partitions(block: pa.Table, stage: MinHashDedup, source: int) -> tuple[Buckets, ...] | Buckets:
+    """The block's band rows as (keys, refs) numpy pairs, split by `key % shuffle_partitions`, one per reducer.
+    No id is read: a row is its ref."""
     keys, rows = stage.content_band_keys(block)
-    k = stage.shuffle_partitions
-    keys, rows, bounds = split_by_partition(keys, rows, k)
-    # the ids are gathered once, in partition order
-    bands = pa.table({KEY: pa.array(keys), ROW_ID: _string_ids(block).take(pa.array(rows))})
-    out = tuple(bands.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
+    keys, refs, bounds = split_by_partition(keys, row_refs(rows, source), stage.shuffle_partitions)
+    out = tuple((keys[lo:hi], refs[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
     return out if len(out) > 1 else out[0]
 
 
-def _band_partitions_of(part: Any, stage: MinHashDedup) -> tuple[pa.Table, ...] | pa.Table:
-    """`_band_partitions` of a lake partition's id and text, read in this task (no block in the object store)."""
-    return _band_partitions(read_partition_columns(part, [C.ID, C.TEXT]), stage)
+def _band_partitions_of(part: Any, stage: MinHashDedup, source: int) -> tuple[Buckets, ...] | Buckets:
+    """`_band_partitions` of a lake partition's text, read in this task (no block in the object store)."""
+    return _band_partitions(read_partition_columns(part, [C.TEXT]), stage, source)
 
 
-def _signature_rows_of(part: Any, stage: MinHashDedup, lookup_ref: list[Any]) -> pa.Table:
-    return _signature_rows(read_partition_columns(part, [C.ID, C.TEXT]), stage, lookup_ref)
+def _band_table(block: pa.Table, stage: MinHashDedup, source: int) -> pa.Table:
+    """The block's band rows as a table (key, partition, ref): the `ray_data` shuffle's input."""
+    return stage.band_rows(block, source)
 
 
-def _string_ids(batch: pa.Table) -> pa.Array:
-    ids = batch.column(C.ID)
-    ids = ids.combine_chunks() if ids.num_chunks != 1 else ids.chunk(0)
-    return ids if pa.types.is_string(ids.type) else ids.cast(pa.string())
+def _bucket_arrays(part: Buckets | pa.Table) -> Buckets:
+    if isinstance(part, pa.Table):
+        return (part.column(KEY).to_numpy(), part.column(REF).to_numpy())
+    return part
 
 
-def _reduce_edges(*parts: pa.Table) -> pa.Table:
-    return bucket_edges(pa.concat_tables(parts))
+def _reduce_buckets(*parts: Buckets) -> Buckets:
+    """One reducer: the rows of its buckets with two or more members, sorted by key."""
+    parts = tuple(p for p in parts if len(p[0]))
+    if not parts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    return shared_buckets(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 
-def _concat(tables: tuple[pa.Table, ...]) -> pa.Table | None:
-    tables = tuple(t for t in tables if t.num_rows)
-    return pa.concat_tables(tables) if tables else None
+def _bucket_table(group: pa.Table) -> pa.Table:
+    """`_reduce_buckets` of one Ray Data group (one partition's band rows), as a table."""
+    keys, refs = shared_buckets(group.column(KEY).to_numpy(), group.column(REF).to_numpy())
+    return pa.table({KEY: pa.array(keys, pa.uint64()), REF: pa.array(refs, pa.int64())})
 
 
-def _candidates(*edge_tables: pa.Table) -> np.ndarray:
-    """The candidate set every signature task filters its block with, as 8-byte id hashes."""
-    edges = _concat(edge_tables)
-    return CandidateSet.of_edges(edges).hashes if edges is not None else np.zeros(0, dtype=np.uint64)
+def _candidates(n_sources: int, *buckets: Buckets | pa.Table) -> tuple[np.ndarray, ...] | np.ndarray:
+    """Each source's candidate rows (sorted row positions): one return per source, so a candidate-rows task fetches
+    only its own."""
+    refs = candidate_refs([_bucket_arrays(b)[1] for b in buckets])
+    out = tuple(source_rows(refs, s) for s in range(n_sources))
+    return out if n_sources != 1 else out[0]
 
 
-def _cluster(stage: MinHashDedup, n_edge_tables: int, *tables: pa.Table) -> tuple[pa.Table, int]:
+def _candidate_rows(block: pa.Table, stage: MinHashDedup, source: int, rows: np.ndarray) -> pa.Table:
+    return stage.candidate_rows(block, rows, source)
+
+
+def _candidate_rows_of(part: Any, stage: MinHashDedup, source: int, rows: np.ndarray) -> pa.Table:
+    """`_candidate_rows` of a lake partition, read in this task; a partition without candidates is not read."""
+    if not len(rows):
+        return stage.candidate_rows(pa.table({}), rows, source)
+    return stage.candidate_rows(read_partition_columns(part, [C.ID, C.TEXT]), rows, source)
+
+
+def _cluster(stage: MinHashDedup, n_buckets: int, grouped: bool, *parts: Any) -> tuple[pa.Table, int]:
     """The duplicate map and its length (two returns: the driver fetches the count alone, with no task of its own)."""
-    edges = _concat(tables[:n_edge_tables])
-    if edges is None:
-        edges = pa.table({SRC: pa.array([], pa.string()), DST: pa.array([], pa.string())})
-    duplicates = stage.cluster(edges, None if edges.num_rows == 0 else _concat(tables[n_edge_tables:]))
+    duplicates = stage.cluster([_bucket_arrays(b) for b in parts[:n_buckets]], list(parts[n_buckets:]), grouped)
     return duplicates, duplicates.num_rows
 
 
-_LOOKUPS: dict[str, CandidateSet | DuplicateLookup] = {}
+_LOOKUPS: dict[str, DuplicateLookup] = {}
 
 
-def _lookup(ref: Any) -> CandidateSet | DuplicateLookup:
+def _lookup(ref: Any) -> DuplicateLookup:
     import ray
 
     # Fetched and indexed once per worker process, not once per batch.
@@ -121,18 +134,9 @@ def _lookup(ref: Any) -> CandidateSet | DuplicateLookup:
     if key not in _LOOKUPS:
         if len(_LOOKUPS) > 4:
             _LOOKUPS.clear()
-        value = ray.get(ref)
-        _LOOKUPS[key] = CandidateSet(value) if isinstance(value, np.ndarray) else DuplicateLookup(value)
+        _LOOKUPS[key] = DuplicateLookup(ray.get(ref))
     return _LOOKUPS[key]
 
 
-def _signature_rows(batch: pa.Table, stage: MinHashDedup, lookup_ref: list[Any]) -> pa.Table:
-    candidates = _lookup(lookup_ref[0])
-    assert isinstance(candidates, CandidateSet)
-    return stage.signature_rows(batch, candidates)
-
-
 def _mark(batch: pa.Table, stage: MinHashDedup, lookup_ref: list[Any]) -> pa.Table:
-    lookup = _lookup(lookup_ref[0])
-    assert isinstance(lookup, DuplicateLookup)
-    return stage.mark(batch, lookup)
+    return stage.mark(batch, _lookup(lookup_ref[0]))
