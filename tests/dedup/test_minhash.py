@@ -286,7 +286,7 @@ def test_candidate_rows_and_chunked_verification_agree_with_the_exact_answers(ki
     table = _table(texts)
     keys, rows = stage.bucket_keys(table)
     bucket_keys, bucket_refs = shared_buckets(keys, rows)
-    assert (np.diff(bucket_keys.astype(np.float64)) >= 0).all()
+    assert len(_runs(bucket_keys)) == len(np.unique(bucket_keys))  # each bucket one contiguous run
     counts: dict[int, int] = {}
     for key in keys.tolist():
         counts[key] = counts.get(key, 0) + 1
@@ -310,8 +310,14 @@ def test_candidate_rows_and_chunked_verification_agree_with_the_exact_answers(ki
     assert len(stage.candidate_rows(pa.table({}), np.zeros(0, np.int64), 5)) == 0
 
 
+def _runs(keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal keys starts."""
+    return np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) else np.zeros(0, np.int64)
+
+
 def test_shared_keys_finds_exactly_the_repeated_keys() -> None:
-    """The hashed-pieces search (numba, the `fast` extra) and the numpy sort flag the same keys as np.unique."""
+    """The hashed-pieces search (numba, the `fast` extra) and the numpy sort flag the same keys as np.unique, and
+    the rows of shared buckets come out grouped: every key's rows in one run, in input order."""
     from transforms.dedup import minhash_numba
 
     rng = np.random.default_rng(5)
@@ -320,8 +326,15 @@ def test_shared_keys_finds_exactly_the_repeated_keys() -> None:
         _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
         expected = counts[inverse] > 1
         assert shared_keys(keys).tolist() == expected.tolist()
+        refs = rng.permutation(n).astype(np.int64)
+        got_keys, got_refs = shared_buckets(keys, refs)
+        assert sorted(got_refs.tolist()) == sorted(refs[expected].tolist())
+        assert (got_keys == keys[np.argsort(refs)[got_refs]]).all()  # each ref kept its key
+        assert len(_runs(got_keys)) == len(np.unique(got_keys))
         if minhash_numba.available():
             assert minhash_numba.shared_keys_numba(keys).tolist() == expected.tolist()
+            rows = minhash_numba.shared_rows_numba(keys)
+            assert all((np.diff(run) > 0).all() for run in np.split(rows, _runs(keys[rows])[1:]))  # input order
 
 
 def test_duplicate_lookup_matches_ids_exactly_even_when_hashes_collide() -> None:

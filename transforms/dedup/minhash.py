@@ -7,7 +7,7 @@ in-memory `process_table` path run the same code). A row travels as a number, `r
 1. bands      per source (a Ray task): text only -> signatures -> one (bucket key, ref) pair per (text, band),
               split into K hash partitions by `key % shuffle_partitions`. Empty texts get no band.
 2. buckets    K reduce tasks, one per partition: each gets every row of its buckets and keeps the rows of the
-              buckets with >= 2 members, sorted by key (numbers only). This is a hash shuffle over the
+              buckets with >= 2 members, each bucket contiguous (numbers only). This is a hash shuffle over the
               dataset's sources with plain Ray tasks; `shuffle="ray_data"` uses Ray Data's
               groupby(partition).map_groups instead (same result, more fixed overhead).
 3. candidates the refs in those buckets (a minority of the rows), split by source; a pass over the same
@@ -143,23 +143,26 @@ class MinHashDedup(GlobalStage):
         return {**super().describe(), "lsh": {"bands": bands, "rows": rows}}
 
     # -- phases ----------------------------------------------------------------------------------
-    def signatures(self, texts: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    def signatures(self, texts: pa.Array | pa.ChunkedArray, out: np.ndarray | None = None) -> np.ndarray:
         return minhash_signatures(texts, num_perm=self.num_perm, ngram=self.ngram, seed=self.seed,
-                                  backend=self.signature_backend)
+                                  backend=self.signature_backend, out=out)
 
     def content_band_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """The `(texts, bands)` bucket keys of the texts with content, and each such text's row in `batch`.
 
-        Signatures are computed `resources.batch_size` rows at a time, so a large block never holds
-        all its signatures at once; only the keys (8 bytes a band) are kept.
+        Signatures are computed `resources.batch_size` rows at a time into one reused buffer, so a large block
+        never holds all its signatures at once; only the keys (8 bytes a band) are kept.
         """
         text = batch.column(C.TEXT)
         rows = np.flatnonzero(pc.fill_null(pc.greater(pc.utf8_length(text), 0), False).to_numpy(zero_copy_only=False))
         texts = text.take(pa.array(rows)) if len(rows) < batch.num_rows else text
         bands, per_band = self.lsh_bands()
         step = self.resources.batch_size or len(rows) or 1
-        keys = [band_keys(self.signatures(texts.slice(i, step)), bands, per_band) for i in range(0, len(rows), step)]
-        return (np.concatenate(keys) if keys else np.zeros((0, bands), np.uint64)), rows
+        keys = np.empty((len(rows), bands), np.uint64)
+        sig = np.empty((min(step, len(rows)), self.num_perm), np.uint32)
+        for i in range(0, len(rows), step):
+            band_keys(self.signatures(texts.slice(i, step), out=sig), bands, per_band, out=keys[i:i + step])
+        return keys, rows
 
     def bucket_keys(self, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """Every bucket key of the texts with content (text 0's bands, text 1's...) and each key's row in `batch`."""
@@ -189,7 +192,7 @@ class MinHashDedup(GlobalStage):
     def cluster(self, buckets: list[Buckets], candidate_rows: list[pa.Table], grouped: bool = True) -> pa.Table:
         """`id -> duplicate_of` from the reducers' shared buckets (key, ref) and the candidate rows (ref, id,
         signature): stars from each bucket's smallest id, verified (when asked), union-find. `grouped`: each
-        bucket is one contiguous run of the concatenated buckets (the reducers' sorted output)."""
+        bucket is one contiguous run of the concatenated buckets (the reducers' output; Ray Data's groups are not)."""
         buckets = [b for b in buckets if len(b[0])]
         if not buckets:
             return DUPLICATE_MAP_SCHEMA.empty_table()

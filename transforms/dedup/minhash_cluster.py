@@ -3,7 +3,7 @@
 A row is named by a 64-bit reference `ref = source << 32 | row` (`source`: the lake partition or block it was read
 from, `row`: its position there), never by its id, until the very end. The steps, all columnar:
 
-* `shared_buckets` keeps the (key, ref) rows of one partition's buckets with two or more members, sorted by key;
+* `shared_buckets` keeps the (key, ref) rows of one partition's buckets with two or more members, grouped by key;
 * `candidate_refs` is the set of their refs: the only rows whose ids (and, with verification, signatures) are
   read again, by the candidate-rows pass;
 * `CandidateRows` holds those rows (ref, id, signature), `id_ranks` numbers them in id order (pyarrow's sort of the
@@ -91,19 +91,24 @@ def shared_keys(keys: np.ndarray) -> np.ndarray:
 
 
 def shared_buckets(keys: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (key, ref) rows of the buckets with two or more members, sorted by key (stable): each bucket contiguous.
+    """The (key, ref) rows of the buckets with two or more members, grouped: each bucket one contiguous run.
 
     Every bucket must lie wholly inside `keys`: the caller partitions by key. Numbers only: most keys are unique,
-    so the shared ones are found from the keys alone (a hash table in numba) and only those rows are sorted.
+    so the shared ones are found from the keys alone; with the `fast` extra a numba kernel writes their rows
+    grouped by key from a hash table (no sort), else they are sorted by key.
     """
+    from transforms.dedup import minhash_numba
+
     keys = np.asarray(keys, np.uint64)
     refs = np.asarray(refs, np.int64)
     if len(keys) < 2:
         return keys[:0], refs[:0]
-    shared = np.flatnonzero(shared_keys(keys))
-    keys, refs = keys[shared], refs[shared]
-    order = np.argsort(keys, kind="stable")
-    return keys[order], refs[order]
+    if minhash_numba.available():
+        rows = minhash_numba.shared_rows_numba(keys)
+    else:
+        rows = np.flatnonzero(shared_keys(keys))
+        rows = rows[np.argsort(keys[rows], kind="stable")]
+    return keys[rows], refs[rows]
 
 
 def candidate_refs(refs: Sequence[np.ndarray]) -> np.ndarray:

@@ -4,8 +4,8 @@ Two kernels, both bit-identical to the numpy path in `minhash_signature.py` (tes
 checks): `signatures_numba` takes flat shingle hashes, `text_signatures_numba` starts from the
 Arrow string column itself: it decodes each text's UTF-8, hashes its character n-grams and folds
 them into the signature in one pass per document, so no array of code points or shingle hashes is
-ever materialised (the stage uses this one). A third, `shared_keys_numba`, finds the LSH bucket keys
-that occur more than once (the reducers' step) without sorting them all. Two more serve the map task
+ever materialised (the stage uses this one). A third, `shared_rows_numba`, finds the rows of the LSH bucket keys
+that occur more than once (the reducers' step), grouped by key, without sorting them all. Two more serve the map task
 of the shuffle: `band_keys_numba` hashes each band of a signature into its bucket key (bit-identical
 to `minhash_signature.band_keys`, whose numpy form copies the signatures to uint64 and makes six passes
 over them: as slow as the signatures themselves), and `split_by_partition_numba` puts the keys in
@@ -112,9 +112,11 @@ def _compile() -> dict[str, Any]:
             out[d, :] = row
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
-    def shared(keys: np.ndarray, bits: int, out: np.ndarray) -> None:
-        # Counting sort by the top `bits` bits (keys are fmix64 output: uniform), then find the
-        # repeated keys of each piece in a small hash table.
+    def groups(keys: np.ndarray, bits: int, out_rows: np.ndarray) -> int:
+        # Counting sort by the top `bits` bits (keys are fmix64 output: uniform), then, per piece, an
+        # open-addressing table on the low bits holding each key's first row: a key met again is chained
+        # behind it. The rows of every key met more than once are written out together (its rows in input
+        # order), piece by piece; returns how many.
         n = keys.shape[0]
         shift = np.uint64(64 - bits)
         starts = np.zeros((1 << bits) + 1, np.int64)
@@ -130,14 +132,17 @@ def _compile() -> dict[str, Any]:
             piece_keys[fill[j]] = keys[i]
             piece_rows[fill[j]] = i
             fill[j] += 1
-        # Per piece, an open-addressing table on the low bits: a key met again is shared.
         widest = 2
         for j in range(1 << bits):
             widest = max(widest, starts[j + 1] - starts[j])
         size = 1
         while size < 2 * widest:
             size *= 2
-        table = np.empty(size, np.int64)
+        table = np.empty(size, np.int32)
+        nxt = np.empty(widest, np.int32)  # the next row of the same key in the piece, -1 at the end
+        last = np.empty(widest, np.int32)  # a first row's chain end
+        count = np.empty(widest, np.int32)  # rows of the key at its first row, 0 at the others
+        m = 0
         for j in range(1 << bits):
             lo, hi = starts[j], starts[j + 1]
             if hi - lo < 2:
@@ -147,19 +152,36 @@ def _compile() -> dict[str, Any]:
                 mask *= 2
             mask -= 1
             table[:mask + 1] = -1
-            for t in range(lo, hi):
-                key = piece_keys[t]
+            repeated = False
+            for t in range(hi - lo):
+                key = piece_keys[lo + t]
                 slot = np.int64(key & np.uint64(mask))
+                nxt[t] = -1
                 while True:
-                    other = table[slot]
-                    if other < 0:
+                    first = table[slot]
+                    if first < 0:
                         table[slot] = t
+                        count[t] = 1
+                        last[t] = t
                         break
-                    if piece_keys[other] == key:
-                        out[piece_rows[t]] = True
-                        out[piece_rows[other]] = True
+                    if piece_keys[lo + first] == key:
+                        nxt[last[first]] = t
+                        last[first] = t
+                        count[first] += 1
+                        count[t] = 0
+                        repeated = True
                         break
                     slot = (slot + 1) & mask
+            if not repeated:
+                continue
+            for t in range(hi - lo):
+                if count[t] > 1:
+                    c = t
+                    while c >= 0:
+                        out_rows[m] = piece_rows[lo + c]
+                        m += 1
+                        c = nxt[c]
+        return m
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
     def bands(sig: np.ndarray, rows: int, out: np.ndarray) -> None:
@@ -206,13 +228,20 @@ def _compile() -> dict[str, Any]:
                 fill[q] = f + 1
                 i += 1
 
-    return {"from_hashes": from_hashes, "from_utf8": from_utf8, "shared": shared, "bands": bands, "split": split}
+    return {"from_hashes": from_hashes, "from_utf8": from_utf8, "groups": groups, "bands": bands, "split": split}
 
 
 def _kernel(name: str) -> Any:
     if not _KERNELS:
         _KERNELS.update(_compile())
     return _KERNELS[name]
+
+
+def _rows_of(out: np.ndarray, n: int, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """The first `n` rows of a caller's buffer, checked: the kernels write through it."""
+    if out.dtype != dtype or out.shape[1:] != shape or len(out) < n or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous {np.dtype(dtype)} of shape (>= {n}, {shape})")
+    return out[:n]
 
 
 def signatures_numba(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -226,22 +255,32 @@ def signatures_numba(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: n
     return out
 
 
+def shared_rows_numba(keys: np.ndarray) -> np.ndarray:
+    """The rows of the (well-mixed) uint64 keys that occur more than once, grouped: each key's rows together, in
+    input order (the groups in no particular order). One pass over hashed pieces, no sort."""
+    keys = np.ascontiguousarray(keys, np.uint64)
+    out = np.empty(len(keys), np.int64)
+    if len(keys) < 2:
+        return out[:0]
+    # Pieces of ~16k keys: each piece's table (32k slots, 128 KiB) stays in L2; measured 16-20 ns a key on 4M keys
+    # against 122 for a numpy argsort.
+    bits = int(min(20, max(1, np.ceil(np.log2(len(keys) / 16_384)))))
+    return out[:_kernel("groups")(keys, bits, out)]
+
+
 def shared_keys_numba(keys: np.ndarray) -> np.ndarray:
     """Which of these (well-mixed) uint64 keys occur more than once: a bool mask, like the numpy sort."""
-    keys = np.ascontiguousarray(keys, np.uint64)
     out = np.zeros(len(keys), dtype=np.bool_)
-    if len(keys) > 1:
-        # Pieces of ~16k keys: each piece's table (32k slots, 256 KiB) stays in L2; measured
-        # 16-20 ns a key on 4M keys against 122 for the numpy argsort it replaces.
-        bits = int(min(20, max(1, np.ceil(np.log2(len(keys) / 16_384)))))
-        _kernel("shared")(keys, bits, out)
+    out[shared_rows_numba(keys)] = True
     return out
 
 
-def text_signatures_numba(arr: pa.Array, ngram: int, poly: np.uint32, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """`(n, num_perm)` uint32 signatures straight from a null-free (large_)string Arrow array."""
+def text_signatures_numba(arr: pa.Array, ngram: int, poly: np.uint32, a: np.ndarray, b: np.ndarray,
+                          out: np.ndarray | None = None) -> np.ndarray:
+    """`(n, num_perm)` uint32 signatures straight from a null-free (large_)string Arrow array (written into the
+    first `n` rows of `out` when given)."""
     n = len(arr)
-    out = np.empty((n, len(a)), np.uint32)
+    out = np.empty((n, len(a)), np.uint32) if out is None else _rows_of(out, n, (len(a),), np.uint32)
     if n == 0:
         return out
     large = pa.types.is_large_string(arr.type)
@@ -254,9 +293,11 @@ def text_signatures_numba(arr: pa.Array, ngram: int, poly: np.uint32, a: np.ndar
     return out
 
 
-def band_keys_numba(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
-    """`(n, bands)` uint64 bucket keys, bit-identical to `minhash_signature.band_keys` (its numpy form)."""
-    out = np.empty((signatures.shape[0], bands), np.uint64)
+def band_keys_numba(signatures: np.ndarray, bands: int, rows: int, out: np.ndarray | None = None) -> np.ndarray:
+    """`(n, bands)` uint64 bucket keys, bit-identical to `minhash_signature.band_keys` (its numpy form), written into
+    `out` when given."""
+    n = signatures.shape[0]
+    out = np.empty((n, bands), np.uint64) if out is None else _rows_of(out, n, (bands,), np.uint64)
     if len(out):
         _kernel("bands")(np.ascontiguousarray(signatures, np.uint32), rows, out)
     return out

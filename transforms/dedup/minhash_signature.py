@@ -147,12 +147,15 @@ def signatures_from_hashes(hashes: np.ndarray, counts: np.ndarray, a: np.ndarray
 
 def minhash_signatures(texts: pa.Array | pa.ChunkedArray | Sequence[str | None], *, num_perm: int = 128,
                        ngram: int = 5, seed: int = 42, chunk_shingles: int = DEFAULT_CHUNK_SHINGLES,
-                       backend: Literal["auto", "numpy", "numba"] = "auto") -> np.ndarray:
+                       backend: Literal["auto", "numpy", "numba"] = "auto", out: np.ndarray | None = None
+                       ) -> np.ndarray:
     """MinHash signatures of character `ngram`-shingle sets: `np.ndarray[n, num_perm]` of uint32.
 
     `backend="auto"` uses the fused numba kernel when numba is installed (the `fast` extra: raw
     UTF-8 to signature in one pass, 2-4x faster than numpy here, see docs/minhash.md) and numpy
-    otherwise; both give identical signatures.
+    otherwise; both give identical signatures. `out` (C-contiguous uint32, at least `n` rows) is filled
+    and its first `n` rows returned: a caller that goes through many batches reuses one buffer instead of
+    touching fresh pages for each (page faults cost more than the copy on a VM).
     """
     if ngram < 1:
         raise ValueError("ngram must be >= 1")
@@ -162,9 +165,13 @@ def minhash_signatures(texts: pa.Array | pa.ChunkedArray | Sequence[str | None],
     if backend == "numba" or (backend == "auto" and minhash_numba.available()):
         if backend == "numba":
             require("numba", "fast", "the numba MinHash kernel")
-        return minhash_numba.text_signatures_numba(_as_string_array(texts), ngram, _POLY32, a, b)
+        return minhash_numba.text_signatures_numba(_as_string_array(texts), ngram, _POLY32, a, b, out)
     hashes, counts = shingle_hashes(texts, ngram)
-    return signatures_from_hashes(hashes, counts, a, b, chunk_shingles)
+    sig = signatures_from_hashes(hashes, counts, a, b, chunk_shingles)
+    if out is None:
+        return sig
+    out[:len(sig)] = sig
+    return out[:len(sig)]
 
 
 def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:
@@ -173,7 +180,7 @@ def estimated_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> np.ndarray:
 
 
 def band_keys(signatures: np.ndarray, bands: int, rows: int,
-              backend: Literal["auto", "numpy", "numba"] = "auto") -> np.ndarray:
+              backend: Literal["auto", "numpy", "numba"] = "auto", out: np.ndarray | None = None) -> np.ndarray:
     """`(n, bands)` uint64 bucket keys: band `i`'s `rows` values hashed together with `i`.
 
     The band index is folded into the key, so one key column identifies a (band, bucket) pair;
@@ -186,10 +193,13 @@ def band_keys(signatures: np.ndarray, bands: int, rows: int,
     from transforms.dedup import minhash_numba
 
     if backend == "numba" or (backend == "auto" and minhash_numba.available()):
-        return minhash_numba.band_keys_numba(signatures, bands, rows)
+        return minhash_numba.band_keys_numba(signatures, bands, rows, out)
     block = signatures[:, : bands * rows].reshape(n, bands, rows).astype(np.uint64)
     h = np.broadcast_to((np.arange(bands, dtype=np.uint64) + np.uint64(1)) * _BAND_MUL, (n, bands)).copy()
     for j in range(rows):
         h ^= block[:, :, j]
         h *= _POLY
-    return fmix64(h)
+    if out is None:
+        return fmix64(h)
+    out[:] = fmix64(h)
+    return out

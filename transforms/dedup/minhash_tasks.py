@@ -85,7 +85,7 @@ def _bucket_arrays(part: Buckets | pa.Table) -> Buckets:
 
 
 def _reduce_buckets(*parts: Buckets) -> Buckets:
-    """One reducer: the rows of its buckets with two or more members, sorted by key."""
+    """One reducer: the rows of its buckets with two or more members, each bucket contiguous."""
     parts = tuple(p for p in parts if len(p[0]))
     if not parts:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
