@@ -52,10 +52,11 @@ from transforms.dedup.minhash import MinHashDedup  # noqa: E402
 from transforms.dedup.minhash_cluster import (  # noqa: E402
     CandidateRows,
     DuplicateLookup,
+    RefLookup,
     id_ranks,
-    sorted_search,
-    star_edges,
+    star_pairs,
     union_find_min,
+    unpack_pairs,
     verify_edges,
 )
 from transforms.dedup.minhash_tasks import (  # noqa: E402
@@ -236,16 +237,15 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                       "output_nbytes": dup_map.nbytes, "seconds": p.seconds}
     print(f"  cluster: {dup_map.num_rows:,} near-duplicates, {p.seconds:.1f}s", flush=True)
     # ... and its steps, each measured on its own (the same code as minhash_cluster.cluster_buckets).
-    keys = np.concatenate([b[0] for b in buckets])
-    refs = np.concatenate([b[1] for b in buckets])
     candidates, p1 = measure(CandidateRows.of_tables, cand_tables, stage.num_perm, True)
     (rank, row_of_rank), p2 = measure(id_ranks, candidates.ids)
 
-    def stars(keys: np.ndarray, refs: np.ndarray, cand_refs: np.ndarray, rank: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
-        return star_edges(keys, rank[sorted_search(cand_refs, refs)])
+    def stars(buckets: list[Buckets], cand_refs: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # as cluster_buckets: one reducer's bucket rows at a time, refs -> ranks through one lookup
+        rank_of = RefLookup(cand_refs, rank, sum(len(b[0]) for b in buckets))
+        return unpack_pairs(np.unique(np.concatenate([star_pairs(k, rank_of(r)) for k, r in buckets])))
 
-    (u, v), p3 = measure(stars, keys, refs, candidates.refs, rank)
+    (u, v), p3 = measure(stars, buckets, candidates.refs, rank)
     assert candidates.signatures is not None
     keep, p4 = measure(verify_edges, row_of_rank[u], row_of_rank[v], candidates.signatures, stage.threshold)
     u, v = u[keep], v[keep]
@@ -260,11 +260,11 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     out["cluster_steps"] = {
         "candidate_views": {"candidates": len(candidates), "peak": p1.peak},
         "id_ranks": {"candidates": len(candidates), "peak": p2.peak},
-        "star_edges": {"bucket_rows": len(keys), "edges_out": len(keep), "peak": p3.peak},
+        "star_edges": {"bucket_rows": bucket_rows, "edges_out": len(keep), "peak": p3.peak},
         "verify": {"edges_in": len(keep), "edges_out": int(keep.sum()), "peak": p4.peak},
         "union_find": {"edges_in": int(keep.sum()), "dropped": len(dropped), "peak": p5.peak},
     }
-    del keys, refs, candidates, rank, row_of_rank, u, v, keep, buckets, cand_tables
+    del candidates, rank, row_of_rank, u, v, keep, buckets, cand_tables
 
     # 7. marking: each worker builds the lookup of the duplicate map once, then marks batches.
     lookup, p = measure(DuplicateLookup, dup_map)

@@ -155,6 +155,8 @@ def test_numba_band_keys_and_partition_split_equal_numpy(kin_questions: list[str
             np.testing.assert_array_equal(bounds, np.searchsorted(part[order], np.arange(k + 1)))
             for got, want in zip(split_by_partition(keys, text_rows, k), (got_keys, got_rows, bounds), strict=True):
                 np.testing.assert_array_equal(got, want)
+            small = minhash_numba.split_by_partition_numba(keys, text_rows.astype(np.uint32), k)  # the map task's rows
+            assert small[1].dtype == np.uint32 and (small[1] == got_rows).all() and (small[0] == got_keys).all()
 
 
 def test_lsh_bands_travel_with_the_stage(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -248,10 +250,11 @@ def test_cluster_buckets_is_transitive_and_deterministic() -> None:
         members = np.array([refs[n] for b in shuffled for n in rng.sample(b, 2)], np.int64)
         order = rng.sample(names, len(names))
         cands = CandidateRows(np.array([refs[n] for n in order]), pa.array(order), None)
-        out = cluster_buckets(keys, members, cands, threshold=0.7)
+        out = cluster_buckets([(keys[:4], members[:4]), (keys[4:], members[4:])], cands, threshold=0.7)
         results.append(dict(zip(out.column("id").to_pylist(), out.column("duplicate_of").to_pylist(), strict=True)))
         ungrouped = np.array(rng.sample(range(len(keys)), len(keys)))
-        assert cluster_buckets(keys[ungrouped], members[ungrouped], cands, 0.7, grouped=False).equals(out)
+        assert cluster_buckets([(keys[ungrouped][:5], members[ungrouped][:5]),
+                                (keys[ungrouped][5:], members[ungrouped][5:])], cands, 0.7, grouped=False).equals(out)
     assert all(r == results[0] for r in results)
     assert results[0] == {"b": "a", "c": "a", "d": "a", "y": "x", "z": "x"}
 
@@ -443,7 +446,7 @@ def test_refs_across_sources_give_the_reference_duplicate_map(shared_data: Path,
         cuts = [0, 1, 1, 2_000, 2_001, 9_000, 13_333, table.num_rows]
         sources = [table.slice(lo, hi - lo) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
         parts = [_band_partitions(block, stage, i) for i, block in enumerate(sources)]
-        assert all(len(p) == 7 and p[0][1].dtype == np.int64 for p in parts)  # numbers only, no ids
+        assert all(len(p) == 7 and p[0][1].dtype == np.uint32 and p[0][2] == i for i, p in enumerate(parts))  # no ids
         buckets = [_reduce_buckets(*[p[k] for p in parts]) for k in range(7)]
         rows = _candidates(len(sources), *buckets)
         assert len(rows[1]) == 0 and sum(map(len, rows)) < table.num_rows / 2  # ids read for candidates only

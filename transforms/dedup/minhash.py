@@ -36,7 +36,6 @@ from pydantic import Field, PrivateAttr, model_validator
 from transforms.core import columns as C
 from transforms.core.stage import GlobalStage, Resources, set_drop_reason, set_duplicate_of
 from transforms.dedup.minhash_cluster import (
-    DUPLICATE_MAP_SCHEMA,
     KEY,
     PART,
     REF,
@@ -193,13 +192,8 @@ class MinHashDedup(GlobalStage):
         """`id -> duplicate_of` from the reducers' shared buckets (key, ref) and the candidate rows (ref, id,
         signature): stars from each bucket's smallest id, verified (when asked), union-find. `grouped`: each
         bucket is one contiguous run of the concatenated buckets (the reducers' output; Ray Data's groups are not)."""
-        buckets = [b for b in buckets if len(b[0])]
-        if not buckets:
-            return DUPLICATE_MAP_SCHEMA.empty_table()
-        keys = np.concatenate([b[0] for b in buckets])
-        refs = np.concatenate([b[1] for b in buckets])
         candidates = CandidateRows.of_tables(candidate_rows, self.num_perm, self.verify)
-        return cluster_buckets(keys, refs, candidates, self.threshold, grouped=grouped)
+        return cluster_buckets(buckets, candidates, self.threshold, grouped=grouped)
 
     def mark(self, batch: pa.Table, lookup: DuplicateLookup) -> pa.Table:
         dup_of = lookup.duplicate_of(batch.column(C.ID).cast(pa.string()))

@@ -90,25 +90,30 @@ def shared_keys(keys: np.ndarray) -> np.ndarray:
     return shared
 
 
-def shared_buckets(keys: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (key, ref) rows of the buckets with two or more members, grouped: each bucket one contiguous run.
+def shared_rows(keys: np.ndarray) -> np.ndarray:
+    """The rows of the keys that occur more than once, grouped: each key's rows one contiguous run.
 
-    Every bucket must lie wholly inside `keys`: the caller partitions by key. Numbers only: most keys are unique,
-    so the shared ones are found from the keys alone; with the `fast` extra a numba kernel writes their rows
-    grouped by key from a hash table (no sort), else they are sorted by key.
+    Every bucket must lie wholly inside `keys`: the caller partitions by key. Most keys are unique, so the
+    shared ones are found from the keys alone; with the `fast` extra a numba kernel writes their rows grouped by
+    key from a hash table (no sort), else they are sorted by key.
     """
     from transforms.dedup import minhash_numba
 
     keys = np.asarray(keys, np.uint64)
-    refs = np.asarray(refs, np.int64)
     if len(keys) < 2:
-        return keys[:0], refs[:0]
+        return np.zeros(0, np.int64)
     if minhash_numba.available():
-        rows = minhash_numba.shared_rows_numba(keys)
-    else:
-        rows = np.flatnonzero(shared_keys(keys))
-        rows = rows[np.argsort(keys[rows], kind="stable")]
-    return keys[rows], refs[rows]
+        return minhash_numba.shared_rows_numba(keys)
+    rows = np.flatnonzero(shared_keys(keys))
+    return rows[np.argsort(keys[rows], kind="stable")]
+
+
+def shared_buckets(keys: np.ndarray, refs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (key, ref) rows of the buckets with two or more members, grouped: each bucket one contiguous run
+    (`shared_rows`). Numbers only."""
+    keys = np.asarray(keys, np.uint64)
+    rows = shared_rows(keys)
+    return keys[rows], np.asarray(refs, np.int64)[rows]
 
 
 def candidate_refs(refs: Sequence[np.ndarray]) -> np.ndarray:
@@ -196,15 +201,23 @@ def id_ranks(ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return rank, order
 
 
-def star_edges(keys: np.ndarray, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique candidate edges `(head rank, member rank)`, sorted: per bucket (a run of equal `keys`) its smallest
-    rank to each other member. The same pair found in several bands or reducers gives one edge."""
+def star_pairs(keys: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """`star_edges` as `head << 32 | member` (uint64), sorted and unique."""
     if len(keys) < 2:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.uint64)
     starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
     heads = np.repeat(np.minimum.reduceat(ranks, starts), np.diff(np.append(starts, len(keys))))
     member = ranks != heads
-    packed = np.unique((heads[member].astype(np.uint64) << np.uint64(ROW_BITS)) | ranks[member].astype(np.uint64))
+    return np.unique((heads[member].astype(np.uint64) << np.uint64(ROW_BITS)) | ranks[member].astype(np.uint64))
+
+
+def star_edges(keys: np.ndarray, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique candidate edges `(head rank, member rank)`, sorted: per bucket (a run of equal `keys`) its smallest
+    rank to each other member. The same pair found in several bands or reducers gives one edge."""
+    return unpack_pairs(star_pairs(keys, ranks))
+
+
+def unpack_pairs(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (packed >> np.uint64(ROW_BITS)).astype(np.int64), (packed & np.uint64(ROW_MASK)).astype(np.int64)
 
 
@@ -255,54 +268,75 @@ def sorted_search(table: np.ndarray, query: np.ndarray) -> np.ndarray:
     return pos
 
 
-def ref_positions(refs: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """The position of each ref in the sorted refs `table` (every ref must be there).
+class RefLookup:
+    """A value for each ref of a sorted table of refs (the candidates: their rank), looked up many times.
 
-    Through a dense array over each source's rows up to its last candidate (4 bytes a row, one gather a
-    query) when that is at most 8 bytes per query; else `sorted_search`, whose sort of the queries cost the
-    cluster task more than anything else it does (5.4M queries at 3M rows)."""
-    if not len(refs):
-        return np.zeros(0, np.int64)
-    sources = table >> np.int64(ROW_BITS)
-    n_sources = int(sources[-1]) + 1
-    ends = np.searchsorted(sources, np.arange(n_sources), side="right")  # one past each source's last candidate
-    extent = np.zeros(n_sources, np.int64)
-    nonempty = ends > np.concatenate([[0], ends[:-1]])
-    extent[nonempty] = (table[ends[nonempty] - 1] & np.int64(ROW_MASK)) + 1
-    offsets = np.concatenate([[0], np.cumsum(extent)])
-    if offsets[-1] > 2 * len(refs) or len(table) >= 1 << 31:
-        pos = sorted_search(table, refs)
-        if pos.max() >= len(table) or not np.array_equal(table[pos], refs):
-            raise ValueError("a bucket row is missing from the candidate rows")
+    Through a dense int32 array over each source's rows up to its last candidate (4 bytes a row, one gather a
+    query) when that is at most 8 bytes per expected query; else `sorted_search`, whose sort of the queries cost
+    the cluster task more than anything else it did (5.4M queries at 3M rows). A ref missing from the table is
+    an error."""
+
+    def __init__(self, table: np.ndarray, values: np.ndarray, queries: int):
+        self.table, self.values = table, values
+        sources = table >> np.int64(ROW_BITS)
+        self.n_sources = int(sources[-1]) + 1 if len(table) else 0
+        ends = np.searchsorted(sources, np.arange(self.n_sources), side="right")  # past each source's last candidate
+        self.extent = np.zeros(self.n_sources, np.int64)
+        nonempty = ends > np.concatenate([[0], ends[:-1]]).astype(ends.dtype)
+        self.extent[nonempty] = (table[ends[nonempty] - 1] & np.int64(ROW_MASK)) + 1
+        self.offsets = np.concatenate([[0], np.cumsum(self.extent)]).astype(np.int64)
+        self.dense: np.ndarray | None = None
+        if 0 < self.offsets[-1] <= 2 * queries and len(table) < 1 << 31:
+            self.dense = np.full(int(self.offsets[-1]), -1, np.int32)
+            self.dense[self.offsets[sources] + (table & np.int64(ROW_MASK))] = np.arange(len(table), dtype=np.int32)
+
+    def positions(self, refs: np.ndarray) -> np.ndarray:
+        """Where each ref is in the table."""
+        if not len(refs):
+            return np.zeros(0, np.int64)
+        missing = ValueError("a bucket row is missing from the candidate rows")
+        if self.dense is None:
+            pos = sorted_search(self.table, refs)
+            if pos.max() >= len(self.table) or not np.array_equal(self.table[pos], refs):
+                raise missing
+            return pos
+        src = refs >> np.int64(ROW_BITS)
+        if src.min() < 0 or src.max() >= self.n_sources:
+            raise missing
+        row = refs & np.int64(ROW_MASK)
+        if (row >= self.extent[src]).any():
+            raise missing
+        row += self.offsets[src]
+        pos = self.dense[row]
+        if pos.min() < 0:
+            raise missing
         return pos
-    dense = np.full(int(offsets[-1]), -1, np.int32)
-    dense[offsets[sources] + (table & np.int64(ROW_MASK))] = np.arange(len(table), dtype=np.int32)
-    src = refs >> np.int64(ROW_BITS)
-    if src.max() >= n_sources:
-        raise ValueError("a bucket row is missing from the candidate rows")
-    row = refs & np.int64(ROW_MASK)
-    if (row >= extent[src]).any():
-        raise ValueError("a bucket row is missing from the candidate rows")
-    row += offsets[src]
-    pos = dense[row]
-    if pos.min() < 0:
-        raise ValueError("a bucket row is missing from the candidate rows")
-    return pos
+
+    def __call__(self, refs: np.ndarray) -> np.ndarray:
+        return self.values[self.positions(refs)]
 
 
-def cluster_buckets(keys: np.ndarray, refs: np.ndarray, candidates: CandidateRows, threshold: float,
+def ref_positions(refs: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """The position of each ref in the sorted refs `table` (every ref must be there)."""
+    return RefLookup(table, np.arange(len(table)), len(refs)).positions(refs)
+
+
+def cluster_buckets(buckets: Sequence[tuple[np.ndarray, np.ndarray]], candidates: CandidateRows, threshold: float,
                     grouped: bool = True) -> pa.Table:
     """`id -> duplicate_of` (strings; every clustered row but each cluster's smallest id) from the shared buckets'
-    rows (`keys`, `refs`: each bucket a contiguous run when `grouped`, else sorted here) and the candidate rows.
-    Edges are verified when `candidates` carries signatures."""
-    keys, refs = np.asarray(keys, np.uint64), np.asarray(refs, np.int64)
-    if len(keys) < 2 or len(candidates) == 0:
+    rows, one (keys, refs) pair per reducer (each bucket a contiguous run inside one pair when `grouped`; else they
+    are concatenated and sorted here), and the candidate rows. Edges are verified when `candidates` carries
+    signatures. One reducer's rows at a time: the star edges of each are packed in one uint64 each."""
+    buckets = [(np.asarray(k, np.uint64), np.asarray(r, np.int64)) for k, r in buckets if len(k)]
+    if not buckets or len(candidates) == 0:
         return DUPLICATE_MAP_SCHEMA.empty_table()
     if not grouped:
+        keys, refs = np.concatenate([b[0] for b in buckets]), np.concatenate([b[1] for b in buckets])
         order = np.argsort(keys, kind="stable")
-        keys, refs = keys[order], refs[order]
+        buckets = [(keys[order], refs[order])]
     rank, row_of_rank = id_ranks(candidates.ids)
-    u, v = star_edges(keys, rank[ref_positions(refs, candidates.refs)])
+    rank_of = RefLookup(candidates.refs, rank, sum(len(b[0]) for b in buckets))
+    u, v = unpack_pairs(np.unique(np.concatenate([star_pairs(keys, rank_of(refs)) for keys, refs in buckets])))
     if candidates.signatures is not None and len(u):
         keep = verify_edges(row_of_rank[u], row_of_rank[v], candidates.signatures, threshold)
         u, v = u[keep], v[keep]

@@ -4,7 +4,8 @@ Two kernels, both bit-identical to the numpy path in `minhash_signature.py` (tes
 checks): `signatures_numba` takes flat shingle hashes, `text_signatures_numba` starts from the
 Arrow string column itself: it decodes each text's UTF-8, hashes its character n-grams and folds
 them into the signature in one pass per document, so no array of code points or shingle hashes is
-ever materialised (the stage uses this one). A third, `shared_rows_numba`, finds the rows of the LSH bucket keys
+ever materialised (the stage uses this one). Large scratch arrays are allocated in numpy and passed in (numpy
+asks the kernel for transparent huge pages; numba's own allocations fault 4 KiB at a time). A third, `shared_rows_numba`, finds the rows of the LSH bucket keys
 that occur more than once (the reducers' step), grouped by key, without sorting them all. Two more serve the map task
 of the shuffle: `band_keys_numba` hashes each band of a signature into its bucket key (bit-identical
 to `minhash_signature.band_keys`, whose numpy form copies the signatures to uint64 and makes six passes
@@ -112,7 +113,8 @@ def _compile() -> dict[str, Any]:
             out[d, :] = row
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
-    def groups(keys: np.ndarray, bits: int, out_rows: np.ndarray) -> int:
+    def groups(keys: np.ndarray, bits: int, out_rows: np.ndarray, piece_keys: np.ndarray, piece_rows: np.ndarray
+               ) -> int:
         # Counting sort by the top `bits` bits (keys are fmix64 output: uniform), then, per piece, an
         # open-addressing table on the low bits holding each key's first row: a key met again is chained
         # behind it. The rows of every key met more than once are written out together (its rows in input
@@ -125,8 +127,6 @@ def _compile() -> dict[str, Any]:
         for j in range(1 << bits):
             starts[j + 1] += starts[j]
         fill = starts[:-1].copy()
-        piece_keys = np.empty(n, np.uint64)
-        piece_rows = np.empty(n, np.int64)
         for i in range(n):
             j = keys[i] >> shift
             piece_keys[fill[j]] = keys[i]
@@ -200,7 +200,7 @@ def _compile() -> dict[str, Any]:
 
     @numba.njit(cache=True, nogil=True, boundscheck=False)
     def split(keys: np.ndarray, text_rows: np.ndarray, k: int, out_keys: np.ndarray, out_rows: np.ndarray,
-              bounds: np.ndarray) -> None:
+              bounds: np.ndarray, part: np.ndarray) -> None:
         # keys is (texts, bands) flattened; a stable counting sort by key % k. The partition of each key is
         # computed once (a mask when k is a power of two: a 64-bit modulo is a division) and the text's row is
         # read once per text, not divided out of the key's index.
@@ -209,7 +209,6 @@ def _compile() -> dict[str, Any]:
         kk = u64(k)
         mask = u64(k - 1)
         pow2 = (k & (k - 1)) == 0
-        part = np.empty(keys.shape[0], np.int32)
         for i in range(keys.shape[0]):
             q = np.int32(keys[i] & mask) if pow2 else np.int32(keys[i] % kk)
             part[i] = q
@@ -265,7 +264,11 @@ def shared_rows_numba(keys: np.ndarray) -> np.ndarray:
     # Pieces of ~16k keys: each piece's table (32k slots, 128 KiB) stays in L2; measured 16-20 ns a key on 4M keys
     # against 122 for a numpy argsort.
     bits = int(min(20, max(1, np.ceil(np.log2(len(keys) / 16_384)))))
-    return out[:_kernel("groups")(keys, bits, out)]
+    # Scratch arrays from numpy, not inside the kernel: numpy asks for transparent huge pages on large arrays, numba's
+    # allocator does not, and 4 KiB page faults on fresh memory were most of the reducers' system time (228k faults,
+    # ~1 CPU-s at 3M rows, on this VM).
+    piece_rows = np.empty(len(keys), np.int32 if len(keys) < 1 << 31 else np.int64)
+    return out[:_kernel("groups")(keys, bits, out, np.empty(len(keys), np.uint64), piece_rows)]
 
 
 def shared_keys_numba(keys: np.ndarray) -> np.ndarray:
@@ -306,10 +309,14 @@ def band_keys_numba(signatures: np.ndarray, bands: int, rows: int, out: np.ndarr
 def split_by_partition_numba(keys: np.ndarray, text_rows: np.ndarray, k: int
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The `(texts, bands)` keys flattened, in reducer order (`key % k`, stable), each key's row in `text_rows`
-    order, and the `k + 1` bounds of each reducer's slice: what an argsort by partition and two gathers give."""
+    order (int64 or uint32, as given), and the `k + 1` bounds of each reducer's slice: what an argsort by partition
+    and two gathers give."""
     keys = np.ascontiguousarray(keys, np.uint64).ravel()
-    out_keys, out_rows = np.empty(len(keys), np.uint64), np.empty(len(keys), np.int64)
+    text_rows = np.ascontiguousarray(text_rows)
+    if text_rows.dtype not in (np.int64, np.uint32):
+        text_rows = text_rows.astype(np.int64)
+    out_keys, out_rows = np.empty(len(keys), np.uint64), np.empty(len(keys), text_rows.dtype)
     bounds = np.zeros(k + 1, np.int64)
     if len(keys):
-        _kernel("split")(keys, np.ascontiguousarray(text_rows, np.int64), k, out_keys, out_rows, bounds)
+        _kernel("split")(keys, text_rows, k, out_keys, out_rows, bounds, np.empty(len(keys), np.int32))
     return out_keys, out_rows, bounds
