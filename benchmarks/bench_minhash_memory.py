@@ -6,7 +6,7 @@
 The phases of `MinHashDedup.run_dataset` (shuffle "tasks") are called directly, in this one
 process, with the stage's own functions and no Ray: the map task `_band_partitions` on every block
 (signatures -> band keys -> K partitions of (key, ref) pairs), the K reducers `_reduce_buckets` (the rows of
-shared buckets), `_candidates` (each block's candidate rows, 8 bytes a candidate), `_candidate_rows` per block
+shared buckets), `_candidates` (the sorted candidate refs, 8 bytes a candidate), `_candidate_rows` per block
 (ref, id, signature of those rows), the single clustering task `_cluster` (also split into its steps: candidate
 views, id ranks, star edges, verification, union-find), the marking workers' `DuplicateLookup(duplicate map)` and
 `mark` on one batch.
@@ -66,6 +66,7 @@ from transforms.dedup.minhash_tasks import (  # noqa: E402
     _candidates,
     _cluster,
     _reduce_buckets,
+    band_part,
 )
 
 MiB = 2**20
@@ -179,19 +180,19 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                                "output_nbytes": sig.nbytes, "seconds": p.seconds}
     del sig
 
-    # 2. map tasks: band rows (key, ref) of each block, split into K partitions.
-    def nbytes(b: Buckets) -> int:
+    # 2. map tasks: band rows (key, row) of each block, split into K partitions (one object per map task).
+    def nbytes(b: Any) -> int:
         return int(b[0].nbytes + b[1].nbytes)
 
-    parts: list[tuple[Buckets, ...]] = []
+    parts: list[Any] = []
     map_peaks, map_secs = [], 0.0
     for i, block in enumerate(blocks):
         res, p = measure(_band_partitions, block, stage, i)
-        parts.append(res if k > 1 else (res,))
+        parts.append(res)
         map_peaks.append((p.peak / block.num_rows, p.peak, block.num_rows))
         map_secs += p.seconds
-    band_nbytes = sum(nbytes(t) for ps in parts for t in ps)
-    band_count = sum(len(t[0]) for ps in parts for t in ps)
+    band_nbytes = sum(nbytes(t) for t in parts)
+    band_count = sum(len(t[0]) for t in parts)
     # Per block row over the full-size blocks (the last, short block carries the fixed costs alone).
     full = [m for m in map_peaks if m[2] == args.rows_per_block] or map_peaks
     out["map"] = {"band_rows": band_count, "band_nbytes": band_nbytes, "peak_max": max(m[1] for m in map_peaks),
@@ -199,11 +200,11 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
                   "peak_per_block_row_median": float(np.median([m[0] for m in full])), "seconds": map_secs}
     print(f"  map: {band_count:,} band rows, {band_nbytes / MiB:,.0f} MiB, {map_secs:.0f}s", flush=True)
 
-    # 3. reducers: partition i of every block -> the rows of its shared buckets, sorted by key.
+    # 3. reducers: slice i of every map output -> the rows of its shared buckets, each bucket contiguous.
     buckets, reducers = [], []
     for i in range(k):
-        inputs = [ps[i] for ps in parts]
-        res, p = measure(_reduce_buckets, *inputs)
+        inputs = [band_part(b, i) for b in parts]
+        res, p = measure(_reduce_buckets, i, *parts)
         buckets.append(res)
         reducers.append({"band_rows": sum(len(t[0]) for t in inputs), "input_nbytes": sum(nbytes(t) for t in inputs),
                          "peak": p.peak, "rss": p.rss, "arrow": p.arrow, "bucket_rows": len(res[0]),
@@ -213,17 +214,16 @@ def run_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     bucket_rows = sum(r["bucket_rows"] for r in reducers)
     print(f"  reduce: {bucket_rows:,} rows of shared buckets, {sum(r['seconds'] for r in reducers):.0f}s", flush=True)
 
-    # 4. each block's candidate rows (the refs in shared buckets), one task for all.
-    per_block, p = measure(_candidates, len(blocks), *buckets)
-    per_block = per_block if len(blocks) > 1 else (per_block,)
-    cands = sum(len(r) for r in per_block)
-    out["candidates"] = {"candidates": cands, "peak": p.peak, "output_nbytes": sum(int(r.nbytes) for r in per_block),
+    # 4. the candidate refs (every ref in a shared bucket, sorted), one task for all.
+    cand_refs, p = measure(_candidates, *buckets)
+    cands = len(cand_refs)
+    out["candidates"] = {"candidates": cands, "peak": p.peak, "output_nbytes": int(cand_refs.nbytes),
                          "seconds": p.seconds}
 
-    # 5. ref, id and signature of the candidates, one task per block.
+    # 5. ref, id and signature of each block's candidates, one task per block (it reads its range of the refs).
     cand_tables, cand_peaks = [], []
-    for i, (block, rows_of) in enumerate(zip(blocks, per_block, strict=True)):
-        res, p = measure(_candidate_rows, block, stage, i, rows_of)
+    for i, block in enumerate(blocks):
+        res, p = measure(_candidate_rows, block, stage, i, cand_refs)
         cand_tables.append(res)
         cand_peaks.append((p.peak / block.num_rows, p.peak, block.num_rows))
     out["candidate_rows"] = {"rows": cands, "output_nbytes": sum(t.nbytes for t in cand_tables),

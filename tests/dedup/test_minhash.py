@@ -446,11 +446,12 @@ def test_refs_across_sources_give_the_reference_duplicate_map(shared_data: Path,
         cuts = [0, 1, 1, 2_000, 2_001, 9_000, 13_333, table.num_rows]
         sources = [table.slice(lo, hi - lo) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
         parts = [_band_partitions(block, stage, i) for i, block in enumerate(sources)]
-        assert all(len(p) == 7 and p[0][1].dtype == np.uint32 and p[0][2] == i for i, p in enumerate(parts))  # no ids
-        buckets = [_reduce_buckets(*[p[k] for p in parts]) for k in range(7)]
-        rows = _candidates(len(sources), *buckets)
-        assert len(rows[1]) == 0 and sum(map(len, rows)) < table.num_rows / 2  # ids read for candidates only
-        cand = [_candidate_rows(block, stage, i, r) for i, (block, r) in enumerate(zip(sources, rows, strict=True))]
+        assert all(len(p[2]) == 8 and p[1].dtype == np.uint32 and p[3] == i for i, p in enumerate(parts))  # no ids
+        buckets = [_reduce_buckets(k, *parts) for k in range(7)]
+        refs = _candidates(*buckets)
+        assert len(source_rows(refs, 1)) == 0 and len(refs) < table.num_rows / 2  # ids read for candidates only
+        cand = [_candidate_rows(block, stage, i, refs) for i, block in enumerate(sources)]
+        assert [len(c) for c in cand] == [len(source_rows(refs, i)) for i in range(len(sources))]
         duplicates, n = _cluster(stage, len(buckets), True, *buckets, *cand)
         got = dict(zip(duplicates.column("id").to_pylist(), duplicates.column("duplicate_of").to_pylist(),
                        strict=True))

@@ -258,16 +258,11 @@ class MinHashDedup(GlobalStage):
             bands = ray.data.from_arrow_refs(band_tables)
             bucket_refs = bands.groupby(PART, num_partitions=self.shuffle_partitions).map_groups(
                 _bucket_table, batch_format="pyarrow").to_arrow_refs()
-        # Each source's candidate rows (one return per source), then those rows' ids and signatures, read again.
-        per_source: Any = []
-        if sources:
-            per_source = ray.remote(num_cpus=0.5, num_returns=len(sources))(_candidates).remote(
-                len(sources), *bucket_refs)
-            per_source = per_source if len(sources) > 1 else [per_source]
+        # The candidate refs (one object), then each source's candidate rows' ids and signatures, read again.
+        cands = ray.remote(num_cpus=0.5)(_candidates).remote(*bucket_refs)
         rows_task = ray.remote(**args)(_candidate_rows_of if from_lake else _candidate_rows)
-        cand_refs = [rows_task.remote(source, self, i, rows) for i, (source, rows) in
-                     enumerate(zip(sources, per_source, strict=True))]
-        del sources, per_source
+        cand_refs = [rows_task.remote(source, self, i, cands) for i, source in enumerate(sources)]
+        del sources, cands
         map_ref, n_ref = ray.remote(num_cpus=1, num_returns=2)(_cluster).remote(
             self, len(bucket_refs), grouped, *bucket_refs, *cand_refs)
         n_dups = ray.get(n_ref)
@@ -281,15 +276,14 @@ class MinHashDedup(GlobalStage):
         return ds.map_batches(_mark, fn_kwargs={"stage": self, "lookup_ref": [map_ref]}, **batch_args)
 
     def _task_shuffle(self, sources: list[Any], band_task: Any) -> list[Any]:
-        """Hash shuffle of band rows (key, ref) with plain Ray tasks: B map tasks x K outputs -> K reduce tasks; a map
-        task takes a block (an object reference) or a lake partition it reads itself, and its index."""
+        """Hash shuffle of band rows (key, row) with plain Ray tasks: B map tasks -> K reduce tasks; a map task takes
+        a block (an object reference) or a lake partition it reads itself, and its index, and returns one object
+        with every reducer's slice; reducer i reads slice i of each."""
         import ray
 
-        k = self.shuffle_partitions
         args = self.resources.ray_remote_args()
-        split = ray.remote(num_returns=k, **args)(band_task)
+        split = ray.remote(**args)(band_task)
         parts: list[Any] = [split.remote(source, self, i) for i, source in enumerate(sources)]
-        parts = [p if k > 1 else [p] for p in parts]
         reduce = ray.remote(**args)(_reduce_buckets)
-        # The driver holds B*K references, never the band rows themselves.
-        return [reduce.remote(*[p[i] for p in parts]) for i in range(k)]
+        # The driver holds B + K references, never the band rows themselves.
+        return [reduce.remote(i, *parts) for i in range(self.shuffle_partitions)]

@@ -34,7 +34,9 @@ from transforms.dedup.minhash_cluster import (
 )
 
 Buckets = tuple[np.ndarray, np.ndarray]  # (keys uint64, refs int64): a reducer's output
-BandPart = tuple[np.ndarray, np.ndarray, int]  # (keys uint64, rows uint32, source): one map task's output for a reducer
+BandPart = tuple[np.ndarray, np.ndarray, int]  # (keys uint64, rows uint32, source): a map task's band rows for a reducer
+# A map task's output, one object: (keys in reducer order, their rows, the K + 1 bounds of each reducer's slice, source)
+BandRows = tuple[np.ndarray, np.ndarray, np.ndarray, int]
 
 
 class MinHashDedup(Protocol):
@@ -64,20 +66,27 @@ def split_by_partition(keys: np.ndarray, text_rows: np.ndarray, k: int) -> tuple
     return flat[order], rows[order], np.searchsorted(part[order], np.arange(k + 1))
 
 
-def _band_partitions(block: pa.Table, stage: MinHashDedup, source: int) -> tuple[BandPart, ...] | BandPart:
-    """The block's band rows as (keys, rows, source), split by `key % shuffle_partitions`, one per reducer.
-    No id is read: a row is its position in the block."""
+def _band_partitions(block: pa.Table, stage: MinHashDedup, source: int) -> BandRows:
+    """The block's band rows, split by `key % shuffle_partitions`: keys and rows in reducer order and each reducer's
+    bounds, as one object (one object per map task, not one per reducer: each costs the object store and the
+    raylet a create, a seal and a release). No id is read: a row is its position in the block."""
     keys, rows = stage.content_band_keys(block)
     if len(rows) and rows[-1] > ROW_MASK:
         raise ValueError("a source of more than 2^32 rows: use smaller blocks or partitions")
     keys, rows, bounds = split_by_partition(keys, rows.astype(np.uint32), stage.shuffle_partitions)
-    out = tuple((keys[lo:hi], rows[lo:hi], source) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True))
-    return out if len(out) > 1 else out[0]
+    return keys, rows, bounds, source
 
 
-def _band_partitions_of(part: Any, stage: MinHashDedup, source: int) -> tuple[BandPart, ...] | BandPart:
+def _band_partitions_of(part: Any, stage: MinHashDedup, source: int) -> BandRows:
     """`_band_partitions` of a lake partition's text, read in this task (no block in the object store)."""
     return _band_partitions(read_partition_columns(part, [C.TEXT]), stage, source)
+
+
+def band_part(band_rows: BandRows, reducer: int) -> BandPart:
+    """Reducer `reducer`'s slice of a map task's band rows (views: a reducer maps only its own pages)."""
+    keys, rows, bounds, source = band_rows
+    lo, hi = int(bounds[reducer]), int(bounds[reducer + 1])
+    return keys[lo:hi], rows[lo:hi], source
 
 
 def _band_table(block: pa.Table, stage: MinHashDedup, source: int) -> pa.Table:
@@ -91,9 +100,14 @@ def _bucket_arrays(part: Buckets | pa.Table) -> Buckets:
     return part
 
 
-def _reduce_buckets(*parts: BandPart) -> Buckets:
+def _reduce_buckets(reducer: int, *band_rows: BandRows) -> Buckets:
     """One reducer: the rows of its buckets with two or more members, each bucket contiguous, as (key, ref)."""
-    parts = tuple(p for p in parts if len(p[0]))
+    return shared_bucket_refs([band_part(b, reducer) for b in band_rows])
+
+
+def shared_bucket_refs(parts: list[BandPart]) -> Buckets:
+    """The shared buckets' (key, ref) rows of one reducer's band rows, each bucket contiguous."""
+    parts = [p for p in parts if len(p[0])]
     if not parts:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
     keys = np.concatenate([p[0] for p in parts])
@@ -112,20 +126,19 @@ def _bucket_table(group: pa.Table) -> pa.Table:
     return pa.table({KEY: pa.array(keys, pa.uint64()), REF: pa.array(refs, pa.int64())})
 
 
-def _candidates(n_sources: int, *buckets: Buckets | pa.Table) -> tuple[np.ndarray, ...] | np.ndarray:
-    """Each source's candidate rows (sorted row positions): one return per source, so a candidate-rows task fetches
-    only its own."""
-    refs = candidate_refs([_bucket_arrays(b)[1] for b in buckets])
-    out = tuple(source_rows(refs, s) for s in range(n_sources))
-    return out if n_sources != 1 else out[0]
+def _candidates(*buckets: Buckets | pa.Table) -> np.ndarray:
+    """The candidate refs (every ref in a shared bucket), sorted: one object that each candidate-rows task reads its
+    own source's range of (`source_rows`), rather than one object per source."""
+    return candidate_refs([_bucket_arrays(b)[1] for b in buckets])
 
 
-def _candidate_rows(block: pa.Table, stage: MinHashDedup, source: int, rows: np.ndarray) -> pa.Table:
-    return stage.candidate_rows(block, rows, source)
+def _candidate_rows(block: pa.Table, stage: MinHashDedup, source: int, refs: np.ndarray) -> pa.Table:
+    return stage.candidate_rows(block, source_rows(refs, source), source)
 
 
-def _candidate_rows_of(part: Any, stage: MinHashDedup, source: int, rows: np.ndarray) -> pa.Table:
+def _candidate_rows_of(part: Any, stage: MinHashDedup, source: int, refs: np.ndarray) -> pa.Table:
     """`_candidate_rows` of a lake partition, read in this task; a partition without candidates is not read."""
+    rows = source_rows(refs, source)
     if not len(rows):
         return stage.candidate_rows(pa.table({}), rows, source)
     return stage.candidate_rows(read_partition_columns(part, [C.ID, C.TEXT]), rows, source)
