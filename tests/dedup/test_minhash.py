@@ -426,6 +426,7 @@ def test_refs_across_sources_give_the_reference_duplicate_map(shared_data: Path,
     head and each cluster's root by the id string, and as process_table."""
     from transforms.dedup.minhash_tasks import (
         _band_partitions,
+        _band_parts,
         _candidate_rows,
         _candidates,
         _cluster,
@@ -448,6 +449,10 @@ def test_refs_across_sources_give_the_reference_duplicate_map(shared_data: Path,
         parts = [_band_partitions(block, stage, i) for i, block in enumerate(sources)]
         assert all(len(p[2]) == 8 and p[1].dtype == np.uint32 and p[3] == i for i, p in enumerate(parts))  # no ids
         buckets = [_reduce_buckets(k, *parts) for k in range(7)]
+        per_reducer = [_band_parts(block, stage, i) for i, block in enumerate(sources)]  # the several-node form
+        for k in range(7):
+            for got, want in zip(_reduce_buckets(k, *[p[k] for p in per_reducer]), buckets[k], strict=True):
+                np.testing.assert_array_equal(got, want)
         refs = _candidates(*buckets)
         assert len(source_rows(refs, 1)) == 0 and len(refs) < table.num_rows / 2  # ids read for candidates only
         cand = [_candidate_rows(block, stage, i, refs) for i, block in enumerate(sources)]
@@ -578,9 +583,16 @@ def test_ray_data_groupby_shuffle_equals_process_table(ray_local, kin_questions:
 
 
 @pytest.mark.ray
-def test_lake_partition_path_equals_process_table(ray_local, kin_questions: list[str], tmp_path: Path) -> None:
-    """The runner's path: map and signature tasks read id and text from the Parquet partitions themselves."""
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_lake_partition_path_equals_process_table(ray_local, kin_questions: list[str], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch, nodes: int) -> None:
+    """The runner's path: map and candidate-rows tasks read the Parquet partitions themselves; with one node a map
+    task returns one object for all reducers, with several (as `ray.nodes()` says) one object per reducer."""
     import pyarrow.parquet as pq
+
+    from transforms.dedup import minhash
+
+    monkeypatch.setattr(minhash, "alive_nodes", lambda: nodes)
 
     from transforms.core.planning import plan_partitions, read_partitions
 

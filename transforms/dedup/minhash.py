@@ -55,6 +55,8 @@ from transforms.dedup.minhash_tasks import (
     Buckets,
     _band_partitions,
     _band_partitions_of,
+    _band_parts,
+    _band_parts_of,
     _band_table,
     _bucket_table,
     _candidate_rows,
@@ -69,6 +71,13 @@ log = logging.getLogger("piqaforge")
 
 NEAR_DUPLICATE = "near_duplicate"
 __all__ = ["KEY", "NEAR_DUPLICATE", "PART", "REF", "ROW_ID", "SIGNATURE", "MinHashDedup"]
+
+
+def alive_nodes() -> int:
+    """How many nodes this Ray cluster has (the map tasks' output form depends on it)."""
+    import ray
+
+    return sum(1 for node in ray.nodes() if node.get("Alive"))
 
 
 class MinHashDedup(GlobalStage):
@@ -251,7 +260,7 @@ class MinHashDedup(GlobalStage):
             log.info("minhash_dedup: %d blocks materialised in %.1fs", len(sources), time.perf_counter() - started)
         grouped = self.shuffle == "tasks"
         if grouped:
-            bucket_refs = self._task_shuffle(sources, _band_partitions_of if from_lake else _band_partitions)
+            bucket_refs = self._task_shuffle(sources, from_lake)
         else:
             band_task = ray.remote(**args)(_band_table)
             band_tables: list[Any] = [band_task.remote(block, self, i) for i, block in enumerate(sources)]
@@ -275,15 +284,22 @@ class MinHashDedup(GlobalStage):
             batch_args["batch_size"] = None
         return ds.map_batches(_mark, fn_kwargs={"stage": self, "lookup_ref": [map_ref]}, **batch_args)
 
-    def _task_shuffle(self, sources: list[Any], band_task: Any) -> list[Any]:
+    def _task_shuffle(self, sources: list[Any], from_lake: bool) -> list[Any]:
         """Hash shuffle of band rows (key, row) with plain Ray tasks: B map tasks -> K reduce tasks; a map task takes
-        a block (an object reference) or a lake partition it reads itself, and its index, and returns one object
-        with every reducer's slice; reducer i reads slice i of each."""
+        a block (an object reference) or a lake partition it reads itself, and its index. On one node a map task
+        returns one object with every reducer's slice (reducer i maps slice i of each: B objects, not B x K); on
+        several, one object per reducer, so that no node fetches the other reducers' slices."""
         import ray
 
+        k = self.shuffle_partitions
         args = self.resources.ray_remote_args()
-        split = ray.remote(**args)(band_task)
-        parts: list[Any] = [split.remote(source, self, i) for i, source in enumerate(sources)]
         reduce = ray.remote(**args)(_reduce_buckets)
-        # The driver holds B + K references, never the band rows themselves.
-        return [reduce.remote(i, *parts) for i in range(self.shuffle_partitions)]
+        if alive_nodes() <= 1:
+            split = ray.remote(**args)(_band_partitions_of if from_lake else _band_partitions)
+            outputs: list[Any] = [split.remote(source, self, i) for i, source in enumerate(sources)]
+            # The driver holds B + K references, never the band rows themselves.
+            return [reduce.remote(i, *outputs) for i in range(k)]
+        split_k: Any = ray.remote(num_returns=k, **args)(_band_parts_of if from_lake else _band_parts)
+        parts: list[Any] = [split_k.remote(source, self, i) for i, source in enumerate(sources)]
+        parts = [p if k > 1 else [p] for p in parts]
+        return [reduce.remote(i, *[p[i] for p in parts]) for i in range(k)]

@@ -68,8 +68,9 @@ def split_by_partition(keys: np.ndarray, text_rows: np.ndarray, k: int) -> tuple
 
 def _band_partitions(block: pa.Table, stage: MinHashDedup, source: int) -> BandRows:
     """The block's band rows, split by `key % shuffle_partitions`: keys and rows in reducer order and each reducer's
-    bounds, as one object (one object per map task, not one per reducer: each costs the object store and the
-    raylet a create, a seal and a release). No id is read: a row is its position in the block."""
+    bounds, as one object (on one node: each object costs the object store and the raylet a create, a seal and a
+    release, and a reducer maps only the pages of its own slice). No id is read: a row is its position in the
+    block."""
     keys, rows = stage.content_band_keys(block)
     if len(rows) and rows[-1] > ROW_MASK:
         raise ValueError("a source of more than 2^32 rows: use smaller blocks or partitions")
@@ -82,9 +83,24 @@ def _band_partitions_of(part: Any, stage: MinHashDedup, source: int) -> BandRows
     return _band_partitions(read_partition_columns(part, [C.TEXT]), stage, source)
 
 
-def band_part(band_rows: BandRows, reducer: int) -> BandPart:
-    """Reducer `reducer`'s slice of a map task's band rows (views: a reducer maps only its own pages)."""
-    keys, rows, bounds, source = band_rows
+def _band_parts(block: pa.Table, stage: MinHashDedup, source: int) -> tuple[BandPart, ...] | BandPart:
+    """`_band_partitions` as one object per reducer (several nodes: a reducer elsewhere fetches whole objects, so
+    one per map task would send every reducer's slice to every node)."""
+    band_rows = _band_partitions(block, stage, source)
+    out = tuple(band_part(band_rows, i) for i in range(stage.shuffle_partitions))
+    return out if len(out) > 1 else out[0]
+
+
+def _band_parts_of(part: Any, stage: MinHashDedup, source: int) -> tuple[BandPart, ...] | BandPart:
+    return _band_parts(read_partition_columns(part, [C.TEXT]), stage, source)
+
+
+def band_part(band_rows: BandRows | BandPart, reducer: int) -> BandPart:
+    """Reducer `reducer`'s slice of a map task's band rows (views: a reducer maps only its own pages); a per-reducer
+    output is its own slice already."""
+    if len(band_rows) == 3:
+        return band_rows  # type: ignore[return-value]
+    keys, rows, bounds, source = band_rows  # type: ignore[misc]
     lo, hi = int(bounds[reducer]), int(bounds[reducer + 1])
     return keys[lo:hi], rows[lo:hi], source
 
@@ -100,7 +116,7 @@ def _bucket_arrays(part: Buckets | pa.Table) -> Buckets:
     return part
 
 
-def _reduce_buckets(reducer: int, *band_rows: BandRows) -> Buckets:
+def _reduce_buckets(reducer: int, *band_rows: BandRows | BandPart) -> Buckets:
     """One reducer: the rows of its buckets with two or more members, each bucket contiguous, as (key, ref)."""
     return shared_bucket_refs([band_part(b, reducer) for b in band_rows])
 
