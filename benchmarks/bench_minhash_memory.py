@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {ext['dropped']:,.0f} dropped, {ext['bucket_rows']:,.0f} bucket rows, {ext['candidates']:,.0f} candidates: "
           f"bucket rows {ext['bucket_rows_bytes'] / gb:.2f} GB + candidate rows {ext['candidate_rows_bytes'] / gb:.2f} GB; "
           f"cluster task total {ext['cluster_task_bytes'] / gb:.1f} GB")
-    print(f"  candidate refs (all sources) {ext['candidate_refs_bytes'] / gb:.2f} GB, the task that splits them "
+    print(f"  candidate refs (all sources) {ext['candidate_refs_bytes'] / gb:.2f} GB, the task that builds them "
           f"{ext['candidates_task_bytes'] / gb:.2f} GB; duplicate lookup per marking worker "
           f"{ext['dup_lookup_bytes'] / gb:.2f} GB (peak {ext['dup_lookup_peak_bytes'] / gb:.2f})")
 

@@ -4,15 +4,16 @@ Phases (each a pure function in minhash_signature / minhash_cluster, so the Ray 
 in-memory `process_table` path run the same code). A row travels as a number, `ref = source << 32 | row`
 (its lake partition or block, and its position there), not as its id, until the duplicate map:
 
-1. bands      per source (a Ray task): text only -> signatures -> one (bucket key, ref) pair per (text, band),
-              split into K hash partitions by `key % shuffle_partitions`. Empty texts get no band.
-2. buckets    K reduce tasks, one per partition: each gets every row of its buckets and keeps the rows of the
-              buckets with >= 2 members, each bucket contiguous (numbers only). This is a hash shuffle over the
-              dataset's sources with plain Ray tasks; `shuffle="ray_data"` uses Ray Data's
+1. bands      per source (a Ray task): text only -> signatures -> one (bucket key, row) pair per (text, band),
+              in reducer order (`key % shuffle_partitions`, K reducers): one object per map task on one node,
+              one per reducer on several. Empty texts get no band.
+2. buckets    K reduce tasks: reducer i takes slice i of every map output and keeps the rows of the buckets
+              with >= 2 members as (key, ref), each bucket contiguous (numbers only). This is a hash shuffle
+              over the dataset's sources with plain Ray tasks; `shuffle="ray_data"` uses Ray Data's
               groupby(partition).map_groups instead (same result, more fixed overhead).
-3. candidates the refs in those buckets (a minority of the rows), split by source; a pass over the same
-              sources takes those rows only: ref, id (as a string) and, with `verify`, the signature.
-              Signatures and ids never go through the shuffle.
+3. candidates the refs in those buckets (a minority of the rows), sorted, one object; a pass over the same
+              sources takes each source's range of them: ref, id (as a string) and, with `verify`, the
+              signature. Signatures and ids never go through the shuffle.
 4. cluster    one task: the candidates' ids are sorted once (their rank is their id order); each bucket
               links its members to its smallest-id member (a star), edges are verified on the signatures
               (estimated Jaccard >= threshold), union-find on the ranks -> id -> duplicate_of (smallest id).

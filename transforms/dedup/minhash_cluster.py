@@ -7,7 +7,8 @@ from, `row`: its position there), never by its id, until the very end. The steps
 * `candidate_refs` is the set of their refs: the only rows whose ids (and, with verification, signatures) are
   read again, by the candidate-rows pass;
 * `CandidateRows` holds those rows (ref, id, signature), `id_ranks` numbers them in id order (pyarrow's sort of the
-  ids cast to string, byte order), and `cluster_buckets` links every bucket's member to the bucket's head (its
+  ids cast to string, byte order), `RefLookup` maps a bucket row's ref to its candidate's rank (a dense array over
+  the sources' rows), and `cluster_buckets` links every bucket's member to the bucket's head (its
   member with the smallest rank, i.e. the smallest id: a star, `members - 1` edges instead of `members^2 / 2`),
   keeps the unique edges as rank pairs packed in one uint64, drops the pairs whose signatures estimate a Jaccard
   below the threshold (`verify_edges`), and runs a vectorised union-find (hook the larger root under the smaller,

@@ -1,12 +1,14 @@
 """The Ray tasks of MinHashDedup's distributed path (transforms/dedup/minhash.py `_distributed`): band rows split
-per reducer, the reducers' shared buckets, the candidate rows of each source, clustering and marking.
+per reducer, the reducers' shared buckets, the candidate refs and each source's candidate rows, clustering and
+marking.
 
 Everything between the map tasks and the cluster task is numbers: a band row is (key uint64, row uint32) in the
 shuffle, its source (a lake partition or a block, by its index in the stage's list) said once per map output, and
 from the reducers on a row is `ref = source << 32 | row` (int64). Every byte of the shuffle is written into the
 object store once and mapped by a reducer once, page by page: 12 bytes a band row instead of 16 saves a quarter of
-those page faults (on this VM a fault costs microseconds). A source is read the same way twice (`read_partition_columns` of the same
-row groups, or the same block in the object store), so the candidate-rows pass finds the rows by position.
+those page faults (on this VM a fresh page costs microseconds). A source is read the same way twice
+(`read_partition_columns` of the same row groups, or the same block in the object store), so the candidate-rows pass
+finds the rows by position.
 
 Module-level functions so Ray serialises a reference to code, plus the stage's fields; the duplicate map is
 fetched and indexed once per marking worker process.
