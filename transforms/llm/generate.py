@@ -34,6 +34,10 @@ class LLMGenerate(LLMStage, ExpandStage, LLMCall):
     name: ClassVar[str] = "llm_generate"
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
     empty_reason: ClassVar[str] = "generation_failed"
+    drop_reasons: ClassVar[dict[str, str]] = {
+        "generation_failed": "no reply to the row gave a valid item (the raw replies are kept in `raw_column`)",
+        INVALID: "a child of a row with good items: one invalid reply or item, its raw text in `raw_column`",
+    }
 
     _pending: list[list[Reply]] | None = PrivateAttr(None)
 

@@ -23,6 +23,7 @@ class LLMTransform(LLMStage, LLMCall):
     name: ClassVar[str] = "llm_transform"
     drop_reasons: ClassVar[dict[str, str]] = {
         "invalid_output": "the model's answer did not parse as the output asks (after the retries)",
+        "request_failed": "the endpoint never answered the row's question (its retries spent)",
     }
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
 
