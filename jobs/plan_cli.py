@@ -14,7 +14,7 @@ MEASURE = ("measure it: `piqaforge run {recipe} --set ...` on a sample on a mach
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="what a recipe run costs before it is submitted: rows, CPU/GPU-hours, wall time "
-                       "and price per stage, each from a measured rate (docs/front_half.md#plan)")
+                       "and price per stage, each from a measured rate (docs/howto/plan.md)")
     p.add_argument("job", metavar="RECIPE", help="a recipe (`piqaforge recipes`) or a recipe file")
     p.add_argument("--rows", type=int, required=True, help="input rows of the recipe's first run (the crawl)")
     p.add_argument("--config", help="the cluster config that places its stages (e.g. jobs/configs/ko-piqa-cluster.yaml)")

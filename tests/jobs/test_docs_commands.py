@@ -42,7 +42,7 @@ from jobs.cli import build_parser, main, recipe_overrides, run_overrides
 from transforms.flow.recipe import RECIPES_DIR, is_recipe, load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^\s*(```|~~~)\s*(\w*)")
 SPAN = re.compile(r"(?<!`)`((?:\S*/)?piqaforge(?:\s[^`]*)?)`(?!`)")  # a span may run over a line break
 LINE = re.compile(r"(?:^|&&|;)\s*(?:[A-Z_][A-Z0-9_]*=\S*\s+)*((?:\S*/)?piqaforge(?:\s.*)?)$")
