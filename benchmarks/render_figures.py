@@ -160,7 +160,7 @@ TABLE_ROW = re.compile(r"^\s*\|(.*)\|\s*$")
 HEADER_UNIT = re.compile(
     r"(?<![\w–-])(?:s|ms|µs|sec|seconds?|min|minutes?|h|hours?|wall|time|CPU-\w+|GPU-\w+|H100-\w+|rows?/\S+|"
     r"tok(?:ens)?/\S+|\S*/s|MiB|GiB|GB|MB|KB|B|bytes|peak|RSS|PSS|memory|speed-?up|cost|USD|\$|price|"
-    r"precision|recall|AUC|acc\w*|accuracy|F1|chrF\+*|BLEU|κ|kappa|α|alpha|agreement|pass rate|MFU)(?![\w–-])",
+    r"precision|recall|AUC|acc\w*|accuracy|F1|chrF\+*|BLEU|κ|kappa|α|alpha|agreement|pass rate|MFU|%)(?![\w–-])",
     re.I)
 CELL_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?![\w.])")
 
