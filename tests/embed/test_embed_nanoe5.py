@@ -17,6 +17,7 @@ def embedder():
     return build_embedder(E5)
 
 
+@pytest.mark.floats
 def test_korean_paraphrase_is_closer_than_an_unrelated_question(embedder):
     boiler = "보일러가 갑자기 점화가 안 되는데 어떻게 고치나요?"
     paraphrase = "보일러 불이 안 붙어요. 수리하는 방법 알려주세요"
@@ -28,6 +29,7 @@ def test_korean_paraphrase_is_closer_than_an_unrelated_question(embedder):
     assert sims[0] > max(sims[1:]) + 0.05, sims
 
 
+@pytest.mark.floats
 def test_query_and_passage_prefixes_give_different_vectors(embedder):
     text = ["흰 티셔츠에 묻은 기름 얼룩 지우는 법"]
     passage = build_embedder(E5.model_copy(update={"prefix": "passage"})).encode(text)

@@ -14,6 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "other_cpu"))
 from other_cpu_sim import moved  # noqa: E402
 
+pytestmark = pytest.mark.floats  # every test here depends on native kernels' floats
+
 
 def test_the_simulated_gap_is_the_measured_cross_cpu_gap_and_deterministic():
     rng = np.random.default_rng(3)

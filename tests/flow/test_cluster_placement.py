@@ -240,8 +240,14 @@ def test_the_cuml_stand_in_runs_the_stages_cuml_code_path(monkeypatch):
     monkeypatch.delitem(sys.modules, "cuml", raising=False)
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.normal(0, 0.1, (30, 4)), rng.normal(3, 0.1, (30, 4))]).astype("float32")
-    out = sweep(x, KMeansConfig(backend="cuml", k_min=2, k_max=4, seed=0, n_init=2))
-    assert sys.modules["cuml"].__version__.endswith("cpu-substitute")  # the stand-in ran, through `require`
+    try:
+        out = sweep(x, KMeansConfig(backend="cuml", k_min=2, k_max=4, seed=0, n_init=2))
+        assert sys.modules["cuml"].__version__.endswith("cpu-substitute")  # the stand-in ran, through `require`
+    finally:
+        # the stand-in must not stay imported: a later test in this process would find a `cuml` module
+        # (tests/cluster/test_cluster_kmeans.py checks the error a node without cuML gives)
+        for name in [m for m in sys.modules if m == "cuml" or m.startswith("cuml.")]:
+            del sys.modules[name]
     ref = sweep(x, KMeansConfig(backend="sklearn", k_min=2, k_max=4, seed=0, n_init=2))
     assert out["k"] == ref["k"] and list(out["labels"]) == list(ref["labels"])
 

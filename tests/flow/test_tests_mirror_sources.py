@@ -1,7 +1,7 @@
 """Issue 33 §5: tests/ mirrors the source tree. A test file lives in the folder of what it specifies:
 tests/<package>/ for transforms/<package>/, tests/recipes/<recipe>/ for transforms/recipes/<recipe>/ (or a bundled
-recipe without its own code), tests/jobs/ for the CLI and tests/gpu/ for the device checks; only the shared
-helpers and doubles stay at tests/ itself."""
+recipe without its own code), tests/jobs/ for the CLI, tests/gpu/ for the device checks, tests/docs/ for the docs site
+and tests/scripts/ for scripts/; only the shared helpers and doubles stay at tests/ itself."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def _allowed_folders() -> set[str]:
     packages = {p.name for p in (ROOT / "transforms").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     recipes = {p.name for p in (ROOT / "transforms" / "recipes").iterdir() if p.is_dir() and not p.name.startswith("_")}
     recipes |= {p.stem.replace("-", "_") for p in (ROOT / "jobs" / "recipes").glob("*.yaml")}
-    return (packages - {"recipes"}) | {"jobs", "gpu", "recipes"} | {f"recipes/{r}" for r in recipes}
+    return (packages - {"recipes"}) | {"jobs", "gpu", "recipes", "docs", "scripts"} | {f"recipes/{r}" for r in recipes}
 
 
 def test_every_test_file_lives_in_the_folder_of_what_it_specifies():

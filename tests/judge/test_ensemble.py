@@ -257,6 +257,7 @@ def gemma() -> LLMEngine:
     return engine
 
 
+@pytest.mark.floats
 def test_real_model_cascade_and_injection(gemma):
     """Gemma 3 270M through the transformers engine: two classifiers, a cascade, and an injection row."""
     prompt = load_prompt("classify_piqa/ko")

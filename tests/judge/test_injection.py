@@ -37,6 +37,7 @@ def test_sanitize_reads_hidden_and_disguised_text():
     assert sanitize("줄\u2028바꿈") == "줄\n바꿈"
 
 
+@pytest.mark.floats
 def test_every_injection_template_is_flagged_and_no_labelled_question_is():
     for t in load_templates():
         if t["kind"] == "content" or t["id"] in ("ko_topics_plain", "en_topics_plain"):
@@ -53,6 +54,7 @@ def _any_score(texts: list[str]) -> np.ndarray:
     return np.array([int(hashlib.sha1(t.encode()).hexdigest()[:8], 16) / 2**32 for t in texts])
 
 
+@pytest.mark.floats
 def test_a_clean_question_stays_a_view_wherever_text_is_added_at_a_line_break():
     """With line breaks around the attack (or a parenthesised list), the clean question and its own
     prefix views are views of the attacked row, so its minimum cannot rise: for any scorer."""
@@ -100,6 +102,7 @@ def _verdicts(judges, name):
     return lambda texts: fitted.score_texts(texts, embedder, lazy_below=fitted.threshold) >= fitted.threshold
 
 
+@pytest.mark.floats
 def test_the_injected_run_keeps_no_row_the_plain_run_drops(judges):
     """The default ko-piqa linear judges and their cascade on the labelled negatives each judge drops but
     comes closest to keeping, every template at every position: no row dropped clean is kept attacked

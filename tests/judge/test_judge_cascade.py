@@ -105,6 +105,7 @@ def covered(clean: str, attack: str, min_chars: int) -> bool:
         len(text) >= min_chars and text[-1] in ".?!。…~")
 
 
+@pytest.mark.floats
 def test_no_attack_turns_a_rejected_row_into_a_kept_one(judges, questions):
     """The cascade, with the LLM hijacked (yes exactly when it reads an injection) or saying yes to
     everything (then the cascade is the linear judges alone): no attacked question is kept that was
@@ -126,6 +127,7 @@ def test_no_attack_turns_a_rejected_row_into_a_kept_one(judges, questions):
                 assert not [q for q in flips[judge] if covered(q, attack, min_chars)], (attack, judge, flips)
 
 
+@pytest.mark.floats
 def test_an_llm_reading_the_whole_text_would_be_hijacked(judges, questions):
     """The same cascade with the LLM reading the whole text: rows the linear judges pass are kept once
     attacked, so the test above can fail, and reading the first segment is what prevents it. The linear

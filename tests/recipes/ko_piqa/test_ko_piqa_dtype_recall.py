@@ -22,7 +22,7 @@ from conftest import SAMPLES
 from jobutil import ko_piqa_judges
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.floats]
 
 from transforms.judge.linear import LinearJudge, embedder_for, train  # noqa: E402
 

@@ -1,0 +1,59 @@
+"""A test tier's time against its budget (scripts/test.sh runs this after each tier).
+
+    python scripts/tier_budget.py TIER ELAPSED_S [JUNIT_XML ...]
+
+Prints `tier TIER: 412 s of its 600 s budget (69%)`. A tier over its budget by more than 10% fails (exit 3) and
+prints its ten slowest tests from the JUnit files pytest wrote, so the test that pushed it over is named where it
+was added, not found later by a CI run that ran out of time. The budgets are `BUDGETS` below; they are set for
+this project's machine kind (2 cores), where CI runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+# seconds; `default` is README command 2 after set-up (ruff, mypy, lint-imports and the default pytest tier)
+BUDGETS = {"default": 600, "slow": 1800, "other-cpu": 480}
+SLACK = 1.10
+
+
+def slowest(junit_files: list[Path], n: int = 10) -> list[tuple[float, str]]:
+    """The `n` tests that took longest (setup + call + teardown, as pytest's JUnit file counts them)."""
+    total: dict[str, float] = defaultdict(float)
+    for path in junit_files:
+        if not path.is_file():
+            continue
+        for case in ET.parse(path).iter("testcase"):
+            name = f"{case.get('classname', '')}::{case.get('name', '')}"
+            total[name] += float(case.get("time") or 0)
+    return sorted(((s, t) for t, s in total.items()), reverse=True)[:n]
+
+
+def check(tier: str, elapsed: float, junit_files: list[Path]) -> int:
+    if tier not in BUDGETS:
+        print(f"tier_budget: unknown tier {tier!r}; tiers with a budget: {', '.join(BUDGETS)}", file=sys.stderr)
+        return 2
+    budget = BUDGETS[tier]
+    share = elapsed / budget
+    print(f"== tier {tier}: {elapsed:.0f} s of its {budget} s budget ({share:.0%})")
+    if elapsed <= budget * SLACK:
+        return 0
+    print(f"tier {tier} is over its budget by more than {SLACK - 1:.0%} ({elapsed:.0f} s > {budget * SLACK:.0f} s): "
+          "make the slowest tests cheaper or move them to a slower tier (scripts/tier_budget.py holds the budgets)")
+    for seconds, test in slowest(junit_files):
+        print(f"  {seconds:7.1f} s  {test}")
+    return 3
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    return check(argv[0], float(argv[1]), [Path(p) for p in argv[2:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

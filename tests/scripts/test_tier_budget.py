@@ -1,0 +1,49 @@
+"""scripts/tier_budget.py: a tier over its budget by more than 10% fails and names its ten slowest tests; one
+within it passes and says how much of the budget it used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "tier_budget.py"
+
+
+def _junit(path: Path, times: dict[str, list[float]]) -> Path:
+    cases = "".join(f'<testcase classname="tests.mod" name="{name}" time="{t}"/>'
+                    for name, ts in times.items() for t in ts)
+    path.write_text(f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+    return path
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_a_tier_within_its_budget_passes_and_prints_its_share(tmp_path):
+    xml = _junit(tmp_path / "a.xml", {"test_a": [1.0]})
+    out = _run("default", "300", str(xml))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "tier default: 300 s of its 600 s budget (50%)" in out.stdout and "test_a" not in out.stdout
+    # up to 10% over is slack, not a failure
+    assert _run("default", "659", str(xml)).returncode == 0
+
+
+def test_a_tier_over_its_budget_fails_naming_its_ten_slowest_tests(tmp_path):
+    times = {f"test_{i:02d}": [float(i)] for i in range(15)}
+    times["test_twice"] = [20.0, 30.0]  # a test in two JUnit files (both other-CPU passes) counts once, summed
+    first = _junit(tmp_path / "a.xml", {k: v[:1] for k, v in times.items()})
+    second = _junit(tmp_path / "b.xml", {"test_twice": [30.0]})
+    out = _run("default", "661", str(first), str(second))
+    assert out.returncode == 3, out.stdout
+    listed = [line.split()[-1] for line in out.stdout.splitlines() if line.startswith("  ")]
+    assert listed[0] == "tests.mod::test_twice" and "50.0 s" in out.stdout
+    assert listed[1:] == [f"tests.mod::test_{i:02d}" for i in range(14, 5, -1)]
+    assert "over its budget" in out.stdout
+
+
+def test_an_unknown_tier_is_refused_with_the_known_ones():
+    out = _run("nightly", "10")
+    assert out.returncode == 2 and "default, slow, other-cpu" in out.stderr
