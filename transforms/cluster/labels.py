@@ -22,6 +22,7 @@ from pydantic import Field
 from transforms.cluster.kmeans import KMeansConfig, sweep
 from transforms.core import columns as C
 from transforms.core.creating import AggregateStage
+from transforms.core.drop_reasons import DropReason
 from transforms.core.stage import GlobalStage, StageError, put_column
 from transforms.embed.base import EmbedderConfig, build_embedder
 
@@ -68,10 +69,15 @@ class ClusterLabels(GlobalStage):
         return put_column(table, "cluster", pa.array(clusters, pa.int64()))
 
 
-class GroupClusters(AggregateStage):
+class GroupDrops(DropReason):
+    NOT_IN_ANY_GROUP = "not_in_any_group", "the row belongs to no group"
+
+
+class GroupClusters(AggregateStage[GroupDrops]):
     """Gathers each cluster's labels into one row (with its size), for naming it."""
 
     name: ClassVar[str] = "group_clusters"
+    empty_reason: ClassVar[str] = GroupDrops.NOT_IN_ANY_GROUP
     reads: ClassVar[tuple[str, ...]] = (C.ID, "cluster")
     writes: ClassVar[tuple[str, ...]] = ("category", "cluster", "members", "n_members", "members_text")
 

@@ -19,7 +19,7 @@ The lineage table (`parent_id`, `n_children`, `child_ids`) is what `piqaforge li
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +28,7 @@ import xxhash
 from pydantic import Field
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, Stage, StageError, mark_dropped, put_column
+from transforms.core.stage import GlobalStage, R, Stage, StageError, mark_dropped, put_column, set_drop_reason
 
 # Written by a creating stage for the runner only (never stored in the lake's data files).
 ROLE = "_role"
@@ -59,13 +59,13 @@ def ordinal_within(groups: np.ndarray) -> np.ndarray:
     return out
 
 
-class CreatingStage(Stage):
+class CreatingStage(Stage[R], Generic[R]):
     """Marker base: the runner writes `lineage/` and counts created/consumed rows for these."""
 
     creates: ClassVar[bool] = True
 
 
-class SourceStage(CreatingStage):
+class SourceStage(CreatingStage[R], Generic[R]):
     """Rows from nothing: `read()` returns a Ray Dataset (or `rows()` a table for small sources).
 
     Unreadable records are children with a `drop_reason` (a bad JSON line, a row without text):
@@ -91,7 +91,7 @@ class SourceStage(CreatingStage):
         raise StageError(f"source '{self.name}' has no input rows to process")
 
 
-class ExpandStage(CreatingStage):
+class ExpandStage(CreatingStage[R], Generic[R]):
     """Each input row yields 0..N children (`expand`), which carry the parent's id in `parent_id`.
 
     `expand(batch)` returns the children with an int `_parent` column (the parent's row index in
@@ -160,9 +160,7 @@ def assemble_expansion(batch: pa.Table, children: pa.Table | None, parent_idx: n
     empty = np.flatnonzero(counts == 0)
     if len(empty):
         dropped = batch.take(pa.array(empty))
-        reasons = pa.array([empty_reason] * len(empty), pa.string())
-        from transforms.core.stage import set_drop_reason
-
+        reasons = pa.array([str(empty_reason)] * len(empty), pa.string())
         dropped = mark_dropped(set_drop_reason(dropped, reasons), stage)
         dropped = dropped.append_column(ROLE, pa.array([INPUT] * len(empty), pa.string()))
         parts.append(dropped.append_column(SRC, pa.array(empty, pa.int64())))
@@ -200,7 +198,7 @@ def consumed_rows(parent_ids: pa.Array | pa.ChunkedArray, n_children: np.ndarray
     })
 
 
-class AggregateStage(GlobalStage, CreatingStage):
+class AggregateStage(GlobalStage[R], CreatingStage[R], Generic[R]):
     """Groups of rows become one row per group (e.g. one row per cluster, for naming it).
 
     `aggregate(table)` returns the group rows with a list column `_members` (input row indices of
@@ -248,10 +246,9 @@ class AggregateStage(GlobalStage, CreatingStage):
             member_of[m] = g
         empty = np.flatnonzero(member_of < 0)
         if len(empty):
-            from transforms.core.stage import set_drop_reason
-
             dropped = batch.take(pa.array(empty))
-            dropped = mark_dropped(set_drop_reason(dropped, pa.array([self.empty_reason] * len(empty))), self.name)
+            reasons = pa.array([str(self.empty_reason)] * len(empty), pa.string())
+            dropped = mark_dropped(set_drop_reason(dropped, reasons), self.name)
             dropped = dropped.append_column(ROLE, pa.array([INPUT] * len(empty), pa.string()))
             parts.append(dropped.append_column(SRC, pa.array(empty, pa.int64())))
         full = np.flatnonzero(member_of >= 0)
@@ -261,7 +258,7 @@ class AggregateStage(GlobalStage, CreatingStage):
         return pa.concat_tables(parts, promote_options="permissive")
 
 
-def is_creating(stage: Stage) -> bool:
+def is_creating(stage: Stage[Any]) -> bool:
     return bool(getattr(stage, "creates", False))
 
 
@@ -273,7 +270,16 @@ def role_counts(table: pa.Table) -> dict[str, int]:
 
 
 def declare_empty_reason(cls: Any, meaning: str) -> None:
-    """A creating stage's `empty_reason` is one of its drop reasons, whatever its subclass calls it."""
+    """A creating stage's `empty_reason` is one of its drop reasons, whatever its subclass calls it: a member of
+    its reasons' enum (else the class is refused when it is made), or, for a class that declares its reasons by
+    hand, added to its `drop_reasons`."""
+    if cls.__pydantic_generic_metadata__["origin"] is not None:
+        return  # `ExpandStage[ItsDrops]`, made on the way to the class that sets its empty_reason
+    if cls.reason_type is not None:
+        if str(cls.empty_reason) not in cls.reason_type.meanings():
+            raise TypeError(f"{cls.__module__}.{cls.__name__}: its empty_reason {str(cls.empty_reason)!r} is not a "
+                            f"member of its reasons {cls.reason_type.__name__}")
+        return
     inherited = {getattr(b, "empty_reason", None) for b in cls.__mro__[1:]} - {cls.empty_reason}
     own = cls.__dict__.get("drop_reasons", {})
     kept = {k: v for k, v in cls.drop_reasons.items() if k in own or k not in inherited}

@@ -115,7 +115,7 @@ def with_tracking(fn: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa
 
 
 class _StageActor:
-    def __init__(self, stage: Stage, tracked: bool = False):
+    def __init__(self, stage: Stage[Any], tracked: bool = False):
         stage.exit_actor_if_finished()
         self.stage = stage
         self.stage.ensure_setup()
@@ -125,7 +125,7 @@ class _StageActor:
         return self.call(batch)
 
 
-def map_stage(stage: Stage, ds: Any) -> Any:
+def map_stage(stage: Stage[Any], ds: Any) -> Any:
     """A row-wise (filter or expand) stage on the partitions' dataset, tracking carried through."""
     args: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": stage.resources.batch_size}
     args.update(stage.resources.ray_remote_args())
@@ -147,7 +147,7 @@ def run_global(stage: GlobalStage, ds: Any, partitions: list[Any] | None = None)
     return out if getattr(stage, "creates", False) else ensure_status(out, stage.name)
 
 
-def read_source(stage: SourceStage) -> Any:
+def read_source(stage: SourceStage[Any]) -> Any:
     """The source's rows as a Ray Dataset; a table in memory (`rows()` only) as that table while this process
     has not started Ray: a run of a source alone (a review import) then needs no Ray at all (docs/review.md)."""
     import sys
@@ -158,7 +158,7 @@ def read_source(stage: SourceStage) -> Any:
     return ensure_status(stage.read(), stage.name)
 
 
-def check_schedulable(stage: Stage, cluster_cpus: float, fixed: bool) -> None:
+def check_schedulable(stage: Stage[Any], cluster_cpus: float, fixed: bool) -> None:
     """Fail at once, not hang forever, when a stage can never be scheduled on this Ray.
 
     Ray Data does not notice either case below: the tasks wait for CPUs that never free up. On a

@@ -58,20 +58,20 @@ def fusion_enabled(setting: bool | None = None) -> bool:
     return os.environ.get(FUSE_ENV, "1") not in ("0", "false", "no")
 
 
-def can_fuse(stage: Stage) -> bool:
+def can_fuse(stage: Stage[Any]) -> bool:
     from transforms.core.creating import SourceStage
 
     return (bool(getattr(type(stage), "fuse", False)) and not isinstance(stage, GlobalStage | SourceStage)
             and not is_creating(stage) and not hasattr(stage, "record_requests_to") and not stage.resources.gpus)
 
 
-def _environment(stage: Stage) -> str:
+def _environment(stage: Stage[Any]) -> str:
     r = stage.resources
     return json.dumps([r.runtime_env, r.env, r.custom_resources, r.accelerator_type, r.secrets], sort_keys=True,
                       default=str)
 
 
-def fuse_groups(stages: Sequence[Stage], enabled: bool = True) -> list[list[int]]:
+def fuse_groups(stages: Sequence[Stage[Any]], enabled: bool = True) -> list[list[int]]:
     """The chain's steps as lists of positions in `stages`: runs of two or more fusable neighbours that ask for
     the same environment become one step, every other stage is a step alone."""
     groups: list[list[int]] = []
@@ -85,7 +85,7 @@ def fuse_groups(stages: Sequence[Stage], enabled: bool = True) -> list[list[int]
     return groups
 
 
-def merged_resources(members: Sequence[Stage], local_cpus: float | None = None) -> Resources:
+def merged_resources(members: Sequence[Stage[Any]], local_cpus: float | None = None) -> Resources:
     """One copy of the step asks what its members ask for where they say so (a field left at its default asks
     nothing): the largest `cpus`, `concurrency` and `memory_gb`, the smallest `batch_size`.
 
@@ -121,7 +121,7 @@ class FusedStages(Stage):
     _timing_file: str | None = PrivateAttr(default=None)
 
     @classmethod
-    def of(cls, members: Sequence[Stage], timing_dir: Path | None = None,
+    def of(cls, members: Sequence[Stage[Any]], timing_dir: Path | None = None,
            local_cpus: float | None = None) -> FusedStages:
         kind = StatefulFusedStages if any(m.stateful for m in members) else FusedStages
         return kind(members=list(members), resources=merged_resources(members, local_cpus),
@@ -133,7 +133,7 @@ class FusedStages(Stage):
 
     def label(self) -> str:
         """How messages name the step: the member that asks the most (a stateful one first), and the others."""
-        def demand(m: Stage) -> tuple[bool, float]:
+        def demand(m: Stage[Any]) -> tuple[bool, float]:
             return m.stateful, m.resources.cpus * (m.resources.concurrency or 1)
 
         blamed = max(self.members, key=demand)

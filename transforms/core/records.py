@@ -20,7 +20,7 @@ from transforms.core.stage import GlobalStage, Stage, check_drop_reasons
 CHECKPOINT = "_CHECKPOINT.json"
 
 
-def stage_kind(stage: Stage) -> str:
+def stage_kind(stage: Stage[Any]) -> str:
     if isinstance(stage, SourceStage):
         return "source"
     if isinstance(stage, AggregateStage):
@@ -33,7 +33,7 @@ def stage_kind(stage: Stage) -> str:
 class StepDirs:
     """Where one step writes: kept, rejected and (stages that create rows) lineage."""
 
-    def __init__(self, lake: Lake, dataset: str, run_id: str, index: int, stage: Stage):
+    def __init__(self, lake: Lake, dataset: str, run_id: str, index: int, stage: Stage[Any]):
         self.kept = (lake.zone("raw", dataset, run_id) if index == 0
                      else lake.stage_dir("staged", dataset, run_id, index, stage.name))
         self.rejected = lake.stage_dir("rejected", dataset, run_id, index, stage.name)
@@ -59,7 +59,7 @@ def lineage_counts(lineage_dir: Path | None, kind: str) -> tuple[int, int]:
     return (len(children) if kind == "aggregate" else created), consumed
 
 
-def record_step(index: int, stage: Stage, rows_in: int, dirs: StepDirs, seconds: float, fingerprint: str,
+def record_step(index: int, stage: Stage[Any], rows_in: int, dirs: StepDirs, seconds: float, fingerprint: str,
             config: dict[str, Any], cpu_seconds: float | None = None, fused_with: Sequence[str] = (),
             kept_files: bool = True) -> StageRecord:
     """A stage's record, counted from its files. A fused member before the last wrote no kept files

@@ -23,9 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core import columns as C
 from transforms.core.creating import SourceStage
+from transforms.core.drop_reasons import DropReason
 from transforms.core.lake import Lake, parquet_files, read_table
 from transforms.core.manifest import RunManifest, fingerprint_file
-from transforms.core.stage import GlobalStage, Stage, set_drop_reason
+from transforms.core.stage import GlobalStage, Stage
 
 log = logging.getLogger("piqaforge")
 
@@ -40,14 +41,15 @@ class QuotaConfig(BaseModel):
                           "accept no new row; 1 stops at the first empty round.")
 
 
-class QuotaCap(GlobalStage):
+class QuotaDrops(DropReason):
+    NO_QUOTA_FOR_GROUP = "no_quota_for_group", "its group has no quota"
+    QUOTA_FULL = "quota_full", "its group's quota is already full"
+
+
+class QuotaCap(GlobalStage[QuotaDrops]):
     """Keep at most `caps[group]` rows per group, in id order; the rest are dropped as `quota_full`."""
 
     name: ClassVar[str] = "quota_cap"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "no_quota_for_group": "its group has no quota",
-        "quota_full": "its group's quota is already full",
-    }
     group_column: str = "locale"
     caps: dict[str, int] = Field(default_factory=dict)
 
@@ -55,16 +57,16 @@ class QuotaCap(GlobalStage):
         groups = table.column(self.group_column).cast(pa.string()).to_pylist()
         ids = table.column(C.ID).cast(pa.string()).to_pylist()
         taken: Counter[str] = Counter()
-        reasons: list[str | None] = [None] * table.num_rows
+        reasons: list[QuotaDrops | None] = [None] * table.num_rows
         for i in sorted(range(table.num_rows), key=lambda i: ids[i]):
             g = groups[i]
             if g is None or g not in self.caps:
-                reasons[i] = "no_quota_for_group"
+                reasons[i] = QuotaDrops.NO_QUOTA_FOR_GROUP
             elif taken[g] >= self.caps[g]:
-                reasons[i] = "quota_full"
+                reasons[i] = QuotaDrops.QUOTA_FULL
             else:
                 taken[g] += 1
-        return set_drop_reason(table, pa.array(reasons, pa.string()))
+        return self.drop(table, reasons)
 
 
 class UnionSource(SourceStage):
@@ -84,7 +86,7 @@ class UnionSource(SourceStage):
         return [fingerprint_file(f) for p in self.paths for f in parquet_files(Path(p))]
 
 
-RoundMaker = Callable[[int, dict[str, int], list[str]], tuple[SourceStage, Sequence[Stage]]]
+RoundMaker = Callable[[int, dict[str, int], list[str]], tuple[SourceStage[Any], Sequence[Stage[Any]]]]
 
 
 def accepted_counts(path: Path, group_column: str) -> Counter[str]:

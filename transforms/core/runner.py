@@ -75,7 +75,7 @@ STAGED = "none"  # staged/ kept rows: uncompressed, the next stage's input (tran
 Source = SourceStage
 
 
-def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs, fingerprint: str,
+def _run_step(stage: Stage[Any], prev_kept: Path | None, rows_in: int, dirs: StepDirs, fingerprint: str,
               resume: bool, partition_rows: int, member_rejected: tuple[Path, ...] = ()) -> tuple[int, int]:
     """Write one step's output; returns (partitions, partitions reused). A fused step (transforms/core/fusion.py)
     names every member's rejected folder in `member_rejected`."""
@@ -121,7 +121,7 @@ def _run_step(stage: Stage, prev_kept: Path | None, rows_in: int, dirs: StepDirs
     return len(parts), len(parts) - len(pending)
 
 
-def _run_fused(group: list[int], members: list[Stage], dirs: list[StepDirs], fingerprints: list[str],
+def _run_fused(group: list[int], members: list[Stage[Any]], dirs: list[StepDirs], fingerprints: list[str],
                prev_kept: Path | None, rows_in: int, resume: bool, partition_rows: int,
                timing_dir: Path) -> list[StageRecord]:
     """Run fused members as one step (transforms/core/fusion.py); one record per member."""
@@ -158,8 +158,8 @@ def run_pipeline(
     *,
     job: str,
     dataset: str,
-    source: SourceStage,
-    stages: Sequence[Stage],
+    source: SourceStage[Any],
+    stages: Sequence[Stage[Any]],
     lake: Lake,
     config: dict[str, Any],
     run_id: str | None = None,

@@ -11,20 +11,27 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, Generic
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from typing_extensions import TypeVar
 
 from transforms.core import columns as C
+from transforms.core.drop_reasons import DropReason, NoDrops, reason_array, reason_text
 from transforms.core.placement_log import PLACEMENT_LOG_VAR, _where, note_placement  # noqa: F401 (re-exported)
 from transforms.core.resources import Resources, StageError, placement_args  # noqa: F401 (re-exported)
 
 log = logging.getLogger("piqaforge")
 
+# The stage's own reasons (transforms/core/drop_reasons.py): `class LengthFilter(Stage[LengthDrops])`. A class that
+# names none is a `Stage[NoDrops]`: mypy lets its `drop` mark no row at all.
+R = TypeVar("R", bound=DropReason, default=NoDrops)
 
-class Stage(BaseModel):
+
+class Stage(BaseModel, Generic[R]):
     """Base class of every row-wise stage."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -41,11 +48,13 @@ class Stage(BaseModel):
     # True when its own work is cheap next to reading and writing its input (normalise, count, name a language):
     # the runner then runs it with fusable neighbours as one pass, one read and one write (transforms/core/fusion.py).
     fuse: ClassVar[bool] = False
-    # Why it drops rows: each reason's kind and what it means. A reason is `kind` or `kind:detail`
-    # (`empty_field:goal`). Declare them where the dropping code names them (a helper module's `REASONS` dict,
-    # composed here); tests/core/test_drop_reasons_declared.py reads the code for any kind no class declares, the
-    # tests run strict, and a user's run records an undeclared kind as a warning (`check_drop_reasons`);
-    # `piqaforge stages NAME` and docs/stages_reference.md print the meanings from here.
+    # Why it drops rows: the `DropReason` enum the class is parametrised with (`Stage[LengthDrops]`), whose members
+    # carry each kind and what it means; the stage drops a row only through `drop` / `drop_where`, which take a
+    # member of that enum (mypy refuses any other), so a reason cannot be written without being declared.
+    # `reason_type` and `drop_reasons` ({kind: meaning}: `piqaforge stages NAME`, docs/stages_reference.md) are
+    # derived from it. A class from outside the repo may set `drop_reasons` by hand and write strings itself
+    # (`set_drop_reason`): the runner checks what it wrote (`check_drop_reasons`), a warning in a user's run.
+    reason_type: ClassVar[type[DropReason] | None] = None
     drop_reasons: ClassVar[dict[str, str]] = {}
     # The item columns it adds that a release may publish (names from transforms/piqa/schema.ITEM_COLUMNS,
     # which holds each one's type and meaning); the release card names the stage beside each.
@@ -56,6 +65,32 @@ class Stage(BaseModel):
     _is_set_up: bool = PrivateAttr(default=False)
     # A file that exists once this stage's run is over (the runner sets it: the stage's checkpoint).
     _finished_marker: str | None = PrivateAttr(default=None)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        meta = cls.__pydantic_generic_metadata__
+        reasons = meta["args"][0] if meta["origin"] is not None and meta["args"] else None
+        if isinstance(reasons, type) and issubclass(reasons, DropReason):  # `Stage[LengthDrops]` itself
+            cls.reason_type, cls.drop_reasons = reasons, reasons.meanings()
+        elif cls.reason_type is not None and "drop_reasons" in cls.__dict__:
+            raise TypeError(f"{cls.__module__}.{cls.__name__} sets `drop_reasons` beside its reasons' enum "
+                            f"{cls.reason_type.__name__}: the enum is the one declaration")
+
+    # -- dropping rows: only for a reason of this stage's own ---------------------------------------
+    @classmethod
+    def drop(cls, batch: pa.Table, reasons: Sequence[R | tuple[R, str] | None]) -> pa.Table:
+        """`batch` with each row's reason (None: kept): a member of this stage's reasons, or a member and its
+        detail (`(Drops.EMPTY_FIELD, "goal")` is written `empty_field:goal`). An earlier reason on a row wins."""
+        return set_drop_reason(batch, reason_array(reasons))
+
+    @classmethod
+    def drop_where(cls, batch: pa.Table, mask: pa.Array | pa.ChunkedArray, reason: R,
+                   detail: str | None = None) -> pa.Table:
+        """`batch` with the rows where `mask` is true dropped for `reason` (the columnar form of `drop`). Class
+        methods both, so a helper that runs without the stage (a Ray task) drops as `ExactDedup.drop_where(...)`."""
+        text = reason_text(reason if detail is None else (reason, detail))
+        return set_drop_reason(batch, pc.if_else(mask, pa.scalar(text, pa.string()), pa.scalar(None, pa.string())))
 
     # -- to override -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -152,17 +187,20 @@ class Stage(BaseModel):
         return {"name": self.name, "reads": list(self.reads), "writes": list(self.writes), **self.model_dump()}
 
 
-class FilterStage(Stage):
-    """A stage that only decides keep-or-drop: override `reasons` and return null for kept rows."""
+class FilterStage(Stage[R], Generic[R]):
+    """A stage that only decides keep-or-drop: override `reasons` and return None for kept rows."""
 
-    def reasons(self, batch: pa.Table) -> pa.Array:
+    def reasons(self, batch: pa.Table) -> Sequence[R | tuple[R, str] | None]:
         raise NotImplementedError
 
     def process(self, batch: pa.Table) -> pa.Table:
-        return set_drop_reason(batch, self.reasons(batch))
+        reasons = self.reasons(batch)
+        if isinstance(reasons, (pa.Array, pa.ChunkedArray)):  # a class from outside that writes its own strings
+            return set_drop_reason(batch, reasons)
+        return self.drop(batch, reasons)
 
 
-class GlobalStage(Stage):
+class GlobalStage(Stage[R], Generic[R]):
     """A stage that must see the whole dataset at once (dedup, sampling, clustering).
 
     `process_table` is the pure function that unit tests call on a small table. `run_dataset` is
@@ -191,7 +229,7 @@ class GlobalStage(Stage):
         return ray.data.from_arrow_refs([remote.remote(self, *refs)])
 
 
-def _run_global(stage: GlobalStage, *tables: pa.Table) -> pa.Table:
+def _run_global(stage: GlobalStage[Any], *tables: pa.Table) -> pa.Table:
     table = pa.concat_tables(list(tables), promote_options="default") if tables else pa.table({})
     return stage(table)
 
@@ -225,7 +263,8 @@ def check_drop_reasons(stage: Any, reasons: list[str]) -> list[str]:
                 fh.write(f"{cls.__module__}:{cls.__name__}\t{stage.name}\t{kind}\t{example[:80]}\n")
     message = (f"stage '{stage.name}' dropped rows for reason(s) {undeclared} that its class "
                f"{cls.__module__}.{cls.__name__} does not declare (it declares {sorted(declared) or 'none'}): "
-               f"list each in `drop_reasons = {{'<kind>': '<what it means>'}}` on the class")
+               f"name each in the class's reasons (a `DropReason` enum: `class {cls.__name__}(Stage[<its enum>])`), "
+               f"or, for a class that writes its own strings, in `drop_reasons = {{'<kind>': '<what it means>'}}`")
     if os.environ.get(STRICT_DROP_REASONS, "") not in ("", "0"):
         raise StageError(message)
     log.warning("%s (the rows are dropped as the stage said; the run goes on)", message)

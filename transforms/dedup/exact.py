@@ -35,12 +35,12 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, set_drop_reason, set_duplicate_of
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage, set_duplicate_of
 
 KEY_HI = "_key_hi"
 KEY_LO = "_key_lo"
 KEEP_ID = "_keep_id"
-REASON = "exact_duplicate"
 
 
 def text_keys(texts: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -112,14 +112,15 @@ def mark_duplicates(batch: pa.Table, keep: pa.Array | pa.ChunkedArray) -> pa.Tab
     is_dup = pc.fill_null(pc.not_equal(keep, ids), False)
     batch = batch.drop_columns([c for c in (KEY_HI, KEY_LO, KEEP_ID) if c in batch.schema.names])
     batch = set_duplicate_of(batch, pc.if_else(is_dup, keep, pa.scalar(None, pa.string())))
-    return set_drop_reason(batch, pc.if_else(is_dup, pa.scalar(REASON), pa.scalar(None, pa.string())))
+    return ExactDedup.drop_where(batch, is_dup, ExactDrops.EXACT_DUPLICATE)
 
 
-class ExactDedup(GlobalStage):
+class ExactDrops(DropReason):
+    EXACT_DUPLICATE = "exact_duplicate", "the same normalised text as an earlier row (duplicate_of names it)"
+
+
+class ExactDedup(GlobalStage[ExactDrops]):
     name: ClassVar[str] = "exact_dedup"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "exact_duplicate": "the same normalised text as an earlier row (duplicate_of names it)",
-    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
 

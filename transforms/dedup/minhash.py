@@ -35,7 +35,8 @@ import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr, model_validator
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, Resources, set_drop_reason, set_duplicate_of
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage, Resources, set_duplicate_of
 from transforms.dedup.minhash_cluster import (
     KEY,
     PART,
@@ -70,7 +71,6 @@ from transforms.dedup.minhash_tasks import (
 
 log = logging.getLogger("piqaforge")
 
-NEAR_DUPLICATE = "near_duplicate"
 __all__ = ["KEY", "NEAR_DUPLICATE", "PART", "REF", "ROW_ID", "SIGNATURE", "MinHashDedup"]
 
 
@@ -81,13 +81,17 @@ def alive_nodes() -> int:
     return sum(1 for node in ray.nodes() if node.get("Alive"))
 
 
-class MinHashDedup(GlobalStage):
+class MinHashDrops(DropReason):
+    NEAR_DUPLICATE = "near_duplicate", "a MinHash near-duplicate of an earlier row (duplicate_of names it)"
+
+
+NEAR_DUPLICATE = MinHashDrops.NEAR_DUPLICATE
+
+
+class MinHashDedup(GlobalStage[MinHashDrops]):
     """Drop near-duplicate texts (character n-gram Jaccard >= threshold), keeping the smallest id."""
 
     name: ClassVar[str] = "minhash_dedup"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "near_duplicate": "a MinHash near-duplicate of an earlier row (duplicate_of names it)",
-    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
 
@@ -207,8 +211,7 @@ class MinHashDedup(GlobalStage):
 
     def mark(self, batch: pa.Table, lookup: DuplicateLookup) -> pa.Table:
         dup_of = lookup.duplicate_of(batch.column(C.ID).cast(pa.string()))
-        reason = pc.if_else(pc.is_valid(dup_of), pa.scalar(NEAR_DUPLICATE), pa.scalar(None, pa.string()))
-        return set_drop_reason(set_duplicate_of(batch, dup_of), reason)
+        return self.drop_where(set_duplicate_of(batch, dup_of), pc.is_valid(dup_of), MinHashDrops.NEAR_DUPLICATE)
 
     # -- in memory (unit tests, small tables) ------------------------------------------------------
     def find_duplicates(self, table: pa.Table) -> pa.Table:

@@ -22,8 +22,9 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core import columns as C
+from transforms.core.drop_reasons import DropReason
 from transforms.core.lake import parquet_files, read_table
-from transforms.core.stage import GlobalStage, put_column, set_drop_reason, set_duplicate_of
+from transforms.core.stage import GlobalStage, put_column, set_duplicate_of
 from transforms.embed.base import EmbedderConfig, build_embedder
 from transforms.embed.knn import KnnConfig, knn_search
 
@@ -57,13 +58,14 @@ def read_reference(paths: list[str], column: str) -> tuple[list[str], list[str]]
     return ids, texts
 
 
-class NoveltyFilter(GlobalStage):
+class NoveltyDrops(DropReason):
+    NEAR_EXISTING = "near_existing", "too similar to an item of the existing set"
+
+
+class NoveltyFilter(GlobalStage[NoveltyDrops]):
     """Keep a candidate only if nothing in the reference or earlier in this table is within `threshold`."""
 
     name: ClassVar[str] = "novelty"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "near_existing": "too similar to an item of the existing set",
-    }
     extras: ClassVar[tuple[str, ...]] = ("embed",)
     writes: ClassVar[tuple[str, ...]] = ("near_id", "near_text", "near_similarity")
 
@@ -91,7 +93,8 @@ class NoveltyFilter(GlobalStage):
             sims, idx = knn_search(ref, 1, self.knn, queries=cand)
             for i in range(n):
                 near_id[i], near_text[i], near_sim[i] = ref_ids[idx[i, 0]], ref_texts[idx[i, 0]], float(sims[i, 0])
-        reasons: list[str | None] = [("near_existing" if near_sim[i] >= self.threshold else None) for i in range(n)]
+        near = NoveltyDrops.NEAR_EXISTING
+        reasons: list[NoveltyDrops | None] = [(near if near_sim[i] >= self.threshold else None) for i in range(n)]
         dup_of: list[str | None] = [near_id[i] if reasons[i] else None for i in range(n)]
         # within the batch: a later candidate near an earlier kept one is not new either
         ids = table.column(C.ID).cast(pa.string()).to_pylist()
@@ -103,7 +106,7 @@ class NoveltyFilter(GlobalStage):
                 s = cand[kept_idx] @ cand[i]
                 j = int(np.argmax(s))
                 if float(s[j]) >= self.threshold:
-                    reasons[i], dup_of[i] = "near_existing", ids[kept_idx[j]]
+                    reasons[i], dup_of[i] = near, ids[kept_idx[j]]
                     if np.isnan(near_sim[i]) or s[j] > near_sim[i]:
                         near_id[i], near_text[i], near_sim[i] = ids[kept_idx[j]], texts[kept_idx[j]], float(s[j])
                     continue
@@ -112,4 +115,4 @@ class NoveltyFilter(GlobalStage):
         out = put_column(out, "near_text", pa.array(near_text, pa.string()))
         out = put_column(out, "near_similarity", pa.array(near_sim, pa.float64(), mask=np.isnan(near_sim)))
         out = set_duplicate_of(out, pa.array(dup_of, pa.string()))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)

@@ -11,10 +11,8 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core import columns as C
-from transforms.core.stage import Stage, StageError, put_column, set_drop_reason, set_duplicate_of
-
-DUPLICATE = "duplicate"
-
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import Stage, StageError, put_column, set_duplicate_of
 
 _DUP_NOTE = re.compile(r"(?<![\w\u0B80-\u0BFF])(?:duplicate|dup|நகல்)(?![\w\u0B80-\u0BFF])"
                        r"(?:\s+of)?\s*[:=]?\s*(\w[\w.\-]*\w)?", re.IGNORECASE)
@@ -58,7 +56,14 @@ class ReviewerDuplicates(Stage):
         return put_column(out, "review_duplicate_votes", pa.array(votes, pa.int32()))
 
 
-class ConfirmedDuplicates(Stage):
+class ConfirmedDrops(DropReason):
+    DUPLICATE = "duplicate", "reviewers confirmed it duplicates another item (duplicate_of names it)"
+
+
+DUPLICATE = ConfirmedDrops.DUPLICATE
+
+
+class ConfirmedDuplicates(Stage[ConfirmedDrops]):
     """Drop confirmed duplicates with reason `duplicate` and `duplicate_of`.
 
     Confirmed means: the review's decision column (`decision_column`, the id the item duplicates,
@@ -67,9 +72,6 @@ class ConfirmedDuplicates(Stage):
     """
 
     name: ClassVar[str] = "confirmed_duplicates"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "duplicate": "reviewers confirmed it duplicates another item (duplicate_of names it)",
-    }
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
 
@@ -96,4 +98,4 @@ class ConfirmedDuplicates(Stage):
                 raise StageError(f"item {rid!r} is recorded as a duplicate of itself")
             dup_of.append(target)
         out = set_duplicate_of(batch, pa.array(dup_of, pa.string()))
-        return set_drop_reason(out, pa.array([DUPLICATE if d else None for d in dup_of], pa.string()))
+        return self.drop(out, [ConfirmedDrops.DUPLICATE if d else None for d in dup_of])

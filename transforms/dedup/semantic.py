@@ -28,19 +28,19 @@ from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.deps import require
-from transforms.core.stage import GlobalStage, StageError, set_drop_reason, set_duplicate_of
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage, StageError, set_duplicate_of
 from transforms.dedup.neighbours import greedy_keep
 from transforms.embed.base import Embedder, EmbedderConfig
 from transforms.embed.knn import KnnConfig, similar_pairs
 
-DROP_REASON = "semantic_duplicate"
+
+class SemanticDrops(DropReason):
+    SEMANTIC_DUPLICATE = "semantic_duplicate", "an embedding near-duplicate of an earlier item (duplicate_of names it)"
 
 
-class SemanticDedup(GlobalStage):
+class SemanticDedup(GlobalStage[SemanticDrops]):
     name: ClassVar[str] = "semantic_dedup"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "semantic_duplicate": "an embedding near-duplicate of an earlier item (duplicate_of names it)",
-    }
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
     stateful: ClassVar[bool] = True
@@ -73,8 +73,8 @@ class SemanticDedup(GlobalStage):
 
     def process_table(self, table: pa.Table) -> pa.Table:
         dup = self.duplicate_of(table)
-        reasons = pa.array([None if d is None else DROP_REASON for d in dup], pa.string())
-        return set_duplicate_of(set_drop_reason(table, reasons), pa.array(dup, pa.string()))
+        reasons = [None if d is None else SemanticDrops.SEMANTIC_DUPLICATE for d in dup]
+        return set_duplicate_of(self.drop(table, reasons), pa.array(dup, pa.string()))
 
     # -- the pure parts ---------------------------------------------------------------------------------
     def duplicate_of(self, table: pa.Table) -> list[str | None]:

@@ -18,6 +18,7 @@ from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.creating import ExpandStage
+from transforms.core.drop_reasons import DropReason
 from transforms.core.stage import GlobalStage, put_column
 from transforms.eval import items as I
 from transforms.llm.asking import Asker
@@ -52,13 +53,17 @@ class MarkEvalSubsets(GlobalStage):
         return put_column(out, IN_LOGLIK, pa.array(subset_mask(n, self.loglik_limit, self.seed)))
 
 
-class PredictItems(ExpandStage):
+class PredictDrops(DropReason):
+    NOT_SAMPLED = "not_sampled", "the item is in neither the generation nor the log-likelihood sample"
+
+
+class PredictItems(ExpandStage[PredictDrops]):
     """Each item → its prediction rows for every model, method and order (no rows: `not_sampled`)."""
 
     name: ClassVar[str] = "predict"
     reads: ClassVar[tuple[str, ...]] = (I.GOAL, I.SOL1, I.SOL2, I.LABEL, IN_GENERATE, IN_LOGLIK)
     stateful: ClassVar[bool] = True
-    empty_reason: ClassVar[str] = "not_sampled"
+    empty_reason: ClassVar[str] = PredictDrops.NOT_SAMPLED
 
     engines: dict[str, EngineConfig] = Field(default_factory=dict, description="Model name → engine config.")
     modes: list[str] = Field(default_factory=lambda: ["generate", "loglik"])

@@ -1,7 +1,7 @@
 """What every registered stage says about itself, for `piqaforge stages [NAME]` and docs/stages_reference.md.
 
 Everything here is read from the stage classes (their docstring, typed fields with descriptions and
-defaults, `reads` / `writes`, `extras`, `stateful`, `drop_reasons`, `release_columns`): nothing is written
+defaults, `reads` / `writes`, `extras`, `stateful`, the members of their drop reasons' enum, `release_columns`): nothing is written
 beside them (a release column's meaning is transforms/piqa/schema.ITEM_COLUMNS's). The reference document
 is generated (`piqaforge stages --markdown > docs/stages_reference.md`) and a test keeps it current.
 """
@@ -99,6 +99,13 @@ def _kind(cls: Any) -> str:
     return "stateful" if getattr(cls, "stateful", False) else "row-wise"
 
 
+def _drop_reasons(cls: Any) -> dict[str, str]:
+    """Kind -> meaning: the members of the class's `DropReason` enum (transforms/core/drop_reasons.py), or the
+    `drop_reasons` a class from outside the repo declares by hand."""
+    reasons = getattr(cls, "reason_type", None)
+    return reasons.meanings() if reasons is not None else dict(getattr(cls, "drop_reasons", None) or {})
+
+
 def describe(name: str) -> StageDoc:
     """A registered stage's self-description (the class is imported)."""
     from transforms.flow.placement import declared_extras
@@ -116,7 +123,7 @@ def describe(name: str) -> StageDoc:
     return StageDoc(name=name, ref=STAGES.get(name, name), summary=summary, kind=_kind(cls),
                     reads=tuple(getattr(cls, "reads", ())), writes=tuple(getattr(cls, "writes", ())),
                     extras=tuple(sorted(declared_extras(name))), fields=fields,
-                    drop_reasons=tuple(sorted((getattr(cls, "drop_reasons", None) or {}).items())),
+                    drop_reasons=tuple(sorted(_drop_reasons(cls).items())),
                     release_columns=columns, fuses=bool(getattr(cls, "fuse", False)))
 
 

@@ -15,11 +15,25 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.core import columns as C
+from transforms.core.drop_reasons import DropReason, reason_array, reason_text
 
 DROP_DETAIL = "drop_detail"
 OPTIONAL = ("url", "title", "body")
 
 # The read stage's output: the common schema plus why a record was rejected while reading.
+class CrawlDrops(DropReason):
+    """Why a crawled record becomes no row to work on: the read stage's reasons (the readers give them)."""
+
+    NULL_TEXT = "null_text", "the record's text is null"
+    INVALID_TEXT_TYPE = "invalid_text_type", "the record's text is not a string"
+    OVERSIZED_RECORD = "oversized_record", "the record is larger than `max_record_bytes`"
+    MISSING_TEXT = "missing_text", "the record has no text field"
+    MALFORMED_JSON = "malformed_json", "a line that is not JSON"
+    MALFORMED_CSV_ROW = "malformed_csv_row", "a CSV row that cannot be read"
+    BLANK_LINE = "blank_line", "an empty line"
+    INVALID_UTF8 = "invalid_utf8", "bytes that are not UTF-8"
+
+
 CRAWL_WITH_REASON = C.CRAWL_SCHEMA.append(pa.field(C.DROP_REASON, pa.string())).append(
     pa.field(DROP_DETAIL, pa.string()))
 
@@ -101,10 +115,11 @@ def to_common(raw: pa.Table, mapping: ColumnMapping, fallback_ids: pa.Array, sou
     text = column(C.TEXT)
     ids = pc.coalesce(column(C.ID), fallback_ids) if mapping.id else fallback_ids
     source = pc.coalesce(column(C.SOURCE), pa.scalar(source_name))
-    null_reason = pa.scalar("invalid_text_type" if pa.types.is_nested(text_type) else "null_text")
+    null_reason = pa.scalar(reason_text(CrawlDrops.INVALID_TEXT_TYPE if pa.types.is_nested(text_type)
+                                        else CrawlDrops.NULL_TEXT))
     no_text = pc.if_else(pc.is_null(text), null_reason, pa.scalar(None, pa.string()))
     too_big = pc.greater(pc.fill_null(pc.binary_length(text), 0), max_bytes)
-    oversized = pc.if_else(too_big, pa.scalar("oversized_record"), pa.scalar(None, pa.string()))
+    oversized = pc.if_else(too_big, pa.scalar(reason_text(CrawlDrops.OVERSIZED_RECORD)), pa.scalar(None, pa.string()))
     size_detail = pc.if_else(too_big, pc.binary_join_element_wise(
         pc.cast(pc.binary_length(text), pa.string()), pa.scalar(f" bytes > max_record_bytes={max_bytes}"), ""),
         pa.scalar(None, pa.string()))
@@ -115,13 +130,13 @@ def to_common(raw: pa.Table, mapping: ColumnMapping, fallback_ids: pa.Array, sou
                                 schema=CRAWL_WITH_REASON)
 
 
-def bad_records(ids: list[str], source_name: str, reasons: list[str], details: list[str]) -> pa.Table:
+def bad_records(ids: list[str], source_name: str, reasons: list[CrawlDrops], details: list[str]) -> pa.Table:
     """Rows for records that could not be parsed at all."""
     n = len(ids)
     null = pa.nulls(n, pa.string())
     return pa.Table.from_arrays(
         [pa.array(ids, pa.string()), null, pa.array([source_name] * n, pa.string()), null, null, null,
-         pa.array(reasons, pa.string()), pa.array(details, pa.string())], schema=CRAWL_WITH_REASON)
+         reason_array(reasons), pa.array(details, pa.string())], schema=CRAWL_WITH_REASON)
 
 
 def decode_utf8(raw: pa.Table) -> tuple[pa.Table, pa.Array, pa.Array]:
@@ -158,6 +173,6 @@ def decode_utf8(raw: pa.Table) -> tuple[pa.Table, pa.Array, pa.Array]:
                 values.append(None)
                 bad[i] = True
         arrays.append(pa.chunked_array([pa.array(values, pa.string())]))
-    reasons = pa.array(["invalid_utf8" if b else None for b in bad], pa.string())
+    reasons = reason_array([CrawlDrops.INVALID_UTF8 if b else None for b in bad])
     details = pa.array(["invalid UTF-8 in a mapped column" if b else None for b in bad], pa.string())
     return pa.Table.from_arrays(arrays, names=raw.column_names), reasons, details

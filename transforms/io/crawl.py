@@ -22,6 +22,7 @@ from transforms.io.common import (
     CRAWL_WITH_REASON,
     ColumnMapping,
     ColumnMappingError,
+    CrawlDrops,
     EmptyInputError,
     InputFormatError,
 )
@@ -121,20 +122,10 @@ def read_local(spec: CrawlInput) -> pa.Table:
     return pa.concat_tables(tables) if tables else CRAWL_WITH_REASON.empty_table()
 
 
-class CrawlSource(SourceStage):
+class CrawlSource(SourceStage[CrawlDrops]):
     """The read stage of a crawl job: every record is born here, kept or dropped with a reason."""
 
     name: ClassVar[str] = "read_crawl"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "null_text": "the record's text is null",
-        "invalid_text_type": "the record's text is not a string",
-        "oversized_record": "the record is larger than `max_record_bytes`",
-        "missing_text": "the record has no text field",
-        "malformed_json": "a line that is not JSON",
-        "malformed_csv_row": "a CSV row that cannot be read",
-        "blank_line": "an empty line",
-        "invalid_utf8": "bytes that are not UTF-8",
-    }
     spec: CrawlInput = Field(..., description="The crawl to read.")
 
     _files: list[Path] = PrivateAttr(default_factory=list)

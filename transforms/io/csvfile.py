@@ -17,7 +17,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from transforms.io.common import ColumnMapping, ColumnMappingError, bad_records, decode_utf8, to_common
+from transforms.io.common import (
+    ColumnMapping,
+    ColumnMappingError,
+    CrawlDrops,
+    bad_records,
+    decode_utf8,
+    to_common,
+)
 
 
 def delimiter_for(path: Path, delimiter: str | None) -> str:
@@ -77,7 +84,7 @@ def read_csv_task(task: dict[str, Any], mapping: ColumnMapping, max_bytes: int,
 
 def _invalid_rows(invalid: list[pacsv.InvalidRow], name: str) -> pa.Table:
     table = bad_records(
-        [f"{name}:line{r.number}" for r in invalid], name, ["malformed_csv_row"] * len(invalid),
+        [f"{name}:line{r.number}" for r in invalid], name, [CrawlDrops.MALFORMED_CSV_ROW] * len(invalid),
         [f"expected {r.expected_columns} fields, got {r.actual_columns}: {r.text[:200]}" for r in invalid])
     invalid.clear()
     return table

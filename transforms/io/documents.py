@@ -31,6 +31,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core.creating import SourceStage
+from transforms.core.drop_reasons import DropReason
 from transforms.core.stage import Stage
 
 SUFFIXES = (".txt", ".md", ".markdown", ".jsonl")
@@ -128,15 +129,16 @@ def front_matter(text: str) -> tuple[dict[str, str], str]:
     return {}, text
 
 
-class DocumentSource(SourceStage):
+class DocumentDrops(DropReason):
+    BAD_JSON = "bad_json", "a document line that is not JSON"
+    EMPTY_DOCUMENT = "empty_document", "the document has no text"
+    NO_LICENCE = "no_licence", "the document names no licence (require_licence)"
+
+
+class DocumentSource(SourceStage[DocumentDrops]):
     """Documents (txt/md folders or JSONL) → one row per chunk, with the document's metadata."""
 
     name: ClassVar[str] = "read_documents"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "bad_json": "a document line that is not JSON",
-        "empty_document": "the document has no text",
-        "no_licence": "the document names no licence (require_licence)",
-    }
     writes: ClassVar[tuple[str, ...]] = tuple(CHUNK_SCHEMA.names)
 
     paths: list[str] = Field(..., min_length=1, description="Files or folders of .txt/.md/.jsonl documents.")
@@ -183,7 +185,7 @@ class DocumentSource(SourceStage):
                         if not isinstance(record, dict):
                             raise ValueError("not an object")
                     except ValueError:
-                        docs.append({"doc_id": f"{f.stem}:{n}", "path": f"{f}:{n}", "_error": "bad_json"})
+                        docs.append({"doc_id": f"{f.stem}:{n}", "path": f"{f}:{n}", "_error": DocumentDrops.BAD_JSON})
                         continue
                     docs.append(self._document(record, f"{f.stem}:{n}", f"{f}:{n}"))
             else:
@@ -206,9 +208,9 @@ class DocumentSource(SourceStage):
             first = next((h for h, _ in sections(doc["text"]) if h), None)
             doc["title"] = first.split(" › ")[0] if first else default_id
         if not doc["text"].strip():
-            doc["_error"] = "empty_document"
+            doc["_error"] = DocumentDrops.EMPTY_DOCUMENT
         elif self.require_licence and not doc.get("licence"):
-            doc["_error"] = "no_licence"
+            doc["_error"] = DocumentDrops.NO_LICENCE
         return doc
 
     def rows(self) -> pa.Table:
@@ -227,14 +229,15 @@ class DocumentSource(SourceStage):
         return pa.Table.from_pylist(rows, CHUNK_SCHEMA)
 
 
-class AttachChunks(Stage):
+class AttachDrops(DropReason):
+    UNKNOWN_CHUNK = "unknown_chunk", "the chunk id is not in the documents"
+
+
+class AttachChunks(Stage[AttachDrops]):
     """Request rows that name a chunk (`chunk_id`, e.g. from a ProductSource of chunk × model) get the
     chunk's text and its document's metadata; an id the documents do not have is `unknown_chunk`."""
 
     name: ClassVar[str] = "attach_chunks"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "unknown_chunk": "the chunk id is not in the documents",
-    }
     release_columns: ClassVar[tuple[str, ...]] = ("source_document", "grade")
     reads: ClassVar[tuple[str, ...]] = ("chunk_id",)
     writes: ClassVar[tuple[str, ...]] = ("text", "title", "heading", "subject", "grade", "licence",
@@ -243,7 +246,7 @@ class AttachChunks(Stage):
     documents: DocumentSource = Field(..., description="The documents the chunk ids come from.")
 
     def process(self, batch: pa.Table) -> pa.Table:
-        from transforms.core.stage import put_column, set_drop_reason
+        from transforms.core.stage import put_column
 
         chunks = {r["id"]: r for r in self.documents.rows().to_pylist() if r["drop_reason"] is None}
         wanted = [chunks.get(str(c)) for c in batch.column("chunk_id").to_pylist()]
@@ -251,4 +254,4 @@ class AttachChunks(Stage):
         for col in self.writes:
             key = {"source_document": "doc_id", "doc_source": "source"}.get(col, col)
             out = put_column(out, col, pa.array([w.get(key) if w else None for w in wanted], pa.string()))
-        return set_drop_reason(out, pa.array([None if w else "unknown_chunk" for w in wanted], pa.string()))
+        return self.drop(out, [None if w else AttachDrops.UNKNOWN_CHUNK for w in wanted])

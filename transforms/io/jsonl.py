@@ -17,7 +17,15 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from transforms.core import columns as C
-from transforms.io.common import ColumnMapping, InputFormatError, bad_records, mapping_error, to_common
+from transforms.core.drop_reasons import reason_array
+from transforms.io.common import (
+    ColumnMapping,
+    CrawlDrops,
+    InputFormatError,
+    bad_records,
+    mapping_error,
+    to_common,
+)
 
 log = logging.getLogger("piqaforge")
 
@@ -137,7 +145,7 @@ def _tables_line_by_line(buf: bytes, starts: np.ndarray, ends: np.ndarray, base:
                          mapping: ColumnMapping, max_bytes: int) -> Iterator[pa.Table]:
     good: list[dict[str, Any]] = []
     good_ids: list[str] = []
-    bad: tuple[list[str], list[str], list[str]] = ([], [], [])
+    bad: tuple[list[str], list[CrawlDrops], list[str]] = ([], [], [])
     for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
         rid = f"{name}@{base + s}"
         reason, detail, record = _parse_line(buf[s:e], max_bytes)
@@ -154,31 +162,31 @@ def _tables_line_by_line(buf: bytes, starts: np.ndarray, ends: np.ndarray, base:
         yield bad_records(bad[0], name, bad[1], bad[2])
 
 
-def _parse_line(raw: bytes, max_bytes: int) -> tuple[str | None, str, dict[str, Any]]:
+def _parse_line(raw: bytes, max_bytes: int) -> tuple[CrawlDrops | None, str, dict[str, Any]]:
     if not raw.strip():
-        return "blank_line", "", {}
+        return CrawlDrops.BLANK_LINE, "", {}
     if len(raw) > max_bytes:
         # Not parsed: the point of the limit is not to build a huge object; the id locates it.
-        return "oversized_record", f"{len(raw)} bytes > max_record_bytes={max_bytes}", {}
+        return CrawlDrops.OVERSIZED_RECORD, f"{len(raw)} bytes > max_record_bytes={max_bytes}", {}
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        return "invalid_utf8", str(err)[:200], {}
+        return CrawlDrops.INVALID_UTF8, str(err)[:200], {}
     try:
         record = json.loads(line)
     except json.JSONDecodeError as err:
-        return "malformed_json", f"{err.msg} at col {err.colno}: {line[:200]}", {}
+        return CrawlDrops.MALFORMED_JSON, f"{err.msg} at col {err.colno}: {line[:200]}", {}
     except RecursionError:
-        return "malformed_json", f"nested too deeply for Python's parser: {line[:200]}", {}
+        return CrawlDrops.MALFORMED_JSON, f"nested too deeply for Python's parser: {line[:200]}", {}
     if not isinstance(record, dict):
-        return "malformed_json", f"not a JSON object: {line[:200]}", {}
+        return CrawlDrops.MALFORMED_JSON, f"not a JSON object: {line[:200]}", {}
     return None, "", record
 
 
 def _records_table(records: list[dict[str, Any]], ids: list[str], mapping: ColumnMapping, name: str,
                    max_bytes: int) -> pa.Table:
     fields = mapping.fields()
-    reasons: list[str | None] = [None] * len(records)
+    reasons: list[CrawlDrops | None] = [None] * len(records)
     columns: dict[str, list[Any]] = {}
     for common, field in fields.items():
         values: list[Any] = []
@@ -189,13 +197,13 @@ def _records_table(records: list[dict[str, Any]], ids: list[str], mapping: Colum
             elif isinstance(value, dict | list):
                 values.append(None)
                 if common == C.TEXT:
-                    reasons[i] = "invalid_text_type"
+                    reasons[i] = CrawlDrops.INVALID_TEXT_TYPE
             else:  # numbers and booleans: their JSON spelling
                 values.append(json.dumps(value))
         columns[field] = values
     for i, record in enumerate(records):
         if reasons[i] is None and mapping.text not in record:
-            reasons[i] = "missing_text"
+            reasons[i] = CrawlDrops.MISSING_TEXT
     raw = pa.table({field: pa.array(values, pa.string()) for field, values in columns.items()})
     return to_common(raw, mapping, pa.array(ids, pa.string()), name, max_bytes,
-                     reasons=pa.array(reasons, pa.string()))
+                     reasons=reason_array(reasons))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
 
 import pyarrow as pa
 import xxhash
@@ -23,6 +23,7 @@ from transforms.core import columns as C
 from transforms.core.creating import SourceStage
 from transforms.core.lake import Lake, parquet_files, read_table
 from transforms.core.manifest import RunManifest, fingerprint_file
+from transforms.core.stage import R
 
 
 class RowsSource(SourceStage):
@@ -97,7 +98,7 @@ class RunSource(SourceStage):
         return [fingerprint_file(f) for f in parquet_files(self.location())]
 
 
-class TableSource(SourceStage):
+class TableSource(SourceStage[R], Generic[R]):
     """An in-memory table the job already holds (e.g. a release read and checked by the evaluator).
 
     It is recorded by its content hash and row count, never row by row, so a large table does not

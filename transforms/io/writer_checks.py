@@ -7,7 +7,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from transforms.core.drop_reasons import DropReason
 from transforms.text import textcheck as tc
+
+
+class IntakeDrops(DropReason):
+    """Why a writer's record becomes no item: the writers' intake's reasons, in the order they are checked."""
+
+    MALFORMED_ROW = "malformed_row", "a line that cannot be read (with --allow-malformed)"
+    MOJIBAKE = "mojibake", "UTF-8 read as cp1252/latin-1"
+    NOT_IN_SCRIPT = "not_in_script", "too few letters in the language's script"
+    EMPTY_FIELD = "empty_field", "goal, sol1 or sol2 is empty"
+    BAD_LABEL = "bad_label", "the label is not 0 or 1"
+    IDENTICAL_SOLUTIONS = "identical_solutions", "sol1 and sol2 are the same text"
+    DUPLICATE_ID = "duplicate_id", "an id already used by an earlier row"
+    INVALID_UTF8 = "invalid_utf8", "bytes that are not UTF-8"
+    STRAY_BOM = "stray_bom", "a byte-order mark inside the text"
+    REPLACEMENT_CHAR = "replacement_char", "U+FFFD: the text was damaged by an earlier lossy conversion"
+    MISSING_COLUMN = "missing_column", "the file or record lacks a required column"
+
+
+Problem = tuple[IntakeDrops, str]  # (reason, detail)
 
 _CP1252 = {ch: b for b in range(0x80, 0xA0) for ch in [bytes([b]).decode("cp1252", errors="ignore")] if ch}
 
@@ -35,31 +55,31 @@ def unmojibake(text: str) -> str | None:
     return fixed if fixed != text else None
 
 
-def text_problems(field: str, text: str, lang: str, min_share: float) -> list[tuple[str, str]]:
+def text_problems(field: str, text: str, lang: str, min_share: float) -> list[Problem]:
     """Encoding and script problems of one text field."""
     if has_surrogates(text):
         bad = next(i for i, ch in enumerate(text) if 0xDC80 <= ord(ch) <= 0xDCFF)
-        return [("invalid_utf8", f"{field}: bytes that are not UTF-8 at character {bad}")]
+        return [(IntakeDrops.INVALID_UTF8, f"{field}: bytes that are not UTF-8 at character {bad}")]
     if "\ufeff" in text:
-        return [("stray_bom", f"{field}: a byte-order mark (U+FEFF) inside the text")]
+        return [(IntakeDrops.STRAY_BOM, f"{field}: a byte-order mark (U+FEFF) inside the text")]
     if "\ufffd" in text:
-        return [("replacement_char", f"{field}: U+FFFD (the text was damaged by an earlier conversion)")]
+        return [(IntakeDrops.REPLACEMENT_CHAR, f"{field}: U+FFFD (the text was damaged by an earlier conversion)")]
     fixed = unmojibake(text)
     if fixed is not None:
-        return [("mojibake", f"{field}: UTF-8 read as cp1252/latin-1; it should read {fixed[:60]!r}")]
+        return [(IntakeDrops.MOJIBAKE, f"{field}: UTF-8 read as cp1252/latin-1; it should read {fixed[:60]!r}")]
     if lang in tc.SCRIPT_RANGES:
         share = tc.script_share(text, lang)
         if share < min_share:
-            return [("not_in_script", f"{field}: {share:.0%} of its letters are in the {lang} script "
+            return [(IntakeDrops.NOT_IN_SCRIPT, f"{field}: {share:.0%} of its letters are in the {lang} script "
                                       f"(at least {min_share:.0%} needed)")]
     return []
 
 
-def form_problems(item: dict[str, Any], label: Any) -> list[tuple[str, str]]:
-    problems = [("empty_field", f"{k} is empty") for k in ("goal", "sol1", "sol2") if not item.get(k)]
+def form_problems(item: dict[str, Any], label: Any) -> list[Problem]:
+    problems = [(IntakeDrops.EMPTY_FIELD, f"{k} is empty") for k in ("goal", "sol1", "sol2") if not item.get(k)]
     text = "" if label is None else str(label).strip()
     if text not in ("0", "1", "0.0", "1.0"):
-        problems.append(("bad_label", f"label {text!r} is not 0 (sol1 correct) or 1 (sol2 correct)"))
+        problems.append((IntakeDrops.BAD_LABEL, f"label {text!r} is not 0 (sol1 correct) or 1 (sol2 correct)"))
     if item.get("sol1") and item.get("sol1") == item.get("sol2"):
-        problems.append(("identical_solutions", "sol1 and sol2 are the same text"))
+        problems.append((IntakeDrops.IDENTICAL_SOLUTIONS, "sol1 and sol2 are the same text"))
     return problems

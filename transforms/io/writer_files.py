@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from transforms.io.writer_checks import has_surrogates
+from transforms.io.writer_checks import IntakeDrops, Problem, has_surrogates
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".xlsx": "xlsx"}
 WRITER, SOURCE_FILE, SOURCE_ROW = "writer_id", "source_file", "source_row"
@@ -53,22 +53,24 @@ def read_writer_file(path: Path, mapping: WriterColumns, sheet: str | None = Non
             notes.append({"file": path.name, "note": note})
         if fmt == "jsonl":
             records = _jsonl_records(text, path, mapping)
-            mapped = any(r["values"] and all(p[0] != "missing_column" for p in r["problems"]) for r in records)
+            mapped = any(r["values"] and all(p[0] != IntakeDrops.MISSING_COLUMN for p in r["problems"])
+                         for r in records)
             return records, notes, mapped or not records
         header, raw_rows = _delimited_rows(text, "\t" if fmt == "tsv" else ",")
     wanted = [*mapping.required().values()]
     missing = [c for c in wanted if c not in header]
     records = []
     for row_no, cells in raw_rows:
-        problems: list[tuple[str, str]] = []
+        problems: list[Problem] = []
         if missing:
-            problems.append(("missing_column", f"the file has no column(s) {missing}; its header is {header}"))
+            problems.append((IntakeDrops.MISSING_COLUMN,
+                             f"the file has no column(s) {missing}; its header is {header}"))
         elif cells and cells[-1] is CUT_SHORT:
             cells = cells[:-1]
-            problems.append(("malformed_row", f"{path.name}:{row_no}: a quoted field is not closed at the end of "
-                                              f"the file (the file looks cut short)"))
+            problems.append((IntakeDrops.MALFORMED_ROW, f"{path.name}:{row_no}: a quoted field is not closed at the "
+                                                        f"end of the file (the file looks cut short)"))
         elif len(cells) != len(header):
-            problems.append(("malformed_row", f"expected {len(header)} fields, got {len(cells)}"))
+            problems.append((IntakeDrops.MALFORMED_ROW, f"expected {len(header)} fields, got {len(cells)}"))
         values = dict(zip(header, cells, strict=False))
         records.append({"row": row_no, "values": values, "problems": problems})
     return records, notes, not missing
@@ -111,23 +113,23 @@ def _jsonl_records(text: str, path: Path, mapping: WriterColumns) -> list[dict[s
     for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        problems: list[tuple[str, str]] = []
+        problems: list[Problem] = []
         values: dict[str, Any] = {}
         if has_surrogates(line):
-            problems.append(("invalid_utf8", f"line {line_no} has bytes that are not UTF-8"))
+            problems.append((IntakeDrops.INVALID_UTF8, f"line {line_no} has bytes that are not UTF-8"))
         else:
             try:
                 parsed = json.loads(line)
             except json.JSONDecodeError as err:
                 parsed = None
-                problems.append(("malformed_row", f"not JSON ({err.msg} at column {err.colno})"))
+                problems.append((IntakeDrops.MALFORMED_ROW, f"not JSON ({err.msg} at column {err.colno})"))
             if parsed is not None and not isinstance(parsed, dict):
-                problems.append(("malformed_row", "a JSON value that is not an object"))
+                problems.append((IntakeDrops.MALFORMED_ROW, "a JSON value that is not an object"))
             elif isinstance(parsed, dict):
                 values = {k: v if v is None or isinstance(v, str) else json.dumps(v) for k, v in parsed.items()}
                 missing = [c for c in mapping.required().values() if c not in values]
                 if missing:
-                    problems.append(("missing_column", f"the record has no field(s) {missing}"))
+                    problems.append((IntakeDrops.MISSING_COLUMN, f"the record has no field(s) {missing}"))
         records.append({"row": line_no, "values": values, "problems": problems})
     return records
 

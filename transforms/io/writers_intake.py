@@ -41,7 +41,14 @@ from transforms.io.common import (
     InputFormatError,
     RefusedInputError,
 )
-from transforms.io.writer_checks import form_problems, has_surrogates, text_problems, unmojibake  # noqa: F401 (re-exported)
+from transforms.io.writer_checks import (  # noqa: F401 (re-exported)
+    IntakeDrops,
+    Problem,
+    form_problems,
+    has_surrogates,
+    text_problems,
+    unmojibake,
+)
 from transforms.io.writer_feedback import FILE_NOTE, write_feedback  # noqa: F401 (re-exported)
 from transforms.io.writer_files import (  # noqa: F401 (re-exported)
     CUT_SHORT,
@@ -58,23 +65,10 @@ from transforms.io.writer_files import (  # noqa: F401 (re-exported)
 log = logging.getLogger("piqaforge")
 
 
-class WritersIntake(SourceStage):
+class WritersIntake(SourceStage[IntakeDrops]):
     """Source stage: read every writer file under `path` into item rows (see the module docstring)."""
 
     name: ClassVar[str] = "writers_intake"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "malformed_row": "a line that cannot be read (with --allow-malformed)",
-        "mojibake": "UTF-8 read as cp1252/latin-1",
-        "not_in_script": "too few letters in the language's script",
-        "empty_field": "goal, sol1 or sol2 is empty",
-        "bad_label": "the label is not 0 or 1",
-        "identical_solutions": "sol1 and sol2 are the same text",
-        "duplicate_id": "an id already used by an earlier row",
-        "invalid_utf8": "bytes that are not UTF-8",
-        "stray_bom": "a byte-order mark inside the text",
-        "replacement_char": "U+FFFD: the text was damaged by an earlier lossy conversion",
-        "missing_column": "the file or record lacks a required column",
-    }
     extras: ClassVar[tuple[str, ...]] = ("review",)
 
     path: str = Field(..., description="Folder of writer files (or one file).")
@@ -120,7 +114,7 @@ class WritersIntake(SourceStage):
         for path in self.files():
             records, _, _ = read_writer_file(path, self.file_columns.get(path.name, self.columns), self.sheet)
             found += [f"{path.name}:{r['row']}: {d}" for r in records for reason, d in r["problems"]
-                      if reason == "malformed_row"]
+                      if reason == IntakeDrops.MALFORMED_ROW]
         if found and not self.allow_malformed:
             raise RefusedInputError(
                 f"{len(found)} malformed line(s) in the writers' files under {self.path}; nothing was read "
@@ -157,7 +151,7 @@ class WritersIntake(SourceStage):
 
     def _item(self, path: Path, mapping: WriterColumns, rec: dict[str, Any]) -> dict[str, Any]:
         values: dict[str, Any] = rec["values"]
-        problems: list[tuple[str, str]] = list(rec["problems"])
+        problems: list[Problem] = list(rec["problems"])
         writer = str(values.get(mapping.writer) or "").strip() if mapping.writer else ""
         writer = writer or path.stem
         own_id = str(values.get(mapping.id) or "").strip() if mapping.id else ""
@@ -189,7 +183,7 @@ def _mark_duplicate_ids(records: list[dict[str, Any]]) -> None:
         first = seen.setdefault(r[C.ID], f"{r[SOURCE_FILE]} row {r[SOURCE_ROW]}")
         if first != f"{r[SOURCE_FILE]} row {r[SOURCE_ROW]}":
             detail = f"duplicate_id: id {r[C.ID]!r} was already used at {first}"
-            r[C.DROP_REASON] = r[C.DROP_REASON] or "duplicate_id"
+            r[C.DROP_REASON] = r[C.DROP_REASON] or IntakeDrops.DUPLICATE_ID
             r[DROP_DETAIL] = f"{r[DROP_DETAIL]}; {detail}" if r[DROP_DETAIL] else detail
 
 

@@ -34,7 +34,8 @@ from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core import rowcache
-from transforms.core.stage import GlobalStage, put_column, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage, put_column
 from transforms.embed.base import Embedder, EmbedderConfig
 from transforms.judge.ensemble import EnsembleClassify
 from transforms.llm.distil_fit import (
@@ -47,15 +48,18 @@ from transforms.llm.distil_fit import (
 
 log = logging.getLogger("piqaforge.prefilter")
 
-DROP = "prefilter_rejected"
 
 
 # -- the stage ---------------------------------------------------------------------------------------
-class DistilledPrefilter(GlobalStage):
+class PrefilterDrops(DropReason):
+    PREFILTER_REJECTED = "prefilter_rejected", "the distilled prefilter scores it under the threshold"
+
+
+DROP = PrefilterDrops.PREFILTER_REJECTED  # the name transforms/judge/prefilter.py re-exports
+
+
+class DistilledPrefilter(GlobalStage[PrefilterDrops]):
     name: ClassVar[str] = "distilled_prefilter"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "prefilter_rejected": "the distilled prefilter scores it under the threshold",
-    }
     extras: ClassVar[tuple[str, ...]] = ("embed",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("prefilter_score", "prefilter_sampled", "prefilter_known_positive")
@@ -184,7 +188,7 @@ class DistilledPrefilter(GlobalStage):
     def mark(self, table: pa.Table, threshold: float) -> pa.Table:
         keep = pc.or_(pc.greater_equal(table.column("prefilter_score"), pa.scalar(threshold, pa.float64())),
                       table.column("prefilter_known_positive"))
-        return set_drop_reason(table, pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(DROP)))
+        return self.drop_where(table, pc.invert(keep), PrefilterDrops.PREFILTER_REJECTED)
 
     def save(self, fitted: FittedPrefilter, report: dict[str, Any]) -> None:
         if not self.output_dir:

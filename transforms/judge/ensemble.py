@@ -34,8 +34,9 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from transforms.core import columns as C
+from transforms.core.drop_reasons import DropReason
 from transforms.core.lake import read_table
-from transforms.core.stage import put_column, set_drop_reason
+from transforms.core.stage import put_column
 from transforms.judge.member import LinearClassifier
 from transforms.llm.base import LLMEngine
 from transforms.llm.classifier import ANSWER_SCHEMA, Answer, Classifier, _positive_share
@@ -43,8 +44,15 @@ from transforms.llm.stage import EngineUnavailableError, LLMStage
 
 log = logging.getLogger("piqaforge.ensemble")
 
-UNPARSABLE = "llm_unparsable"
-REJECTED_PREFIX = "ensemble_rejected:"
+
+class EnsembleDrops(DropReason):
+    ENSEMBLE_REJECTED = ("ensemble_rejected",
+                         "the classifiers did not all vote for it (ensemble_rejected:<the classifier that said no>)")
+    LLM_UNPARSABLE = "llm_unparsable", "a classifier's answer could not be read as a verdict"
+
+
+UNPARSABLE = EnsembleDrops.LLM_UNPARSABLE
+REJECTED_PREFIX = f"{EnsembleDrops.ENSEMBLE_REJECTED}:"
 __all__ = ["ANSWER_SCHEMA", "Answer", "Classifier", "EngineUnavailableError", "EnsembleClassify", "Vote",
            "_positive_share"]
 class Vote(BaseModel):
@@ -81,12 +89,8 @@ Member = Annotated[Annotated[Classifier, Tag("llm")] | Annotated[LinearClassifie
                    Discriminator(_member_kind)]
 
 
-class EnsembleClassify(LLMStage):
+class EnsembleClassify(LLMStage[EnsembleDrops]):
     name: ClassVar[str] = "ensemble"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "ensemble_rejected": "the classifiers did not all vote for it",
-        "llm_unparsable": "a classifier's answer could not be read as a verdict",
-    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("ens_pass", "ens_calls", "ens_raw_output", "ens_provenance")
 
@@ -156,7 +160,7 @@ class EnsembleClassify(LLMStage):
         no = np.zeros(n, dtype=np.int32)
         calls = np.zeros(n, dtype=np.int32)
         outcome: list[bool | None] = [None] * n
-        reasons: list[str | None] = [None] * n
+        reasons: list[EnsembleDrops | tuple[EnsembleDrops, str] | None] = [None] * n
         raw: list[str | None] = [None] * n
         asked: list[list[dict[str, str]]] = [[] for _ in range(n)]
         gen: list[list[dict[str, Any]]] = [[] for _ in range(n)]
@@ -183,7 +187,7 @@ class EnsembleClassify(LLMStage):
                 no[i] += int(not verdict)
                 outcome[i] = vote_outcome(int(yes[i]), int(no[i]), len(classifiers), needed)
                 if outcome[i] is False:
-                    reasons[i] = REJECTED_PREFIX + clf.short_name
+                    reasons[i] = (EnsembleDrops.ENSEMBLE_REJECTED, clf.short_name)
         out = batch
         values: dict[str, Any] = {
             "ens_pass": [o is True for o in outcome], "ens_calls": calls.tolist(), "ens_raw_output": raw,
@@ -196,7 +200,7 @@ class EnsembleClassify(LLMStage):
             values[f"ens_{clf.column_key}_score"] = scores[clf.column_key]
         for f in self.output_fields():
             out = put_column(out, f.name, pa.array(values[f.name], type=f.type))
-        return set_drop_reason(out, pa.array(reasons, type=pa.string()))
+        return self.drop(out, reasons)
 
     def classify(self, clf: Classifier | LinearClassifier, ids: Sequence[str], texts: Sequence[str]) -> list[Answer]:
         """One classifier's answers about some rows (cached ones are not asked again)."""

@@ -27,23 +27,24 @@ import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, put_column, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage, put_column
 from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, train
 from transforms.judge.rounds import learning_curve
 
 log = logging.getLogger("piqaforge.prefilter")
-DROP = "prefilter_rejected"
 
 
 class OverBudgetError(ValueError):
     """The recall asked for would send more rows to the LLMs than the budget allows."""
 
 
-class SupervisedPrefilter(GlobalStage):
+class SupervisedDrops(DropReason):
+    PREFILTER_REJECTED = "prefilter_rejected", "the linear judge scores it under the threshold"
+
+
+class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
     name: ClassVar[str] = "supervised_prefilter"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "prefilter_rejected": "the linear judge scores it under the threshold",
-    }
     extras: ClassVar[tuple[str, ...]] = ("embed",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, C.TEXT)
     writes: ClassVar[tuple[str, ...]] = ("prefilter_score",)
@@ -137,7 +138,7 @@ class SupervisedPrefilter(GlobalStage):
 
     def mark(self, table: pa.Table, threshold: float) -> pa.Table:
         keep = pc.greater_equal(table.column("prefilter_score"), pa.scalar(threshold, pa.float64()))
-        return set_drop_reason(table, pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(DROP)))
+        return self.drop_where(table, pc.invert(keep), SupervisedDrops.PREFILTER_REJECTED)
 
     def save(self, fitted: FittedLinear) -> None:
         if not self.output_dir:

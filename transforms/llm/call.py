@@ -15,12 +15,21 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from transforms.core import columns as C
+from transforms.core.drop_reasons import DropReason
 from transforms.llm.answers import REQUEST_FAILED
 from transforms.llm.base import EngineConfig, GenerationParams
 from transforms.llm.output import ChoiceOutput, JsonOutput, OutputSpec, TextOutput
 from transforms.llm.prompts import PromptError, PromptTemplate, load_prompt
 
-INVALID = "invalid_output"
+
+class LLMDrops(DropReason):
+    """Why a row gets no usable reply: the row-wise LLM stages' reasons (`Reply.drop_reason`)."""
+
+    INVALID_OUTPUT = "invalid_output", "the model's answer did not parse as the output asks (after the retries)"
+    REQUEST_FAILED = REQUEST_FAILED, "the endpoint never answered the row's question (its retries spent)"
+
+
+INVALID = LLMDrops.INVALID_OUTPUT
 RETRY_MESSAGE = ("Your reply could not be used: {error}. Answer again, following the instructions exactly, "
                  "and write nothing but the answer.")
 
@@ -66,8 +75,8 @@ class Reply:
         return self.error is None
 
     @property
-    def drop_reason(self) -> str | None:
-        return None if self.ok else REQUEST_FAILED if self.failed else INVALID
+    def drop_reason(self) -> LLMDrops | None:
+        return None if self.ok else LLMDrops.REQUEST_FAILED if self.failed else LLMDrops.INVALID_OUTPUT
 
 
 class LLMCall(BaseModel):

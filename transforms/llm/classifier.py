@@ -100,7 +100,7 @@ class Classifier(BaseModel):
         return {} if self.views == "whole" else {"views": self.views, "view_chars": self.view_chars}
 
     # -- asking --------------------------------------------------------------------------------------
-    def ask(self, stage: LLMStage, ids: Sequence[str], texts: Sequence[str],
+    def ask(self, stage: LLMStage[Any], ids: Sequence[str], texts: Sequence[str],
             retry_temperature: float = 0.7) -> list[Answer]:
         """One answer per row about the view(s) `views` picks; with `all`, the row's answer is its first
         "no" (or unparsable) view, else its lowest-scoring one, and `calls` counts every view asked."""
@@ -122,7 +122,7 @@ class Classifier(BaseModel):
             out[i] = pick.model_copy(update={"calls": out[i].calls + ans.calls})
         return out
 
-    def ask_texts(self, stage: LLMStage, ids: Sequence[str], texts: Sequence[str],
+    def ask_texts(self, stage: LLMStage[Any], ids: Sequence[str], texts: Sequence[str],
                   retry_temperature: float = 0.7) -> list[Answer]:
         """One answer per text as given, from `stage`'s answer cache or this classifier's engine."""
         prompt = self.load_prompt()
@@ -146,7 +146,7 @@ class Classifier(BaseModel):
                        for r, (j, a) in enumerate(zip(chunk, fresh, strict=True))])
         return [Answer.model_validate({f: cache.get(k)[f] for f in Answer.model_fields}) for k in keys]  # type: ignore[index]
 
-    def _answer(self, stage: LLMStage, prompt: PromptTemplate, convs: list[list[ChatMessage]],
+    def _answer(self, stage: LLMStage[Any], prompt: PromptTemplate, convs: list[list[ChatMessage]],
                 retry_temperature: float) -> list[Answer]:
         slot, label = self.short_name, f"classifier {self.short_name!r}"
         if self.mode == "logprob":

@@ -21,6 +21,7 @@ from pydantic import PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.creating import ExpandStage
+from transforms.core.drop_reasons import DropReason
 from transforms.core.stage import put_column
 from transforms.llm.base import LLMEngine
 from transforms.llm.call import INVALID, LLMCall, Reply, provenance_fields
@@ -30,14 +31,17 @@ from transforms.llm.stage import LLMStage
 SAMPLE = "_sample"
 
 
-class LLMGenerate(LLMStage, ExpandStage, LLMCall):
+class GenerateDrops(DropReason):
+    GENERATION_FAILED = ("generation_failed",
+                         "no reply to the row gave a valid item (the raw replies are kept in `raw_column`)")
+    INVALID_OUTPUT = (INVALID.value,
+                      "a child of a row with good items: one invalid reply or item, its raw text in `raw_column`")
+
+
+class LLMGenerate(LLMStage[GenerateDrops], ExpandStage[GenerateDrops], LLMCall):
     name: ClassVar[str] = "llm_generate"
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
-    empty_reason: ClassVar[str] = "generation_failed"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "generation_failed": "no reply to the row gave a valid item (the raw replies are kept in `raw_column`)",
-        INVALID: "a child of a row with good items: one invalid reply or item, its raw text in `raw_column`",
-    }
+    empty_reason: ClassVar[str] = GenerateDrops.GENERATION_FAILED
 
     _pending: list[list[Reply]] | None = PrivateAttr(None)
 
@@ -74,7 +78,7 @@ class LLMGenerate(LLMStage, ExpandStage, LLMCall):
         sample: list[int] = []
         values: list[Any] = []
         raw: list[str | None] = []
-        reasons: list[str | None] = []
+        reasons: list[GenerateDrops | None] = []
         for i, row in enumerate(self._pending):
             per_reply = [self._items(r) for r in row]
             if not any(good for good, _ in per_reply):
@@ -85,7 +89,7 @@ class LLMGenerate(LLMStage, ExpandStage, LLMCall):
                     sample.append(reply.sample)
                     values.append(item if kind == "ok" else None)
                     raw.append(None if kind == "ok" else item)
-                    reasons.append(None if kind == "ok" else INVALID)
+                    reasons.append(None if kind == "ok" else GenerateDrops.INVALID_OUTPUT)
         cols: dict[str, pa.Array] = {"_parent": pa.array(parent, pa.int64()), SAMPLE: pa.array(sample, pa.int32())}
         if isinstance(self.output, JsonOutput):
             cols.update(self.output.columns(values))
@@ -95,8 +99,7 @@ class LLMGenerate(LLMStage, ExpandStage, LLMCall):
         prov = [self.provenance(prompt, k) for k in sample]
         for f in provenance_fields():
             cols[f.name] = pa.array([p[f.name] for p in prov], pa.string())
-        cols[C.DROP_REASON] = pa.array(reasons, pa.string())
-        return pa.table(cols)
+        return self.drop(pa.table(cols), reasons)
 
     def _items(self, reply: Reply) -> tuple[list[Any], list[str]]:
         """(valid values, raw text of invalid ones) of one reply."""

@@ -19,19 +19,20 @@ import pyarrow.compute as pc
 from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage
 from transforms.llm.distil_fit import sample_keys
 
 log = logging.getLogger("piqaforge.sampling")
 
-NOT_SAMPLED = "not_sampled"
 
 
-class SampleGeneralAndCultural(GlobalStage):
+class SampleDrops(DropReason):
+    NOT_SAMPLED = "not_sampled", "not drawn into the general or cultural sample"
+
+
+class SampleGeneralAndCultural(GlobalStage[SampleDrops]):
     name: ClassVar[str] = "sample"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "not_sampled": "not drawn into the general or cultural sample",
-    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, "is_cultural")
     writes: ClassVar[tuple[str, ...]] = ("sample_group",)
 
@@ -68,5 +69,4 @@ class SampleGeneralAndCultural(GlobalStage):
         values = pa.array(group, pa.string())
         out = table.set_column(table.schema.get_field_index("sample_group"), "sample_group", values) \
             if "sample_group" in table.schema.names else table.append_column("sample_group", values)
-        reasons = pc.if_else(pc.is_null(values), pa.scalar(NOT_SAMPLED), pa.scalar(None, pa.string()))
-        return set_drop_reason(out, reasons)
+        return self.drop_where(out, pc.is_null(values), SampleDrops.NOT_SAMPLED)

@@ -21,13 +21,13 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
 from pydantic import Field, PrivateAttr
 
 from transforms.core.accounting import write_ledgers
-from transforms.core.stage import Stage, StageError
+from transforms.core.stage import R, Stage, StageError
 from transforms.llm.answers import REQUEST_FAILED, AnswerError
 from transforms.llm.base import (
     ChatMessage,
@@ -54,7 +54,7 @@ class EngineUnavailableError(RuntimeError):
     """An engine kept failing after its retries; the stage stops with what to do next."""
 
 
-class LLMStage(Stage):
+class LLMStage(Stage[R], Generic[R]):
     """Base of every stage that calls an LLM: engines, answer cache, chunking, retries, counters."""
 
     stateful: ClassVar[bool] = True

@@ -9,22 +9,18 @@ import pyarrow as pa
 from pydantic import model_validator
 
 from transforms.core import columns as C
-from transforms.core.stage import put_column, set_drop_reason
+from transforms.core.stage import put_column
 from transforms.llm.base import LLMEngine
-from transforms.llm.call import LLMCall, provenance_fields
+from transforms.llm.call import LLMCall, LLMDrops, provenance_fields
 from transforms.llm.output import JsonOutput
 from transforms.llm.stage import LLMStage
 
 
-class LLMTransform(LLMStage, LLMCall):
+class LLMTransform(LLMStage[LLMDrops], LLMCall):
     """Row-wise: the same rows, plus the output columns; a row whose reply is invalid is dropped
     (`invalid_output`) with the raw reply in `raw_column`. One reply per row (n = 1)."""
 
     name: ClassVar[str] = "llm_transform"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "invalid_output": "the model's answer did not parse as the output asks (after the retries)",
-        "request_failed": "the endpoint never answered the row's question (its retries spent)",
-    }
     reads: ClassVar[tuple[str, ...]] = (C.ID,)
 
     @model_validator(mode="after")
@@ -62,4 +58,4 @@ class LLMTransform(LLMStage, LLMCall):
         out = put_column(out, self.raw_column, pa.array([None if r.ok else r.text for r in replies], pa.string()))
         for name, value in self.provenance(prompt).items():
             out = put_column(out, name, pa.array([value] * batch.num_rows, pa.string()))
-        return set_drop_reason(out, pa.array([r.drop_reason for r in replies], pa.string()))
+        return self.drop(out, [r.drop_reason for r in replies])

@@ -23,26 +23,30 @@ import xxhash
 from pydantic import Field
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, put_column, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage, put_column
 from transforms.piqa.positions import POSITION_PAIRS, swap_solutions
 
-ODD_REASON = "label_balance_odd"
 SWAPPED = "solutions_swapped"
 # Every column that refers to a solution by position (the two solutions, glosses, reviewers' verdicts,
 # the label ...) is declared in transforms/piqa/positions.py and moved by its one helper.
 SWAP_PAIRS = POSITION_PAIRS
 
 
-class BalanceLabels(GlobalStage):
+class BalanceDrops(DropReason):
+    LABEL_BALANCE_ODD = "label_balance_odd", "the one item left over so that label 0 and 1 are equal in number"
+
+
+ODD_REASON = BalanceDrops.LABEL_BALANCE_ODD
+
+
+class BalanceLabels(GlobalStage[BalanceDrops]):
     """Swap the solutions of the fewest items (with every position-dependent column: label, `correct`,
     glosses, reviewers' verdicts; transforms/piqa/positions.py) so that half
     of the labels are 1, within one item; drop one item (`label_balance_odd`) from an odd count that no
     split can bring inside [`min_share`, `max_share`]. `solutions_swapped` records each swap."""
 
     name: ClassVar[str] = "balance_labels"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "label_balance_odd": "the one item left over so that label 0 and 1 are equal in number",
-    }
     reads: ClassVar[tuple[str, ...]] = (C.ID, "label")
     writes: ClassVar[tuple[str, ...]] = (SWAPPED,)
 
@@ -81,4 +85,4 @@ class BalanceLabels(GlobalStage):
         out = put_column(swap_solutions(table, mask), SWAPPED, mask)
         if odd is None:
             return out
-        return set_drop_reason(out, pa.array([ODD_REASON if i == odd else None for i in range(n)], pa.string()))
+        return self.drop(out, [ODD_REASON if i == odd else None for i in range(n)])

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import ClassVar, Generic
 
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from transforms.core.stage import Stage
+from transforms.core.stage import R, Stage
 from transforms.text import textcheck as tc
 
 Tokenizer = Callable[[str], list[str]]
@@ -108,7 +108,7 @@ def contrast_distribution(kinds: Sequence[str | None]) -> dict[str, int]:
     return {kind: counts.get(kind, 0) for kind in CONTRAST_TYPES}
 
 
-class ContrastClassifier(Stage):
+class ContrastClassifier(Stage[R], Generic[R]):
     """Writes `contrast_type`, `contrast_distance` and `contrast_detail` for every item; drops nothing.
 
     The tokenizer follows the row's `lang` (whitespace words, characters for no-space scripts);

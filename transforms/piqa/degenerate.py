@@ -24,6 +24,7 @@ from typing import ClassVar
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from transforms.core.drop_reasons import DropReason
 from transforms.core.stage import Stage
 from transforms.text import textcheck as tc
 
@@ -141,7 +142,15 @@ def copies_goal(goal: str | None, solution: str | None, share: float = 0.8) -> b
     return g == s or (len(g) >= 10 and g in s and len(g) >= share * len(s))
 
 
-class DegenerateFilter(Stage):
+class DegenerateDrops(DropReason):
+    REPETITION_LOOP = "repetition_loop", "a text repeats itself (a generation loop)"
+    TRUNCATED_TEXT = "truncated_text", "a text is cut off"
+    INSTRUCTION_IN_ITEM = "instruction_in_item", "a text talks to its reader (an instruction obeyed from the input)"
+    IDENTICAL_SOLUTIONS = "identical_solutions", "the solutions differ only in spacing or punctuation"
+    SOLUTION_COPIES_GOAL = "solution_copies_goal", "a solution repeats the goal"
+
+
+class DegenerateFilter(Stage[DegenerateDrops]):
     """Drop items a model wrote badly, with one reason each: a repetition loop in any column
     (`repetition_loop`), a text cut off at the token limit (`truncated_text`), text that talks to its reader
     (`instruction_in_item`: what a crawled instruction made the model write), two solutions that differ only in
@@ -149,13 +158,6 @@ class DegenerateFilter(Stage):
     repetition rule, so what passes here passes there."""
 
     name: ClassVar[str] = "degenerate"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "repetition_loop": "a text repeats itself (a generation loop)",
-        "truncated_text": "a text is cut off",
-        "instruction_in_item": "a text talks to its reader (an instruction obeyed from the input)",
-        "identical_solutions": "the solutions differ only in spacing or punctuation",
-        "solution_copies_goal": "a solution repeats the goal",
-    }
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("degenerate_detail",)
     lang: str | None = Field(None, description="Language of the items (per row: a `lang` column wins); decides "
@@ -173,37 +175,37 @@ class DegenerateFilter(Stage):
                                "marker or fence obeyed from the input: transforms/text/guard.py) is "
                                "`instruction_in_item`.")
 
-    def reason(self, goal: str | None, sol1: str | None, sol2: str | None, lang: str | None) -> tuple[str, str] | None:
+    def reason(self, goal: str | None, sol1: str | None, sol2: str | None, lang: str | None) -> tuple[DegenerateDrops, str] | None:
         for col, text in (("goal", goal), ("sol1", sol1), ("sol2", sol2)):
             if why := degenerate_reason(text, lang, self.repetition):
-                return "repetition_loop", f"{col}: {why}"
+                return DegenerateDrops.REPETITION_LOOP, f"{col}: {why}"
         if self.truncation_min_chars is not None:
             for col, text in (("goal", goal), ("sol1", sol1), ("sol2", sol2)):
                 if truncated(text, self.truncation_min_chars):
-                    return "truncated_text", f"{col} ends {(text or '').rstrip()[-12:]!r}"
+                    return DegenerateDrops.TRUNCATED_TEXT, f"{col} ends {(text or '').rstrip()[-12:]!r}"
         if self.instructions:
             from transforms.text.guard import injection_flags
 
             for col, text in (("goal", goal), ("sol1", sol1), ("sol2", sol2)):
                 if flags := injection_flags(text):
-                    return "instruction_in_item", f"{col}: {', '.join(flags)}"
+                    return DegenerateDrops.INSTRUCTION_IN_ITEM, f"{col}: {', '.join(flags)}"
         if _plain(sol1) == _plain(sol2):
-            return "identical_solutions", "sol1 and sol2 differ only in spacing or punctuation"
+            return DegenerateDrops.IDENTICAL_SOLUTIONS, "sol1 and sol2 differ only in spacing or punctuation"
         for col, text in (("sol1", sol1), ("sol2", sol2)):
             if copies_goal(goal, text, self.copy_share):
-                return "solution_copies_goal", f"{col} copies the goal"
+                return DegenerateDrops.SOLUTION_COPIES_GOAL, f"{col} copies the goal"
         return None
 
     def process(self, batch: pa.Table) -> pa.Table:
-        from transforms.core.stage import put_column, set_drop_reason
+        from transforms.core.stage import put_column
 
         cols = {c: batch.column(c).to_pylist() for c in ("goal", "sol1", "sol2")}
         langs = batch.column("lang").to_pylist() if "lang" in batch.schema.names else [None] * batch.num_rows
-        reasons: list[str | None] = []
+        reasons: list[DegenerateDrops | None] = []
         details: list[str | None] = []
         for i in range(batch.num_rows):
             found = self.reason(cols["goal"][i], cols["sol1"][i], cols["sol2"][i], langs[i] or self.lang)
             reasons.append(found[0] if found else None)
             details.append(found[1] if found else None)
         out = put_column(batch, "degenerate_detail", pa.array(details, pa.string()))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)

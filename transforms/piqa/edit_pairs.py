@@ -19,9 +19,17 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core import columns as C
-from transforms.core.stage import Stage, put_column, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import Stage, put_column
 
-REASONS = ("edit_empty", "edit_no_change", "edit_word_missing", "copies_prompt_example")
+
+class EditDrops(DropReason):
+    """Why an (answer, word, wrong word) edit makes no minimal pair (`substitute` returns the first three)."""
+
+    EDIT_EMPTY = "edit_empty", "the answer has no edit"
+    EDIT_NO_CHANGE = "edit_no_change", "the edit changes nothing"
+    EDIT_WORD_MISSING = "edit_word_missing", "the edited word is not in the solution"
+    COPIES_PROMPT_EXAMPLE = "copies_prompt_example", "the answer copies the prompt's example"
 
 
 def prompt_examples(prompt_id: str) -> list[dict[str, str]]:
@@ -38,20 +46,20 @@ def prompt_examples(prompt_id: str) -> list[dict[str, str]]:
     return out
 
 
-def substitute(answer: str | None, word: str | None, wrong: str | None) -> tuple[str | None, str | None]:
+def substitute(answer: str | None, word: str | None, wrong: str | None) -> tuple[str | None, EditDrops | None]:
     """(the wrong solution, None) or (None, drop reason): `word`'s first occurrence in `answer` replaced
     by `wrong`. Matched as written, else ignoring case (Russian sentence-initial capitals), else another
     inflected form of a single word (the model named the lemma: интеграция for интеграции)."""
     a, w, x = ((unicodedata.normalize("NFKC", s or "")).strip() for s in (answer, word, wrong))
     if not a or not w or not x:
-        return None, "edit_empty"
+        return None, EditDrops.EDIT_EMPTY
     if w == x:
-        return None, "edit_no_change"
+        return None, EditDrops.EDIT_NO_CHANGE
     if w in a:
         return a.replace(w, x, 1), None
     m = re.search(re.escape(w), a, flags=re.IGNORECASE) or _inflected(a, w)
     if m is None:
-        return None, "edit_word_missing"
+        return None, EditDrops.EDIT_WORD_MISSING
     repl = x[:1].upper() + x[1:] if m.group(0)[:1].isupper() else x
     return a[:m.start()] + repl + a[m.end():], None
 
@@ -80,7 +88,7 @@ def _common_prefix(a: str, b: str) -> str:
     return a[:n]
 
 
-class MinimalPairFromEdit(Stage):
+class MinimalPairFromEdit(Stage[EditDrops]):
     """(`answer`, `word`, `wrong_word`) → `sol1`, `sol2`, `label` (0/1) and `correct` (1/2).
 
     Drop reasons: `edit_empty` (a field is empty), `edit_no_change` (the replacement is the word),
@@ -88,12 +96,6 @@ class MinimalPairFromEdit(Stage):
     when it is not `goal` (the Japanese prompt calls it `question`)."""
 
     name: ClassVar[str] = "pair_from_edit"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "copies_prompt_example": "the answer copies the prompt's example",
-        "edit_empty": "the answer has no edit",
-        "edit_no_change": "the edit changes nothing",
-        "edit_word_missing": "the edited word is not in the solution",
-    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "answer", "word", "wrong_word")
     writes: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "correct")
@@ -111,12 +113,13 @@ class MinimalPairFromEdit(Stage):
         examples = prompt_examples(self.examples_from) if self.examples_from else []
         seen = {_key(e.get("answer")) for e in examples} | {(_key(e.get("word")), _key(e.get("wrong_word")))
                                                             for e in examples}
-        sol1, sol2, label, reasons = [], [], [], []
+        sol1, sol2, label = [], [], []
+        reasons: list[EditDrops | None] = []
         for rid, a, w, x in zip(ids, *(batch.column(c).to_pylist() for c in ("answer", "word", "wrong_word")),
                                 strict=True):
             wrong, reason = substitute(a, w, x)
             if reason is None and (_key(a) in seen or (_key(w), _key(x)) in seen):
-                wrong, reason = None, "copies_prompt_example"
+                wrong, reason = None, EditDrops.COPIES_PROMPT_EXAMPLE
             right = unicodedata.normalize("NFKC", a or "").strip()
             second = xxhash.xxh3_64_intdigest(f"{self.seed}\x1f{rid}".encode()) % 2 == 1
             if reason is not None:
@@ -136,4 +139,4 @@ class MinimalPairFromEdit(Stage):
         out = put_column(out, "sol2", pa.array(sol2, pa.string()))
         out = put_column(out, "label", pa.array(label, pa.int64()))
         out = put_column(out, "correct", pa.array([None if v is None else str(v + 1) for v in label], pa.string()))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)

@@ -7,13 +7,16 @@ from typing import ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field
 
-from transforms.core.stage import Stage, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import Stage
 from transforms.text import textcheck as tc
 
-NOT_MINIMAL_PAIR = "not_minimal_pair"
+
+class MinimalPairDrops(DropReason):
+    NOT_MINIMAL_PAIR = "not_minimal_pair", "the solutions differ in more than `max_word_edits` words"
 
 
-class MinimalPairFilter(Stage):
+class MinimalPairFilter(Stage[MinimalPairDrops]):
     """Keep items whose two solutions differ by at most `max_word_edits` words (J-PIQA: 2).
 
     Languages written without spaces (ja, zh, th) are compared by characters instead, against
@@ -21,9 +24,6 @@ class MinimalPairFilter(Stage):
     """
 
     name: ClassVar[str] = "minimal_pair"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "not_minimal_pair": "the solutions differ in more than `max_word_edits` words",
-    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("sol_edit_distance",)
@@ -37,11 +37,12 @@ class MinimalPairFilter(Stage):
         sol1, sol2 = batch.column("sol1").to_pylist(), batch.column("sol2").to_pylist()
         langs = batch.column("lang").to_pylist() if "lang" in batch.column_names else [self.default_lang] * len(sol1)
         cap = max(self.max_word_edits, self.max_char_edits) + 1
-        dist, reasons = [], []
+        dist: list[int] = []
+        reasons: list[tuple[MinimalPairDrops, str] | None] = []
         for a, b, lang in zip(sol1, sol2, langs, strict=True):
             d, unit = tc.pair_distance(a, b, lang, unit=self.unit, cap=cap)
             limit = self.max_word_edits if unit == "word" else self.max_char_edits
             dist.append(d)
-            reasons.append(None if d <= limit else f"{NOT_MINIMAL_PAIR}:{unit}")
+            reasons.append(None if d <= limit else (MinimalPairDrops.NOT_MINIMAL_PAIR, unit))
         out = batch.append_column("sol_edit_distance", pa.array(dist, pa.int32()))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)

@@ -21,7 +21,8 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, field_validator
 
-from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage, Stage, StageError, put_column
 from transforms.text import textcheck as tc
 
 GOAL_WORDS, SHORT_PROMPT = "goal_words", "short_prompt"
@@ -138,7 +139,11 @@ def agreement_figures(review: dict[str, Any] | None) -> dict[str, Any] | None:
             "confidence": (rep.get("bootstrap") or {}).get("confidence")}
 
 
-class ItemLanguageCheck(Stage):
+class ItemLanguageDrops(DropReason):
+    WRONG_LANGUAGE = "wrong_language", "the item is not written in its language (language_detail says why)"
+
+
+class ItemLanguageCheck(Stage[ItemLanguageDrops]):
     """Drop items not written in the benchmark's language (`wrong_language`, `language_detail` says which
     text and why), for any language a code names (ISO 639-1/-3, optional script: `th`, `sw`, `zh-Hant`).
 
@@ -149,9 +154,6 @@ class ItemLanguageCheck(Stage):
     `script` and `fasttext` are the per-text checks of earlier releases."""
 
     name: ClassVar[str] = "item_language"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "wrong_language": "the item is not written in its language (language_detail says why)",
-    }
     extras: ClassVar[tuple[str, ...]] = ("langid",)
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("language_detail",)
@@ -203,7 +205,7 @@ class ItemLanguageCheck(Stage):
             else:
                 self._decide_texts(lang, rows, texts, bad)
         out = put_column(batch, "language_detail", pa.array(bad, pa.string()))
-        return set_drop_reason(out, pa.array(["wrong_language" if b else None for b in bad], pa.string()))
+        return self.drop(out, [ItemLanguageDrops.WRONG_LANGUAGE if b else None for b in bad])
 
     def _decide_items(self, lang: str, rows: list[int], texts: dict[str, list[Any]], bad: list[str | None]) -> None:
         from transforms.text import itemlang

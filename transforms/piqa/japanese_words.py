@@ -22,29 +22,29 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from transforms.core.deps import require
+from transforms.core.drop_reasons import DropReason
 from transforms.text.textcheck import levenshtein
 
 PARTICLE, PUNCT, SUFFIX, PREFIX = "助詞", "補助記号", "接尾辞", "接頭辞"
 PREDICATE = frozenset({"動詞", "形容詞", "助動詞"})
 SENTENCE_END = "。"
 
-# Drop reasons, declared here where `check_pair` and `correct_reason` make them, in the order the filter checks
-# them: a stage that runs these checks declares `drop_reasons = dict(REASONS)`, and mypy refuses a kind that is
-# not a `PairReason` (tests/core/test_drop_reasons_declared.py reads the code for any other).
-PairReason = Literal["invalid_correct", "empty_option", "options_identical", "options_differ_too_much",
-                     "no_final_period", "not_full_sentence", "particles_changed", "punctuation_changed",
-                     "word_order_changed"]
-REASONS: dict[PairReason, str] = {
-    "invalid_correct": "the correct-answer cell is not 1 or 2",
-    "empty_option": "a solution is empty",
-    "options_identical": "the two options are the same (fewer word changes than min_words)",
-    "options_differ_too_much": "the options differ in more words than max_words",
-    "no_final_period": "a solution does not end in 。 (both must be full sentences)",
-    "not_full_sentence": "a solution does not end in a predicate (verb, adjective, auxiliary)",
-    "particles_changed": "the options use different particles (only content words may change)",
-    "punctuation_changed": "the options differ in punctuation",
-    "word_order_changed": "the same words in another order",
-}
+class PairReason(DropReason):
+    """Why a pair of options fails the J-PIQA rules, in the order the filter checks them (`check_pair` and
+    `correct_reason` return these; a stage that runs the checks is a `Stage[PairReason]`)."""
+
+    INVALID_CORRECT = "invalid_correct", "the correct-answer cell is not 1 or 2"
+    EMPTY_OPTION = "empty_option", "a solution is empty"
+    OPTIONS_IDENTICAL = "options_identical", "the two options are the same (fewer word changes than min_words)"
+    OPTIONS_DIFFER_TOO_MUCH = "options_differ_too_much", "the options differ in more words than max_words"
+    NO_FINAL_PERIOD = "no_final_period", "a solution does not end in 。 (both must be full sentences)"
+    NOT_FULL_SENTENCE = "not_full_sentence", "a solution does not end in a predicate (verb, adjective, auxiliary)"
+    PARTICLES_CHANGED = "particles_changed", "the options use different particles (only content words may change)"
+    PUNCTUATION_CHANGED = "punctuation_changed", "the options differ in punctuation"
+    WORD_ORDER_CHANGED = "word_order_changed", "the same words in another order"
+
+
+REASONS = PairReason  # the name the j-piqa tests iterate
 
 
 @dataclass(frozen=True)
@@ -127,28 +127,28 @@ def check_pair(option1: str | None, option2: str | None, *, max_words: int = 2, 
     """(first failing rule or None, word distance) for one pair of options (no `correct` check)."""
     a, b = (option1 or "").strip(), (option2 or "").strip()
     if not a or not b:
-        return "empty_option", -1
+        return PairReason.EMPTY_OPTION, -1
     wa, wb = words(a, unit), words(b, unit)
     sa, sb = [w.surface for w in wa], [w.surface for w in wb]
     dist = levenshtein(sa, sb, cap=max_words + 1)
     if dist < min_words:
-        return "options_identical", dist
+        return PairReason.OPTIONS_IDENTICAL, dist
     if dist > max_words:
-        return "options_differ_too_much", dist
+        return PairReason.OPTIONS_DIFFER_TOO_MUCH, dist
     if not (a.endswith(SENTENCE_END) and b.endswith(SENTENCE_END)):
-        return "no_final_period", dist
+        return PairReason.NO_FINAL_PERIOD, dist
     if not (is_full_sentence(a) and is_full_sentence(b)):
-        return "not_full_sentence", dist
+        return PairReason.NOT_FULL_SENTENCE, dist
     if [w.surface for w in wa if w.pos == PARTICLE] != [w.surface for w in wb if w.pos == PARTICLE]:
-        return "particles_changed", dist
+        return PairReason.PARTICLES_CHANGED, dist
     if [w.surface for w in wa if w.pos == PUNCT] != [w.surface for w in wb if w.pos == PUNCT]:
-        return "punctuation_changed", dist
+        return PairReason.PUNCTUATION_CHANGED, dist
     if Counter(sa) == Counter(sb):
-        return "word_order_changed", dist  # the same words, moved (a swap costs 2 substitutions)
+        return PairReason.WORD_ORDER_CHANGED, dist  # the same words, moved (a swap costs 2 substitutions)
     return None, dist
 
 
 def correct_reason(value: Any) -> PairReason | None:
     """`correct` must be 1 or 2 (the CSV's convention; label = correct - 1)."""
     text = unicodedata.normalize("NFKC", str(value)).strip() if value is not None else ""
-    return None if text in ("1", "2") else "invalid_correct"
+    return None if text in ("1", "2") else PairReason.INVALID_CORRECT

@@ -11,14 +11,19 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core import columns as C
-from transforms.core.stage import GlobalStage, set_drop_reason, set_duplicate_of
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage, set_duplicate_of
 
 
 def norm_text(text: Any) -> str:
     return "".join(unicodedata.normalize("NFKC", str(text or "")).split())
 
 
-class DuplicateTripletFilter(GlobalStage):
+class TripletDrops(DropReason):
+    DUPLICATE_TRIPLET = "duplicate_triplet", "the same (goal, sol1, sol2) as an earlier item"
+
+
+class DuplicateTripletFilter(GlobalStage[TripletDrops]):
     """Drops every repeat of a (question, option1, option2) triplet after its first row.
 
     Texts are compared after NFKC and with all whitespace removed; with `ignore_option_order`, the
@@ -26,9 +31,6 @@ class DuplicateTripletFilter(GlobalStage):
     """
 
     name: ClassVar[str] = "duplicate_triplet"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "duplicate_triplet": "the same (goal, sol1, sol2) as an earlier item",
-    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
@@ -43,11 +45,17 @@ class DuplicateTripletFilter(GlobalStage):
             key = (norm_text(q), *opts)
             dup.append(first.get(key))
             first.setdefault(key, str(rid))
-        reasons = pa.array([None if d is None else "duplicate_triplet" for d in dup], pa.string())
-        return set_duplicate_of(set_drop_reason(table, reasons), pa.array(dup, pa.string()))
+        reasons = [None if d is None else TripletDrops.DUPLICATE_TRIPLET for d in dup]
+        return set_duplicate_of(self.drop(table, reasons), pa.array(dup, pa.string()))
 
 
-class TranslationSetSelector(GlobalStage):
+class TranslationSetDrops(DropReason):
+    NOT_MINIMAL_PAIR = "not_minimal_pair", "the solutions differ in more words than the set allows"
+    NOT_SAMPLED = "not_sampled", "not drawn into the set"
+    TOO_LONG = "too_long", "longer than the set allows"
+
+
+class TranslationSetSelector(GlobalStage[TranslationSetDrops]):
     """J-PIQA part 1: English PIQA items whose solutions differ by at most `max_word_edits` words
     (word-level Levenshtein, transforms/text/textcheck.py), then a seeded draw of `n` of them.
 
@@ -56,11 +64,6 @@ class TranslationSetSelector(GlobalStage):
     """
 
     name: ClassVar[str] = "translation_set"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "not_minimal_pair": "the solutions differ in more words than the set allows",
-        "not_sampled": "not drawn into the set",
-        "too_long": "longer than the set allows",
-    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("sol_edit_distance",)
@@ -90,9 +93,10 @@ class TranslationSetSelector(GlobalStage):
             ids = [str(table.column(C.ID)[i].as_py()) for i in candidates]
             keys = sample_keys(ids, self.seed)
             chosen = {candidates[k] for k in keys.argsort(kind="stable")[:self.n].tolist()}
-        reasons = [None if i in chosen else "not_minimal_pair" if d > self.max_word_edits else
-                   "too_long" if too_long[i] else "not_sampled" for i, d in enumerate(dist)]
+        why = TranslationSetDrops
+        reasons = [None if i in chosen else why.NOT_MINIMAL_PAIR if d > self.max_word_edits else
+                   why.TOO_LONG if too_long[i] else why.NOT_SAMPLED for i, d in enumerate(dist)]
         out = table.append_column("sol_edit_distance", pa.array(dist, pa.int32()))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)
 
 

@@ -146,6 +146,8 @@ class DropWhere(Stage):
             raise StageError(f"stage '{self.name}' needs column {self.column!r}; the batch has {schema.names}")
 
     def process(self, batch: pa.Table) -> pa.Table:
+        # The one stage whose reason is configuration, not code: a recipe names it, so it cannot be a member of
+        # an enum; `declared_drop_reasons` declares exactly that string, and the runner checks what it wrote.
         reasons = [self.reason if v in self.values else None for v in batch.column(self.column).to_pylist()]
         return set_drop_reason(batch, pa.array(reasons, pa.string()))
 

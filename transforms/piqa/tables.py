@@ -22,7 +22,18 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core.creating import ExpandStage
+from transforms.core.drop_reasons import DropReason, reason_text
 from transforms.core.stage import Stage, StageError, put_column
+
+
+class TableDrops(DropReason):
+    """Why a row of a reply's table (or the reply) makes no item."""
+
+    NO_TABLE = "no_table", "the reply holds no table (no header naming question/option1/option2/correct)"
+    EMPTY_FIELD = "empty_field", "a required cell is empty (empty_field:<column>)"
+    PARTIAL_ROW = "partial_row", "fewer cells than the header (a row cut off)"
+    TOO_MANY_FIELDS = "too_many_fields", "more cells than the header (an unquoted delimiter)"
+    CSV_ERROR = "csv_error", "the reply's table is not readable CSV"
 
 FIELDS = ("id", "category", "question", "option1", "option2", "correct", "reasoning",
           "question_en", "option1_en", "option2_en")
@@ -130,7 +141,8 @@ def parse_table_reply(reply: str | None) -> pa.Table:
     rows: list[dict[str, Any]] = []
     found = _find_header(_unfence(reply or ""))
     if found is None:
-        return pa.Table.from_pylist([{"reply_line": None, "drop_reason": "no_table"}], ROW_SCHEMA)
+        return pa.Table.from_pylist([{"reply_line": None, "drop_reason": reason_text(TableDrops.NO_TABLE)}],
+                                    ROW_SCHEMA)
     lines, start, markdown, delimiter, mapping, width, fenced = found
     id_first = mapping.get(0) == "id"
     body = lines[start + 1:]
@@ -146,7 +158,7 @@ def parse_table_reply(reply: str | None) -> pa.Table:
         if header_map(cells):
             continue  # the model repeated its header
         if cells[0].startswith("\x00csv_error:"):
-            rows.append({"reply_line": line_no, "drop_reason": "csv_error"})
+            rows.append({"reply_line": line_no, "drop_reason": reason_text(TableDrops.CSV_ERROR)})
             continue
         if len(cells) < width and not markdown and (len(cells) == 1 or id_first) and not _ID.fullmatch(cells[0]):
             continue  # prose after (or inside) the table: a cut-off row still starts with its id
@@ -155,12 +167,12 @@ def parse_table_reply(reply: str | None) -> pa.Table:
             if pos < len(cells):
                 row[name] = _clean(cells[pos]) or None
         if len(cells) < width:
-            row["drop_reason"] = "partial_row"
+            row["drop_reason"] = reason_text(TableDrops.PARTIAL_ROW)
         elif len(cells) > width and any(c.strip() for c in cells[width:]):
-            row["drop_reason"] = "too_many_fields"
+            row["drop_reason"] = reason_text(TableDrops.TOO_MANY_FIELDS)
         else:
             empty = [f for f in REQUIRED if not row.get(f)]
-            row["drop_reason"] = f"empty_field:{empty[0]}" if empty else None
+            row["drop_reason"] = reason_text((TableDrops.EMPTY_FIELD, empty[0])) if empty else None
         rows.append(row)
     return pa.Table.from_pylist(rows, ROW_SCHEMA)
 
@@ -200,20 +212,14 @@ def rows_to_items(rows: pa.Table, *, lang: str = "ja") -> pa.Table:
     })
 
 
-class ParseTableReply(ExpandStage):
+class ParseTableReply(ExpandStage[TableDrops]):
     """One LLM reply (a CSV table) → one child per table row; bad rows are children with a reason,
     and a reply with no table at all drops its parent with `no_table`."""
 
     name: ClassVar[str] = "parse_table"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "empty_field": "a required cell is empty (empty_field:<column>)",
-        "partial_row": "fewer cells than the header (a row cut off)",
-        "too_many_fields": "more cells than the header (an unquoted delimiter)",
-        "csv_error": "the reply's table is not readable CSV",
-    }
     release_columns: ClassVar[tuple[str, ...]] = ("goal_gloss", "sol1_gloss", "sol2_gloss")
     writes: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "correct", "category")
-    empty_reason: ClassVar[str] = "no_table"
+    empty_reason: ClassVar[str] = TableDrops.NO_TABLE
 
     reply_column: str = Field("llm_text", description="Column holding the model's raw reply text (LLMGenerate's "
                               "text output writes `llm_text`).")
@@ -229,7 +235,7 @@ class ParseTableReply(ExpandStage):
         parts = []
         for i, reply in enumerate(batch.column(self.reply_column).to_pylist()):
             rows = parse_table_reply(reply)
-            if rows.num_rows == 1 and rows.column("drop_reason")[0].as_py() == "no_table":
+            if rows.num_rows == 1 and rows.column("drop_reason")[0].as_py() == TableDrops.NO_TABLE:
                 continue  # no children: the parent is dropped with `no_table`
             items = rows_to_items(rows, lang=self.lang)
             parts.append(items.append_column("_parent", pa.array([i] * items.num_rows, pa.int64())))

@@ -16,10 +16,25 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from transforms.core.drop_reasons import DropReason, reason_text
+
 EDITABLE = ("goal", "sol1", "sol2")
 KEEP_VERDICTS = {"sol1": 0, "sol2": 1, "needs_edit": None}  # verdict → label it implies (None: unchanged)
 JUDGMENT_COLUMNS = ("item_id", "annotator", "label", "goal_edit", "sol1_edit", "sol2_edit", "comment")
-NO_CONSENSUS, NOT_REVIEWED, REJECTED_BY = "no_consensus", "not_reviewed", "rejected_by_annotators"
+
+
+class ReviewDrops(DropReason):
+    """Why a reviewed item is not kept: the review import's reasons."""
+
+    NOT_REVIEWED = "not_reviewed", "no annotator judged the item"
+    NO_CONSENSUS = "no_consensus", "the annotators' verdicts do not meet the consensus rule"
+    REJECTED_BY_ANNOTATORS = ("rejected_by_annotators",
+                              "the annotators' consensus rejects the item (rejected_by_annotators:<why>)")
+
+
+# plain strings for the polars expressions that write them
+NO_CONSENSUS, NOT_REVIEWED, REJECTED_BY = (ReviewDrops.NO_CONSENSUS.value, ReviewDrops.NOT_REVIEWED.value,
+                                           ReviewDrops.REJECTED_BY_ANNOTATORS.value)
 
 
 class ConsensusRule(BaseModel):
@@ -137,14 +152,14 @@ def apply_review(items: pa.Table, judgments: pa.Table, rule: ConsensusRule, n_ex
                                 "annotators": sorted(a for _, a in texts)})
             implied = KEEP_VERDICTS.get(verdict)
             if reason is None and verdict == "needs_edit" and not rec:
-                reason, note = f"{REJECTED_BY}:needs_edit", "marked needs_edit but no annotator wrote an edit"
+                reason, note = reason_text((ReviewDrops.REJECTED_BY_ANNOTATORS, "needs_edit")), "marked needs_edit but no annotator wrote an edit"
             if reason is None and implied is not None and has_label and row["label"] is not None \
                     and int(row["label"]) != implied:
                 if rule.relabel:
                     rec.append({"field": "label", "before": int(row["label"]), "after": implied,
                                 "annotators": []})
                 else:
-                    reason, note = f"{REJECTED_BY}:label_disputed", f"consensus {verdict} contradicts the label"
+                    reason, note = reason_text((ReviewDrops.REJECTED_BY_ANNOTATORS, "label_disputed")), f"consensus {verdict} contradicts the label"
         if reason is not None:
             rec = []
         after = {r["field"]: r["after"] for r in rec}

@@ -15,6 +15,7 @@ from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, fingerprint_file
 from transforms.io.sources import TableSource
 from transforms.review.batch_record import batch_dir
+from transforms.review.consensus import ReviewDrops
 from transforms.review.validate import ImportResult
 
 
@@ -57,16 +58,11 @@ def write_import(lake: Lake, result: ImportResult, files: list[str | Path] | Non
     return manifest
 
 
-class ReviewedItems(TableSource):
+class ReviewedItems(TableSource[ReviewDrops]):
     """Every exported item of an import, kept or with its drop reason: the review run's source (recorded by
     its content hash, with the batch as its label)."""
 
     name: ClassVar[str] = "review_import"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "not_reviewed": "no annotator judged the item",
-        "no_consensus": "the annotators' verdicts do not meet the consensus rule",
-        "rejected_by_annotators": "the annotators' consensus rejects the item",
-    }
 
     def __init__(self, table: pa.Table | None = None, **data: Any):  # (pydantic's plugin would hide the base's)
         super().__init__(table, **data)

@@ -22,7 +22,7 @@ from transforms.core.lake import Lake
 from transforms.core.manifest import RunManifest, fingerprint_file
 from transforms.io.input_files import InputFileError
 from transforms.review.batch_record import batch_dir, load_batch
-from transforms.review.consensus import ConsensusRule
+from transforms.review.consensus import ConsensusRule, ReviewDrops
 from transforms.review.import_run import ReviewedItems, write_import  # noqa: F401 (re-exported)
 from transforms.review.judgment_files import (  # noqa: F401 (re-exported)
     CSV_HEADERS,
@@ -76,14 +76,13 @@ def import_files(lake: Lake, batch: str, files: list[str | Path], rule: Consensu
     return result, write_import(lake, result, files, seconds=time.perf_counter() - start)
 
 
-class ReviewImportSource(SourceStage):
+class ReviewImportSource(SourceStage[ReviewDrops]):
     """The import as a job's source: yields every exported item, kept or with its drop reason, so the
     runner can run it as a run whose parent is the exported one. The batch's side outputs
     (judgments, rejected judgments, queue, import.json) are written to the batch folder; `stats`
     holds the counts and agreement for the run's manifest."""
 
     name: ClassVar[str] = "review_import"
-    drop_reasons: ClassVar[dict[str, str]] = ReviewedItems.drop_reasons
     lake: str = Field(..., description="Lake root holding review/<batch>/.")
     batch: str = Field(..., description="The review batch to import into.")
     files: list[str] = Field(..., description="Label Studio JSON exports, filled CSVs or long-format files.")

@@ -14,15 +14,18 @@ from typing import ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from transforms.core.stage import Stage, put_column, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import Stage, put_column
 from transforms.text.guard import injection_flags, sanitize
 
 
-class InputGuard(Stage):
+class GuardDrops(DropReason):
+    INJECTION_SUSPECTED = ("injection_suspected",
+                           "the text addresses a model reading it (an instruction, a role marker, a fence)")
+
+
+class InputGuard(Stage[GuardDrops]):
     name: ClassVar[str] = "input_guard"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "injection_suspected": "the text addresses a model reading it (an instruction, a role marker, a fence)",
-    }
     writes: ClassVar[tuple[str, ...]] = ("guard_flags",)
     column: str = Field("text", description="The crawled text a creating stage reads next.")
     sanitize_text: bool = Field(True, description="Hand the text on sanitized (what the model then reads).")
@@ -34,4 +37,4 @@ class InputGuard(Stage):
         if self.sanitize_text:
             out = put_column(out, self.column, pa.array([sanitize(t) if t is not None else None for t in texts],
                                                         pa.string()))
-        return set_drop_reason(out, pa.array(["injection_suspected" if f else None for f in flags], pa.string()))
+        return self.drop(out, [GuardDrops.INJECTION_SUSPECTED if f else None for f in flags])

@@ -30,7 +30,8 @@ from pydantic import Field, PrivateAttr, field_validator
 
 from transforms.core import columns as C
 from transforms.core.deps import require
-from transforms.core.stage import Stage, put_column, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import Stage, put_column
 from transforms.text.scripts import SCRIPT_RANGES
 
 LANG = "lang"
@@ -42,13 +43,14 @@ SINGLE_LANGUAGE_SCRIPTS = frozenset({"ko", "ta", "ml", "kn", "te", "gu", "pa", "
                                      "my", "el", "ka", "hy"})
 
 
-class LanguageFilter(Stage):
+class LanguageDrops(DropReason):
+    WRONG_LANGUAGE = "wrong_language", "the text is not in one of the wanted languages"
+    LOW_LANGUAGE_SCORE = "low_language_score", "fastText's confidence is under `min_score`"
+
+
+class LanguageFilter(Stage[LanguageDrops]):
     name: ClassVar[str] = "langid"
     fuse: ClassVar[bool] = True  # cheap next to a pass over its input: runs in one pass with its neighbours
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "wrong_language": "the text is not in one of the wanted languages",
-        "low_language_score": "fastText's confidence is under `min_score`",
-    }
     extras: ClassVar[tuple[str, ...]] = ("langid",)
     reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
     writes: ClassVar[tuple[str, ...]] = (LANG, LANG_SCORE, LANG_METHOD)
@@ -118,13 +120,11 @@ class LanguageFilter(Stage):
         lang = pa.array(langs, pa.string())
         method = pa.array(methods, pa.string())
         score = pa.array(scores, pa.float32())
-        none = pa.scalar(None, pa.string())
-        allowed = pc.is_in(lang, value_set=pa.array(self.languages, pa.string()))
-        reason = pc.if_else(pc.fill_null(allowed, False), none, pa.scalar("wrong_language"))
-        low = pc.and_(pc.fill_null(allowed, False), pc.less(pc.fill_null(score, 0.0), self.min_score))
-        reason = pc.if_else(low, pa.scalar("low_language_score"), reason)
+        allowed = pc.fill_null(pc.is_in(lang, value_set=pa.array(self.languages, pa.string())), False)
+        low = pc.and_(allowed, pc.less(pc.fill_null(score, 0.0), self.min_score))
         batch = put_column(put_column(put_column(batch, LANG, lang), LANG_SCORE, score), LANG_METHOD, method)
-        return set_drop_reason(batch, reason)
+        batch = self.drop_where(batch, pc.invert(allowed), LanguageDrops.WRONG_LANGUAGE)
+        return self.drop_where(batch, low, LanguageDrops.LOW_LANGUAGE_SCORE)  # (never both on one row)
 
     def process_empty(self, batch: pa.Table) -> pa.Table:
         for column, kind in ((LANG, pa.string()), (LANG_SCORE, pa.float32()), (LANG_METHOD, pa.string())):

@@ -9,20 +9,22 @@ import pyarrow.compute as pc
 from pydantic import Field, model_validator
 
 from transforms.core import columns as C
-from transforms.core.stage import FilterStage
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import Stage
 
 
-class LengthFilter(FilterStage):
+class LengthDrops(DropReason):
+    EMPTY = "empty", "the text is empty"
+    TOO_SHORT = "too_short", "the text is shorter than `min_chars`"
+    TOO_LONG = "too_long", "the text is longer than `max_chars`"
+
+
+class LengthFilter(Stage[LengthDrops]):
     """Drop rows whose text is empty (`empty`), shorter than `min_chars` (`too_short`) or longer
     than `max_chars` (`too_long`). Counts Unicode code points, so a Hangul syllable is one char."""
 
     name: ClassVar[str] = "length_filter"
     fuse: ClassVar[bool] = True  # cheap next to a pass over its input: runs in one pass with its neighbours
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "empty": "the text is empty",
-        "too_short": "the text is shorter than `min_chars`",
-        "too_long": "the text is longer than `max_chars`",
-    }
     reads: ClassVar[tuple[str, ...]] = (C.TEXT,)
 
     min_chars: int = Field(10, ge=1, description="Shortest text kept, in characters.")
@@ -34,10 +36,9 @@ class LengthFilter(FilterStage):
             raise ValueError(f"min_chars ({self.min_chars}) > max_chars ({self.max_chars})")
         return self
 
-    def reasons(self, batch: pa.Table) -> pa.Array:
-        text = batch.column(C.TEXT).cast(pa.string())
-        length = pc.fill_null(pc.utf8_length(text), 0)
-        none = pa.scalar(None, pa.string())
-        reason = pc.if_else(pc.greater(length, self.max_chars), pa.scalar("too_long"), none)
-        reason = pc.if_else(pc.less(length, self.min_chars), pa.scalar("too_short"), reason)
-        return pc.if_else(pc.equal(length, 0), pa.scalar("empty"), reason)
+    def process(self, batch: pa.Table) -> pa.Table:
+        length = pc.fill_null(pc.utf8_length(batch.column(C.TEXT).cast(pa.string())), 0)
+        # columnar: an earlier reason on a row wins, so the most specific is given first
+        batch = self.drop_where(batch, pc.equal(length, 0), LengthDrops.EMPTY)
+        batch = self.drop_where(batch, pc.less(length, self.min_chars), LengthDrops.TOO_SHORT)
+        return self.drop_where(batch, pc.greater(length, self.max_chars), LengthDrops.TOO_LONG)

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from transforms.core.drop_reasons import DropReason
 from transforms.llm.base import EndpointError
 from transforms.translate.cache import SegmentCache, segment_key
 from transforms.translate.config import TranslatorConfig
@@ -32,10 +33,19 @@ TRANSLATORS: dict[str, str] = {
     "openai": "transforms.translate.llm:LLMTranslator",
 }
 
-# Why a text has no translation (the stage's drop reasons).
-SOURCE_EMPTY = "source_empty"
-TRANSLATION_FAILED = "translation_failed"
-TRANSLATION_EMPTY = "translation_empty"
+class TranslateDrops(DropReason):
+    """Why a row has no translation: the translate stage's reasons (the engine gives the last three per text)."""
+
+    TARGET_LANG_MISSING = "target_lang_missing", "the row names no target language"
+    TARGET_LANG_UNSUPPORTED = "target_lang_unsupported", "the engine cannot translate into the target language"
+    SOURCE_EMPTY = "source_empty", "nothing to translate"
+    TRANSLATION_EMPTY = "translation_empty", "the engine returned an empty translation"
+    TRANSLATION_FAILED = "translation_failed", "the engine failed on the row (after the retries)"
+
+
+SOURCE_EMPTY = TranslateDrops.SOURCE_EMPTY
+TRANSLATION_FAILED = TranslateDrops.TRANSLATION_FAILED
+TRANSLATION_EMPTY = TranslateDrops.TRANSLATION_EMPTY
 
 
 class TranslateStats(BaseModel):
@@ -103,7 +113,7 @@ class TranslationEngine(ABC):
         return [t or "" for t, _ in self.translate_with_status(texts, src, tgt)]
 
     def translate_with_status(self, texts: Sequence[str | None], src: str,
-                              tgt: str) -> list[tuple[str | None, str | None]]:
+                              tgt: str) -> list[tuple[str | None, TranslateDrops | None]]:
         """(translation, None) or (None, reason) per text; reasons: source_empty, translation_failed,
         translation_empty (a text fails as a whole when any of its sentences does)."""
         check_language(src)
@@ -128,7 +138,7 @@ class TranslationEngine(ABC):
                     results[k] = None
         failed = self._run_backend(todo, results, src, tgt)
         self.cache.flush()
-        out: list[tuple[str | None, str | None]] = []
+        out: list[tuple[str | None, TranslateDrops | None]] = []
         for (segs, seps), row_keys in zip(split, keys, strict=True):
             if not segs:
                 out.append((None, SOURCE_EMPTY))

@@ -18,25 +18,16 @@ import pyarrow as pa
 from pydantic import Field, PrivateAttr, model_validator
 
 from transforms.core import columns as C
-from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
-from transforms.translate.base import SOURCE_EMPTY, TranslationEngine, build_translator
+from transforms.core.stage import Stage, StageError, put_column
+from transforms.translate.base import TranslateDrops, TranslationEngine, build_translator
 from transforms.translate.config import TranslatorConfig
 from transforms.translate.languages import LanguageError, check_language
 
-TARGET_MISSING = "target_lang_missing"
-TARGET_UNSUPPORTED = "target_lang_unsupported"
 ISSUE = "translation_issue"
 
 
-class TranslateStage(Stage):
+class TranslateStage(Stage[TranslateDrops]):
     name: ClassVar[str] = "translate"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "source_empty": "nothing to translate",
-        "target_lang_missing": "the row names no target language",
-        "target_lang_unsupported": "the engine cannot translate into the target language",
-        "translation_empty": "the engine returned an empty translation",
-        "translation_failed": "the engine failed on the row (after the retries)",
-    }
     stateful: ClassVar[bool] = True
 
     engine: TranslatorConfig = Field(..., description="The translation backend (ctranslate2, llm, openai).")
@@ -125,7 +116,7 @@ class TranslateStage(Stage):
         for i in range(n):  # a row with an empty source column is dropped before any of it is translated
             empty = next((c for c in self.columns if not (texts[c][i] or "").strip()), None)
             if empty is not None and reasons[i] is None:
-                reasons[i], issues[i] = SOURCE_EMPTY, f"{empty}: {SOURCE_EMPTY}"
+                reasons[i], issues[i] = TranslateDrops.SOURCE_EMPTY, f"{empty}: {TranslateDrops.SOURCE_EMPTY}"
         for tgt in sorted({t for t, r in zip(targets, reasons, strict=True) if t and r is None}):
             rows = [i for i in range(n) if targets[i] == tgt and reasons[i] is None]
             flat = [texts[c][i] for c in self.columns for i in rows]
@@ -144,23 +135,23 @@ class TranslateStage(Stage):
         prov = self.translator.provenance()
         for col, key in ((C.MODEL, "model"), (C.PROMPT, "prompt"), (C.GEN_PARAMS, "gen_params")):
             out = put_column(out, col, pa.array([prov[key]] * n, pa.string()))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)
 
-    def _targets(self, batch: pa.Table) -> tuple[list[str | None], list[str | None], list[str | None]]:
+    def _targets(self, batch: pa.Table) -> tuple[list[str | None], list[TranslateDrops | None], list[str | None]]:
         n = batch.num_rows
         if self.target_lang_column is None:
             return [self.target_lang] * n, [None] * n, [None] * n
         targets: list[str | None] = []
-        reasons: list[str | None] = []
+        reasons: list[TranslateDrops | None] = []
         issues: list[str | None] = []
         for value in batch.column(self.target_lang_column).to_pylist():
             code = str(value).strip() if value is not None else ""
             targets.append(code or None)
             if not code:
-                reasons.append(TARGET_MISSING)
+                reasons.append(TranslateDrops.TARGET_LANG_MISSING)
                 issues.append(f"{self.target_lang_column}: empty")
             elif not _known(code):
-                reasons.append(TARGET_UNSUPPORTED)
+                reasons.append(TranslateDrops.TARGET_LANG_UNSUPPORTED)
                 issues.append(f"{self.target_lang_column}: {code!r} is not a known language code")
             else:
                 reasons.append(None)

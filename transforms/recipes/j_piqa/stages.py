@@ -4,7 +4,7 @@ stages of part 2. The shared selection stages (`duplicate_triplet`, `translation
 transforms/piqa/piqa_sets.py.
 
 `JapaneseConstraintFilter` checks one item at a time, one drop reason per rule (first failing rule
-wins, in the order of `REASONS`); `ParaphraseDuplicateFilter` is the global check across items.
+wins, in the order of `PairReason`); `ParaphraseDuplicateFilter` is the global check across items.
 """
 
 from __future__ import annotations
@@ -15,14 +15,8 @@ import pyarrow as pa
 from pydantic import Field
 
 from transforms.core import columns as C
-from transforms.core.stage import (
-    GlobalStage,
-    Stage,
-    StageError,
-    put_column,
-    set_drop_reason,
-    set_duplicate_of,
-)
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import GlobalStage, Stage, StageError, put_column, set_duplicate_of
 from transforms.embed.base import EmbedderConfig
 from transforms.piqa.japanese_words import (  # noqa: F401  (re-exported: the module's public names)
     PARTICLE,
@@ -30,6 +24,7 @@ from transforms.piqa.japanese_words import (  # noqa: F401  (re-exported: the mo
     REASONS,
     SENTENCE_END,
     Morpheme,
+    PairReason,
     Word,
     _tagger,
     check_pair,
@@ -42,7 +37,7 @@ from transforms.piqa.japanese_words import (  # noqa: F401  (re-exported: the mo
 from transforms.piqa.piqa_sets import norm_text
 
 
-class JapaneseConstraintFilter(Stage):
+class JapaneseConstraintFilter(Stage[PairReason]):
     """The per-item J-PIQA rules: correct ∈ {1, 2}; options differ by 1–2 words; both are full
     sentences ending in 。; particles, punctuation and word order otherwise identical.
 
@@ -51,7 +46,6 @@ class JapaneseConstraintFilter(Stage):
     """
 
     name: ClassVar[str] = "ja_constraints"
-    drop_reasons: ClassVar[dict[str, str]] = {str(k): v for k, v in REASONS.items()}  # declared where made
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = ("option_word_distance",)
@@ -68,20 +62,26 @@ class JapaneseConstraintFilter(Stage):
         if "correct" in batch.column_names:
             label_reasons = [correct_reason(v) for v in batch.column("correct").to_pylist()]
         elif "label" in batch.column_names:
-            label_reasons = [None if v in (0, 1) else "invalid_correct" for v in batch.column("label").to_pylist()]
+            label_reasons = [None if v in (0, 1) else PairReason.INVALID_CORRECT
+                             for v in batch.column("label").to_pylist()]
         else:
             raise StageError(f"stage '{self.name}' needs a `correct` (1/2) or `label` (0/1) column")
-        reasons, dist = [], []
+        reasons: list[PairReason | None] = []
+        dist = []
         for lr, a, b in zip(label_reasons, batch.column("sol1").to_pylist(), batch.column("sol2").to_pylist(),
                             strict=True):
             pair_reason, d = check_pair(a, b, max_words=self.max_words, min_words=self.min_words, unit=self.unit)
             reasons.append(lr or pair_reason)
             dist.append(d)
         out = put_column(batch, "option_word_distance", pa.array(dist, pa.int32()))  # a rerun check replaces it
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)
 
 
-class ParaphraseDuplicateFilter(GlobalStage):
+class ParaphraseDrops(DropReason):
+    PARAPHRASE_DUPLICATE = "paraphrase_duplicate", "a paraphrase of an earlier item (duplicate_of names it)"
+
+
+class ParaphraseDuplicateFilter(GlobalStage[ParaphraseDrops]):
     """Drops items whose question + options say what an earlier kept item says (embedding cosine).
 
     The text compared is `goal` + `sol1` + `sol2` joined by newlines, so two items with the same
@@ -90,9 +90,6 @@ class ParaphraseDuplicateFilter(GlobalStage):
     """
 
     name: ClassVar[str] = "paraphrase_duplicate"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "paraphrase_duplicate": "a paraphrase of an earlier item (duplicate_of names it)",
-    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = (C.ID, "goal", "sol1", "sol2")
     writes: ClassVar[tuple[str, ...]] = (C.DUPLICATE_OF,)
@@ -112,8 +109,8 @@ class ParaphraseDuplicateFilter(GlobalStage):
             probe = probe.append_column("lang", table.column("lang"))
         dedup = SemanticDedup(column="_item_text", threshold=self.threshold, embedder=self.embedder, keep="first")
         dup = dedup.duplicate_of(probe)
-        reasons = pa.array([None if d is None else "paraphrase_duplicate" for d in dup], pa.string())
-        return set_duplicate_of(set_drop_reason(table, reasons), pa.array(dup, pa.string()))
+        reasons = [None if d is None else ParaphraseDrops.PARAPHRASE_DUPLICATE for d in dup]
+        return set_duplicate_of(self.drop(table, reasons), pa.array(dup, pa.string()))
 
 
 def lexicon_topics(lexicon: str, categories: list[str], exclude_text: str = "") -> list[str]:
@@ -170,14 +167,15 @@ class LexiconCandidates(Stage):
         return batch.append_column("lexicon_candidates", pa.array(out, pa.string()))
 
 
-class UnchangedVariantFilter(Stage):
+class UnchangedDrops(DropReason):
+    NO_LEXICAL_CHANGE = "no_lexical_change", "the lexical variant changed no word of the original"
+
+
+class UnchangedVariantFilter(Stage[UnchangedDrops]):
     """Drops a lexical variant that changed nothing (`no_lexical_change`): the model said so
     (`changed` false) or its goal and solutions equal the translation's (`base_*` columns)."""
 
     name: ClassVar[str] = "unchanged_variant"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "no_lexical_change": "the lexical variant changed no word of the original",
-    }
     extras: ClassVar[tuple[str, ...]] = ("lang",)
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "base_goal", "base_sol1", "base_sol2")
 
@@ -185,5 +183,6 @@ class UnchangedVariantFilter(Stage):
         changed = batch.column("changed").to_pylist() if "changed" in batch.column_names else [True] * batch.num_rows
         same = [all(norm_text(x) == norm_text(y) for x, y in ((g, bg), (a, ba), (b, bb)))
                 for g, a, b, bg, ba, bb in zip(*(batch.column(c).to_pylist() for c in self.reads), strict=True)]
-        reasons = ["no_lexical_change" if s or c is False else None for s, c in zip(same, changed, strict=True)]
-        return set_drop_reason(batch, pa.array(reasons, pa.string()))
+        reasons = [UnchangedDrops.NO_LEXICAL_CHANGE if s or c is False else None
+                   for s, c in zip(same, changed, strict=True)]
+        return self.drop(batch, reasons)

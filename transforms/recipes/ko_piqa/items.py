@@ -22,14 +22,15 @@ from typing import ClassVar
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from transforms.core.stage import Stage, put_column, set_drop_reason
-from transforms.piqa.edit_pairs import MinimalPairFromEdit, _key, prompt_examples, substitute
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import Stage, put_column
+from transforms.piqa.edit_pairs import EditDrops, MinimalPairFromEdit, _key, prompt_examples, substitute
 from transforms.text.textcheck import levenshtein
 
 REFINE_PROMPT = "ko_piqa/refine"
-_EDIT_PROBLEMS = {"edit_empty": "word나 wrong_word가 비어 있습니다",
-                  "edit_no_change": "wrong_word가 word와 같습니다: 다른 낱말을 쓰세요",
-                  "edit_word_missing": "word가 answer 안에 글자 그대로 없습니다: answer에 있는 낱말을 고르세요"}
+_EDIT_PROBLEMS = {EditDrops.EDIT_EMPTY: "word나 wrong_word가 비어 있습니다",
+                  EditDrops.EDIT_NO_CHANGE: "wrong_word가 word와 같습니다: 다른 낱말을 쓰세요",
+                  EditDrops.EDIT_WORD_MISSING: "word가 answer 안에 글자 그대로 없습니다: answer에 있는 낱말을 고르세요"}
 
 
 @lru_cache(maxsize=4)
@@ -142,17 +143,18 @@ def word_edit_distance(a: str, b: str) -> int:
     return levenshtein(a.split(), b.split())
 
 
-class StructuralChecks(Stage):
+class StructuralDrops(DropReason):
+    EMPTY_GOAL = "empty_goal", "the goal is empty"
+    IDENTICAL_SOLUTIONS = "identical_solutions", "the solutions are the same"
+    INVALID_LABEL = "invalid_label", "the label is not 0 or 1"
+    MISSING_SOLUTION = "missing_solution", "a solution is empty"
+    NOT_MINIMAL_PAIR = "not_minimal_pair", "the solutions differ in more words than a minimal pair"
+
+
+class StructuralChecks(Stage[StructuralDrops]):
     """Drop items that are not PIQA items; record the pair's distance and the lengths."""
 
     name: ClassVar[str] = "ko_structural_checks"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "empty_goal": "the goal is empty",
-        "identical_solutions": "the solutions are the same",
-        "invalid_label": "the label is not 0 or 1",
-        "missing_solution": "a solution is empty",
-        "not_minimal_pair": "the solutions differ in more words than a minimal pair",
-    }
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label")
     writes: ClassVar[tuple[str, ...]] = ("pair_word_distance", "pair_char_distance", "goal_chars", "solution_chars")
     max_word_distance: int | None = Field(None, ge=1, description="Drop pairs further apart than this "
@@ -161,7 +163,7 @@ class StructuralChecks(Stage):
     def process(self, batch: pa.Table) -> pa.Table:
         goals, s1, s2 = (batch.column(c).to_pylist() for c in ("goal", "sol1", "sol2"))
         labels = batch.column("label").to_pylist()
-        reasons: list[str | None] = []
+        reasons: list[StructuralDrops | None] = []
         words, chars, goal_len, sol_len = [], [], [], []
         for g, a, b, lab in zip(goals, s1, s2, labels, strict=True):
             g, a, b = (str(x or "").strip() for x in (g, a, b))
@@ -171,19 +173,19 @@ class StructuralChecks(Stage):
             goal_len.append(len(g))
             sol_len.append((len(a) + len(b)) / 2)
             if not g:
-                reasons.append("empty_goal")
+                reasons.append(StructuralDrops.EMPTY_GOAL)
             elif not a or not b:
-                reasons.append("missing_solution")
+                reasons.append(StructuralDrops.MISSING_SOLUTION)
             elif a == b:
-                reasons.append("identical_solutions")
+                reasons.append(StructuralDrops.IDENTICAL_SOLUTIONS)
             elif lab not in (0, 1):
-                reasons.append("invalid_label")
+                reasons.append(StructuralDrops.INVALID_LABEL)
             elif self.max_word_distance is not None and wd > self.max_word_distance:
-                reasons.append("not_minimal_pair")
+                reasons.append(StructuralDrops.NOT_MINIMAL_PAIR)
             else:
                 reasons.append(None)
         out = put_column(batch, "pair_word_distance", pa.array(words, pa.int32()))
         out = put_column(out, "pair_char_distance", pa.array(chars, pa.int32()))
         out = put_column(out, "goal_chars", pa.array(goal_len, pa.int32()))
         out = put_column(out, "solution_chars", pa.array(sol_len, pa.float64()))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)

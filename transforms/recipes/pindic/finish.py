@@ -23,7 +23,8 @@ import pyarrow as pa
 import yaml
 from pydantic import Field
 
-from transforms.core.stage import Stage, StageError, put_column, set_drop_reason
+from transforms.core.drop_reasons import DropReason
+from transforms.core.stage import Stage, StageError, put_column
 from transforms.llm.base import GenerationParams
 from transforms.llm.call import PromptRef
 from transforms.llm.output import JsonOutput, OutputSpec
@@ -108,17 +109,20 @@ class CorrectTranslation(LLMTransform):
     on_invalid: Literal["drop", "retry"] = "retry"
 
 
-class ReleaseChecks(Stage):
+class ReleaseCheckDrops(DropReason):
+    DEGENERATE_TEXT = "degenerate_text", "a text is degenerate (a repetition loop)"
+    LANGUAGE_NOT_SUPPORTED = ("language_not_supported",
+                               "the item's language is not one of the Indic languages this check reads")
+    SAME_SOLUTIONS_AFTER_CORRECTION = ("same_solutions_after_correction",
+                                        "the two solutions are the same after the LLM correction")
+    TOO_SHORT = "too_short", "a text is too short"
+    WRONG_SCRIPT = "wrong_script", "too few letters in the language's script"
+
+
+class ReleaseChecks(Stage[ReleaseCheckDrops]):
     """The checks a corrected item must pass before release: two different solutions, the language, the label."""
 
     name: ClassVar[str] = "release_checks"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "degenerate_text": "a text is degenerate (a repetition loop)",
-        "language_not_supported": "the item's language is not one of the Indic languages this check reads",
-        "same_solutions_after_correction": "the two solutions are the same after the LLM correction",
-        "too_short": "a text is too short",
-        "wrong_script": "too few letters in the language's script",
-    }
     extras: ClassVar[tuple[str, ...]] = ("mt",)
     reads: ClassVar[tuple[str, ...]] = ("lang", "corrected_goal", "corrected_sol1", "corrected_sol2")
     writes: ClassVar[tuple[str, ...]] = ("script_share",)
@@ -134,26 +138,26 @@ class ReleaseChecks(Stage):
 
         cols = {c: batch.column(c).to_pylist() for c in self.reads}
         shares: list[float] = []
-        reasons: list[str | None] = []
+        reasons: list[ReleaseCheckDrops | None] = []
         for lang, g, a, b in zip(*(cols[c] for c in self.reads), strict=True):
             texts = [str(t or "") for t in (g, a, b)]
             share = min(script_share(t, lang) for t in texts) if lang in INDIC else 0.0
             shares.append(round(share, 4))
             words = len(texts[0].split()) + min(len(texts[1].split()), len(texts[2].split()))
             if lang not in INDIC:
-                reasons.append("language_not_supported")
+                reasons.append(ReleaseCheckDrops.LANGUAGE_NOT_SUPPORTED)
             elif share < self.min_script_share:
-                reasons.append("wrong_script")
+                reasons.append(ReleaseCheckDrops.WRONG_SCRIPT)
             elif any(degenerate_reason(t, lang) for t in texts):
-                reasons.append("degenerate_text")
+                reasons.append(ReleaseCheckDrops.DEGENERATE_TEXT)
             elif texts[1].strip() == texts[2].strip():
-                reasons.append("same_solutions_after_correction")
+                reasons.append(ReleaseCheckDrops.SAME_SOLUTIONS_AFTER_CORRECTION)
             elif words < self.min_goal_plus_solution_words:
-                reasons.append("too_short")
+                reasons.append(ReleaseCheckDrops.TOO_SHORT)
             else:
                 reasons.append(None)
         out = put_column(batch, "script_share", pa.array(shares, pa.float64()))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)
 
 
 class ReleaseColumns(Stage):

@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 
 from transforms.core import columns as C
 from transforms.core.creating import SourceStage
+from transforms.core.drop_reasons import DropReason
 from transforms.core.lake import parquet_files, read_table
 from transforms.core.manifest import fingerprint_file
 from transforms.core.stage import FilterStage
@@ -188,36 +189,37 @@ def _norm(text: Any) -> str:
     return re.sub(r"[\W_]+", " ", str(text or "").lower()).strip()
 
 
-class ValidateGenerated(FilterStage):
+class ValidateDrops(DropReason):
+    COPIES_EXEMPLAR = "copies_exemplar", "the item copies one of its exemplars"
+    LABEL_NOT_BINARY = "label_not_binary", "the label is not 0 or 1"
+    SAME_SOLUTIONS = "same_solutions", "the solutions are the same"
+    GOAL_TOO_SHORT = "goal_too_short", "the goal is too short"
+    SOLUTION_TOO_SHORT = "solution_too_short", "a solution is too short"
+
+
+class ValidateGenerated(FilterStage[ValidateDrops]):
     """Two different solutions, label 0/1, enough words, and not a copy of an exemplar goal."""
 
     name: ClassVar[str] = "validate_items"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "copies_exemplar": "the item copies one of its exemplars",
-        "label_not_binary": "the label is not 0 or 1",
-        "same_solutions": "the solutions are the same",
-        "goal_too_short": "the goal is too short",
-        "solution_too_short": "a solution is too short",
-    }
     reads: ClassVar[tuple[str, ...]] = ("goal", "sol1", "sol2", "label", "exemplar_goals")
 
     min_goal_words: int = Field(4, ge=1, description="Shorter goals are `goal_too_short`.")
     min_solution_words: int = Field(3, ge=1, description="Shorter solutions are `solution_too_short`.")
 
-    def reasons(self, batch: pa.Table) -> pa.Array:
+    def reasons(self, batch: pa.Table) -> list[ValidateDrops | None]:
         cols = {c: batch.column(c).to_pylist() for c in self.reads}
-        out: list[str | None] = []
+        out: list[ValidateDrops | None] = []
         for goal, s1, s2, label, ex in zip(*(cols[c] for c in self.reads), strict=True):
             if label not in (0, 1):
-                out.append("label_not_binary")
+                out.append(ValidateDrops.LABEL_NOT_BINARY)
             elif _norm(s1) == _norm(s2):
-                out.append("same_solutions")
+                out.append(ValidateDrops.SAME_SOLUTIONS)
             elif _norm(goal) in {_norm(g) for g in ex or []}:
-                out.append("copies_exemplar")
+                out.append(ValidateDrops.COPIES_EXEMPLAR)
             elif len(_norm(goal).split()) < self.min_goal_words:
-                out.append("goal_too_short")
+                out.append(ValidateDrops.GOAL_TOO_SHORT)
             elif min(len(_norm(s1).split()), len(_norm(s2).split())) < self.min_solution_words:
-                out.append("solution_too_short")
+                out.append(ValidateDrops.SOLUTION_TOO_SHORT)
             else:
                 out.append(None)
-        return pa.array(out, pa.string())
+        return out

@@ -24,12 +24,9 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from transforms.core.stage import set_drop_reason
+from transforms.core.drop_reasons import DropReason
 from transforms.piqa.contrast import IDENTICAL, PHRASE_REORDER, WORD_SWAP, ContrastClassifier, classify_tokens
 from transforms.text import textcheck as tc
-
-NOT_MINIMAL, IDENTICAL_SOLUTIONS, INVALID_LABEL = "not_minimal_contrast", "identical_solutions", "invalid_label"
-
 
 # Noun and adjective case endings, longest first: enough to see that крышку and крышкой are one word.
 _ENDINGS = sorted(("ами", "ями", "ого", "его", "ому", "ему", "ыми", "ими", "ой", "ей", "ую", "юю", "ая", "яя",
@@ -91,17 +88,23 @@ def minimal_contrast(sol1: str | None, sol2: str | None, *, max_words: int = 2) 
     return found.kind, found.distance, found.detail, False
 
 
-class RussianContrastFilter(ContrastClassifier):
+class RussianContrastDrops(DropReason):
+    IDENTICAL_SOLUTIONS = "identical_solutions", "the solutions are the same"
+    INVALID_LABEL = "invalid_label", "the label is not 0 or 1"
+    NOT_MINIMAL_CONTRAST = "not_minimal_contrast", "the solutions do not differ in a minimal contrast"
+
+
+NOT_MINIMAL, IDENTICAL_SOLUTIONS, INVALID_LABEL = (RussianContrastDrops.NOT_MINIMAL_CONTRAST,
+                                                  RussianContrastDrops.IDENTICAL_SOLUTIONS,
+                                                  RussianContrastDrops.INVALID_LABEL)
+
+
+class RussianContrastFilter(ContrastClassifier[RussianContrastDrops]):
     """Writes the contrast columns (contrast.py) and drops items that are not minimal pairs:
     `identical_solutions`, `not_minimal_contrast` (more than `max_words` word edits and no swap of
     two phrases) and `invalid_label` (a label other than 0/1: exactly one solution must be right)."""
 
     name: ClassVar[str] = "ru_contrast"
-    drop_reasons: ClassVar[dict[str, str]] = {
-        "identical_solutions": "the solutions are the same",
-        "invalid_label": "the label is not 0 or 1",
-        "not_minimal_contrast": "the solutions do not differ in a minimal contrast",
-    }
     reads: ClassVar[tuple[str, ...]] = ("sol1", "sol2", "label")
     writes: ClassVar[tuple[str, ...]] = ("contrast_type", "contrast_distance", "contrast_detail")
 
@@ -110,14 +113,15 @@ class RussianContrastFilter(ContrastClassifier):
     def process(self, batch: pa.Table) -> pa.Table:
         found = [minimal_contrast(a, b, max_words=self.max_words)
                  for a, b in zip(batch.column("sol1").to_pylist(), batch.column("sol2").to_pylist(), strict=True)]
-        reasons: list[str | None] = []
+        why = RussianContrastDrops
+        reasons: list[RussianContrastDrops | None] = []
         for (kind, _, _, minimal), label in zip(found, batch.column("label").to_pylist(), strict=True):
             if label not in (0, 1):
-                reasons.append(INVALID_LABEL)
+                reasons.append(why.INVALID_LABEL)
             elif kind == IDENTICAL:
-                reasons.append(IDENTICAL_SOLUTIONS)
+                reasons.append(why.IDENTICAL_SOLUTIONS)
             else:
-                reasons.append(None if minimal else NOT_MINIMAL)
+                reasons.append(None if minimal else why.NOT_MINIMAL_CONTRAST)
         out = batch
         for name, values, typ in (("contrast_type", [f[0] for f in found], pa.string()),
                                   ("contrast_distance", [f[1] for f in found], pa.int32()),
@@ -125,7 +129,7 @@ class RussianContrastFilter(ContrastClassifier):
             if name in out.column_names:
                 out = out.drop_columns([name])
             out = out.append_column(name, pa.array(values, typ))
-        return set_drop_reason(out, pa.array(reasons, pa.string()))
+        return self.drop(out, reasons)
 
 
 def item_words(goal: str | None, sol1: str | None, sol2: str | None) -> int:
