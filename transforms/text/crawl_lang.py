@@ -41,8 +41,8 @@ from transforms.text.itemlang import (
     _predict,
     _scripts,
     _words,
+    another_language,
     confidence,
-    counts_as_evidence,
     likely_script,
 )
 from transforms.text.languages import writes_without_spaces
@@ -147,15 +147,11 @@ def _read(reading: dict[str, float], text: str, languages: Sequence[str], best: 
         # a sentence of SENTENCE_WORDS words or more that fastText gives the wanted languages almost nothing of
         # is another language's: its top reading need not be sure of which (`Make a bulletin board.` to es)
         need = confidence(words) if words < SENTENCE_WORDS else SENTENCE_TOP
-        for other, p in sorted(reading.items(), key=lambda kv: -kv[1]):
-            if p < need:
-                break
-            if other in languages or not counts_as_evidence(other):
-                continue
-            if best in HAN_READINGS and other in HAN_READINGS:
-                continue  # Chinese and Japanese Han text: the kana decided above, fastText cannot
-            if SCRIPT_NAMES.get(likely_script(other) or "", ())[:1] != names[:1]:
-                continue  # fastText reading the wanted script as a language written otherwise is no evidence
-            return other, p, "fasttext"
+        # Chinese and Japanese Han text: the kana decided above, fastText cannot; and fastText reading the wanted
+        # script as a language written otherwise is no evidence
+        found = another_language(reading, languages, need, best in HAN_READINGS,
+                                 lambda other: SCRIPT_NAMES.get(likely_script(other) or "", ())[:1] == names[:1])
+        if found is not None:
+            return found[0], found[1], "fasttext"
     wanted = own if reading.get(own, 0.0) > 0 else best
     return wanted, reading.get(wanted, 0.0), "fasttext"

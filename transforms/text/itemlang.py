@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,6 +175,24 @@ def _han_verdict(text: str, found: list[str], script: str, reading: dict[str, fl
     return None
 
 
+def another_language(reading: dict[str, float], own: Collection[str], need: float, han: bool,
+                     written_as: Callable[[str], bool] | None = None) -> tuple[str, float] | None:
+    """(language, probability) of fastText's most probable reading, at `need` or more, that is evidence of a language
+    other than `own`: not one of them, spoken by MIN_SPEAKERS (`counts_as_evidence`), not a Han reading of Han text
+    (`han`: fastText cannot tell Chinese from Japanese kanji) and, with `written_as`, a language written in the
+    text's script. None when no reading is. Both language checks ask this: `item_language` of one text of an item,
+    the crawl filter of a row (transforms/text/crawl_lang.py), each with its own `need`."""
+    for other, p in sorted(reading.items(), key=lambda kv: -kv[1]):
+        if p < need:
+            return None
+        if other in own or not counts_as_evidence(other) or (han and other in HAN_READINGS):
+            continue
+        if written_as is not None and not written_as(other):
+            continue  # fastText reading Latin letters as Chinese is no evidence of Chinese
+        return other, p
+    return None
+
+
 def _reads_as(model: Any, text: str, ref: str, spaceless: bool, max_own: float,
               need: float | None = None, written_in: str | None = None) -> str | None:
     got = _predict(model, text)
@@ -182,15 +200,9 @@ def _reads_as(model: Any, text: str, ref: str, spaceless: bool, max_own: float,
     if own >= max_own:
         return None
     need = confidence(_words(text, spaceless)) if need is None else need
-    for other, p in sorted(got.items(), key=lambda kv: -kv[1]):
-        if p < need:
-            return None
-        if other == ref or (ref in HAN_READINGS and other in HAN_READINGS) or not counts_as_evidence(other):
-            continue
-        if written_in and likely_script(other) != written_in:
-            continue  # fastText reading Latin letters as Chinese is no evidence of Chinese
-        return f"reads as {other} ({p:.2f} >= {need:.2f}), {ref} {own:.2f}"
-    return None
+    found = another_language(got, (ref,), need, ref in HAN_READINGS,
+                             (lambda other: likely_script(other) == written_in) if written_in else None)
+    return None if found is None else f"reads as {found[0]} ({found[1]:.2f} >= {need:.2f}), {ref} {own:.2f}"
 
 
 def check_items(model: Any, rows: Sequence[Sequence[str | None]], columns: Sequence[str], lang: str, *,
