@@ -27,6 +27,51 @@ from pydantic import BaseModel, ConfigDict, Field
 from transforms.embed.static import StaticDistillation
 from transforms.judge import static_tier
 
+TABLE = "static_table"  # in a static tier's `cv`: the distilled table its weights belong to
+
+
+class CharNgrams:
+    """`features: char_ngrams`: sparse hashed character n-grams, scored by one sparse dot product."""
+
+    repeats = 1  # fold splits by default
+    distilled = False  # no table behind the weights
+
+    def features(self, config: NgramTier, texts: Sequence[str]) -> Any:
+        from sklearn.feature_extraction.text import HashingVectorizer
+
+        vectorizer = HashingVectorizer(analyzer="char_wb", ngram_range=tuple(config.ngram_range),
+                                       n_features=config.n_features, alternate_sign=False, norm="l2")
+        return vectorizer.transform(list(texts))
+
+    def scores(self, tier: FittedTier, texts: Sequence[str]) -> np.ndarray:
+        z = self.features(tier.config, texts) @ np.asarray(tier.coef) + tier.intercept
+        return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
+
+    def table(self, config: NgramTier) -> str | None:
+        return None
+
+
+class StaticE5(CharNgrams):
+    """`features: static_e5`: dense static e5 vectors (transforms/judge/static_tier.py), whose weights belong to
+    the distilled table named in the tier's `cv` (the scores check it)."""
+
+    repeats = 5
+    distilled = True
+
+    def features(self, config: NgramTier, texts: Sequence[str]) -> Any:
+        return static_tier.features(config.distillation(), texts)
+
+    def scores(self, tier: FittedTier, texts: Sequence[str]) -> np.ndarray:
+        return static_tier.scores(tier.config.distillation(), np.asarray(tier.coef), tier.intercept, texts,
+                                  tier.cv.get(TABLE))
+
+    def table(self, config: NgramTier) -> str | None:
+        return static_tier.table_key(config.distillation())
+
+
+# What each `features` value does: the one place the tier looks at it
+FEATURES: dict[str, CharNgrams] = {"char_ngrams": CharNgrams(), "static_e5": StaticE5()}
+
 
 class NgramTier(BaseModel):
     """How to fit the first tier."""
@@ -51,7 +96,10 @@ class NgramTier(BaseModel):
                                               "SIF 1e-4, the whole vocabulary).")
 
     def fold_repeats(self) -> int:
-        return self.repeats or (5 if self.features == "static_e5" else 1)
+        return self.repeats or self.kind().repeats
+
+    def kind(self) -> CharNgrams:
+        return FEATURES[self.features]
 
     def distillation(self) -> StaticDistillation:
         return self.static or StaticDistillation()
@@ -68,33 +116,23 @@ class FittedTier(BaseModel):
 
     def key(self) -> str:
         # the n-gram tier's key stays what it was before `features` existed
-        plain = self.config.features == "char_ngrams" and self.config.fold_repeats() == 1
+        plain = not self.config.kind().distilled and self.config.fold_repeats() == 1
         config = self.config.model_dump(mode="json", exclude={"features", "static", "repeats"} if plain else None)
         ident = json.dumps([config, self.intercept, self.threshold,
                             hashlib.sha256(np.asarray(self.coef, np.float64).tobytes()).hexdigest()]
-                           + ([self.cv.get("static_table")] if self.config.features == "static_e5" else []))
+                           + ([self.cv.get(TABLE)] if self.config.kind().distilled else []))
         return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
     def scores(self, texts: Sequence[str]) -> np.ndarray:
         """P(positive) of prepared texts (windows or views)."""
         if not len(texts):
             return np.zeros(0)
-        if self.config.features == "static_e5":
-            return static_tier.scores(self.config.distillation(), np.asarray(self.coef), self.intercept, texts,
-                                      self.cv.get("static_table"))
-        z = features(self.config, texts) @ np.asarray(self.coef) + self.intercept
-        return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
+        return self.config.kind().scores(self, texts)
 
 
 def features(config: NgramTier, texts: Sequence[str]) -> Any:
     """Sparse hashed n-grams, or dense static e5 vectors (`features: static_e5`)."""
-    if config.features == "static_e5":
-        return static_tier.features(config.distillation(), texts)
-    from sklearn.feature_extraction.text import HashingVectorizer
-
-    vectorizer = HashingVectorizer(analyzer="char_wb", ngram_range=tuple(config.ngram_range),
-                                   n_features=config.n_features, alternate_sign=False, norm="l2")
-    return vectorizer.transform(list(texts))
+    return config.kind().features(config, texts)
 
 
 def fit_tier(config: NgramTier, windows: Sequence[str], views: Sequence[str], owner: np.ndarray, labels: np.ndarray,
@@ -134,8 +172,8 @@ def fit_tier(config: NgramTier, windows: Sequence[str], views: Sequence[str], ow
         "recall_cascade": float(cascade.sum() / max(int(y.sum()), 1)),
         "negatives_passing_tier": float((oof[~y] >= threshold).mean()) if (~y).any() else None,
         "positives_passing_tier": float((oof[y] >= threshold).mean()) if y.any() else None}
-    if config.features == "static_e5":  # the table the weights belong to (static_tier.scores checks it)
-        cv["static_table"] = static_tier.table_key(config.distillation())
+    if (table := config.kind().table(config)) is not None:  # the table the weights belong to
+        cv[TABLE] = table
     return FittedTier(config=config, coef=final.coef_[0].tolist(), intercept=float(final.intercept_[0]),
                       threshold=threshold, cv=cv)
 
