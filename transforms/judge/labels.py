@@ -71,6 +71,12 @@ class LabelFile(BaseModel):
                                "selects by); null: rows keep what they say.")
 
 
+# What a split does with a held-out row of a training file: every split's `rows` field (its default is the split's).
+HeldOutRows = Annotated[Literal["refuse", "set_aside"], Field(
+    description="set_aside: held-out rows are left out of training and the judge is checked on them; refuse: a "
+    "training file holding one is an error (the held-out rows live in a file of their own).")]
+
+
 class ParitySplit(BaseModel):
     """Rows whose `url` carries a number (a document id) split by its parity: one side is held out."""
 
@@ -78,9 +84,7 @@ class ParitySplit(BaseModel):
 
     url_id: str = Field(..., description="Regular expression whose first group is the number, e.g. `docId=(\\d+)`.")
     held_out: Literal["even", "odd"] = Field("odd", description="The parity whose rows are held out.")
-    rows: Literal["refuse", "set_aside"] = Field("refuse", description="refuse: a training file holding a held-out "
-                                                 "row is an error (the held-out rows live in a file of their own); "
-                                                 "set_aside: they are left out of training and checked on.")
+    rows: HeldOutRows = "refuse"  # the held-out rows live in a file of their own
 
     def parity(self, url: Any) -> Literal["even", "odd"] | None:
         """'even' / 'odd' for a URL carrying the id, None for any other."""
@@ -103,9 +107,7 @@ class FractionSplit(BaseModel):
 
     fraction: float = Field(..., gt=0, lt=1, description="Share of the rows held out, e.g. 0.2.")
     seed: int = Field(0, description="Another seed holds out another set of rows of the same size.")
-    rows: Literal["refuse", "set_aside"] = Field("set_aside", description="set_aside: held-out rows are left out "
-                                                 "of training and the judge is checked on them; refuse: a "
-                                                 "training file holding one is an error.")
+    rows: HeldOutRows = "set_aside"
 
     def holds_out(self, row: LabelledRow) -> bool:
         digest = hashlib.sha256(f"{self.seed}\x00{row.id}".encode()).digest()
@@ -123,9 +125,7 @@ class ColumnSplit(BaseModel):
     column: str = Field(..., description="The row's column read, e.g. `split`.")
     values: list[Any] = Field(default_factory=lambda: ["held_out"], min_length=1,
                               description="Values meaning held out, compared as text (`true` matches true).")
-    rows: Literal["refuse", "set_aside"] = Field("set_aside", description="set_aside: held-out rows are left out "
-                                                 "of training and the judge is checked on them; refuse: a "
-                                                 "training file holding one is an error.")
+    rows: HeldOutRows = "set_aside"
 
     def holds_out(self, row: LabelledRow) -> bool:
         value = row.column(self.column)
@@ -142,9 +142,7 @@ class PatternSplit(BaseModel):
 
     column: str = Field("url", description="The row's column read.")
     pattern: str = Field(..., description="Regular expression searched in the column's text.")
-    rows: Literal["refuse", "set_aside"] = Field("set_aside", description="set_aside: held-out rows are left out "
-                                                 "of training and the judge is checked on them; refuse: a "
-                                                 "training file holding one is an error.")
+    rows: HeldOutRows = "set_aside"
 
     def holds_out(self, row: LabelledRow) -> bool:
         return re.search(self.pattern, str(row.column(self.column) or "")) is not None
