@@ -35,6 +35,14 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+@functools.lru_cache(maxsize=1)
+def bfloat16_instructions() -> tuple[str, ...]:
+    """The CPU's bfloat16 dot-product instructions (AVX512_BF16, AMX-BF16) from its flags: empty where it has none
+    (torch then computes bfloat16 by conversion, slower than float32). The one reader of these flags: the
+    manifest records them and the embedder's `dtype: auto` asks here (transforms/embed/base.py)."""
+    return tuple(sorted(_cpu_flags() & {"avx512_bf16", "amx_bf16"}))
+
+
 def nvidia_gpus() -> list[str]:
     """The model of each NVIDIA GPU the kernel driver lists ([] without one, or without the driver)."""
     names = []
@@ -51,7 +59,6 @@ def nvidia_gpus() -> list[str]:
 @functools.lru_cache(maxsize=1)
 def machine_info() -> dict[str, Any]:
     """What a manifest records of the machine its driver runs on."""
-    flags = _cpu_flags()
     return {"cpu_model": cpu_model(), "logical_cpus": os.cpu_count(),
-            "bfloat16_instructions": sorted(flags & {"avx512_bf16", "amx_bf16"}),
+            "bfloat16_instructions": list(bfloat16_instructions()),
             "gpus": nvidia_gpus(), "system": f"{platform.system()} {platform.machine()}"}

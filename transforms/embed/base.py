@@ -40,14 +40,12 @@ E5_VARIANTS = {"multilingual-e5-small": "original", "original": "original", "enp
 
 
 def cpu_multiplies_bfloat16() -> bool:
-    """Whether this CPU has bfloat16 dot-product instructions (AVX512_BF16 or AMX), as torch reports it.
-    Without them torch still computes in bfloat16, by conversion, slower than float32."""
-    try:
-        import torch
-    except ImportError:
-        return False
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+    """Whether this CPU has bfloat16 dot-product instructions (AVX512_BF16 or AMX), from its flags
+    (transforms/core/machine.py, which the manifest records too). Without them torch still computes in bfloat16,
+    by conversion, slower than float32."""
+    from transforms.core.machine import bfloat16_instructions
+
+    return bool(bfloat16_instructions())
 
 
 def auto_dtype(device: str) -> str:
