@@ -37,6 +37,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 WORKERS="${PIQAFORGE_TEST_WORKERS:-2}"
+export PIQAFORGE_TIER_RUN="${PIQAFORGE_TIER_RUN:-$(date -u +%Y%m%dT%H%M%SZ)-$$}"
 REPORTS="$(mktemp -d "${TMPDIR:-/tmp}/piqaforge-tiers.XXXXXX")"
 trap 'rm -rf "$REPORTS"' EXIT
 
@@ -45,7 +46,7 @@ bash scripts/setup.sh
 # The slow tier's Label Studio round trip runs a real server from its own venv (it pins many packages), and the
 # lm-eval comparison runs lm-evaluation-harness from .venv-lmeval.
 if [[ "$MODE" == slow || "$MODE" == all ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
-echo "== set-up: $((SECONDS - t0)) s"
+.venv/bin/python scripts/tier_budget.py set-up "$((SECONDS - t0))"
 
 rc=0
 keep_first_failure() { [[ $rc -ne 0 ]] || rc=$1; }
@@ -123,6 +124,6 @@ if [[ "$MODE" == slow || "$MODE" == other-cpu ]]; then
   budget other-cpu "$start" "$REPORTS"/other-cpu-*.xml
 fi
 set -e
-echo "== total: $((SECONDS - t0)) s"
+.venv/bin/python scripts/tier_budget.py total "$((SECONDS - t0))"
 # pytest exits 5 when nothing was collected: that is a failure for CI, not a pass.
 exit $rc

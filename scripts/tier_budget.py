@@ -5,11 +5,17 @@
 Prints `tier TIER: 412 s of its 600 s budget (69%)`. A tier over its budget by more than 10% fails (exit 3) and
 prints its ten slowest tests from the JUnit files pytest wrote, so the test that pushed it over is named where it
 was added, not found later by a CI run that ran out of time. The budgets are `BUDGETS` below; they are set for
-this project's machine kind (2 cores), where CI runs.
+this project's machine kind (2 cores), where CI runs. `set-up` and `total` have no budget and are only recorded.
+
+With PIQAFORGE_RECORD_TIERS=1 (and PIQAFORGE_TIER_RUN naming one scripts/test.sh run) each tier's time is also
+written to benchmarks/results/test-tiers.json, the results file the README's test table renders its times from:
+`PIQAFORGE_RECORD_TIERS=1 bash .ci/run` on a fresh clone is the measurement.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -18,6 +24,9 @@ from pathlib import Path
 # seconds; `default` is README command 2 after set-up (ruff, mypy, lint-imports and the default pytest tier)
 BUDGETS = {"default": 600, "slow": 1800, "other-cpu": 480}
 SLACK = 1.10
+UNBUDGETED = ("set-up", "total")
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = "test-tiers"
 
 
 def slowest(junit_files: list[Path], n: int = 10) -> list[tuple[float, str]]:
@@ -32,7 +41,32 @@ def slowest(junit_files: list[Path], n: int = 10) -> list[tuple[float, str]]:
     return sorted(((s, t) for t, s in total.items()), reverse=True)[:n]
 
 
+def record(tier: str, elapsed: float, run: str, directory: Path | None = None) -> Path:
+    """Add `tier`'s seconds to test-tiers.json: to its figures if the file is this run's, else to a new file."""
+    sys.path.insert(0, str(ROOT))
+    from transforms.core.results import figure, results_dir, write_result
+
+    path = (directory or results_dir()) / f"{RESULT}.json"
+    figures, data = {}, {"run": run, "budgets_s": BUDGETS}
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old.get("data", {}).get("run") == run:
+            figures = old["figures"]
+    what = (f"wall seconds of scripts/test.sh's {tier} tier" if tier not in UNBUDGETED
+            else f"wall seconds of scripts/test.sh's {tier}")
+    figures[f"{tier.replace('-', '_')}_s"] = figure(round(elapsed), "s", what + " on a fresh clone")
+    if tier in BUDGETS:
+        figures[f"{tier.replace('-', '_')}_budget_s"] = figure(BUDGETS[tier], "s", f"the {tier} tier's budget")
+    return write_result(RESULT, figures, benchmark="scripts/test.sh",
+                        command="PIQAFORGE_RECORD_TIERS=1 bash .ci/run", data=data, directory=directory)
+
+
 def check(tier: str, elapsed: float, junit_files: list[Path]) -> int:
+    if os.environ.get("PIQAFORGE_RECORD_TIERS") == "1":
+        print(f"recorded in {record(tier, elapsed, os.environ.get('PIQAFORGE_TIER_RUN', ''))}")
+    if tier in UNBUDGETED:
+        print(f"== {tier}: {elapsed:.0f} s")
+        return 0
     if tier not in BUDGETS:
         print(f"tier_budget: unknown tier {tier!r}; tiers with a budget: {', '.join(BUDGETS)}", file=sys.stderr)
         return 2

@@ -47,3 +47,25 @@ def test_a_tier_over_its_budget_fails_naming_its_ten_slowest_tests(tmp_path):
 def test_an_unknown_tier_is_refused_with_the_known_ones():
     out = _run("nightly", "10")
     assert out.returncode == 2 and "default, slow, other-cpu" in out.stderr
+
+
+def test_recorded_tiers_of_one_run_land_in_one_results_file(tmp_path):
+    import json
+    import os
+
+    from transforms.core.results import read_result
+
+    env = dict(os.environ, PIQAFORGE_RECORD_TIERS="1", PIQAFORGE_RESULTS_DIR=str(tmp_path), PIQAFORGE_TIER_RUN="r1")
+    for tier, seconds in (("set-up", "95"), ("default", "412")):
+        out = subprocess.run([sys.executable, str(SCRIPT), tier, seconds], capture_output=True, text=True, env=env,
+                             timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+    record = read_result("test-tiers", tmp_path)
+    assert {k: v["value"] for k, v in record["figures"].items()} == {"set_up_s": 95, "default_s": 412,
+                                                                   "default_budget_s": 600}
+    assert record["command"] == "PIQAFORGE_RECORD_TIERS=1 bash .ci/run" and record["machine"]["cpu_model"]
+    # another run starts the file afresh: a figure never mixes two runs
+    env["PIQAFORGE_TIER_RUN"] = "r2"
+    subprocess.run([sys.executable, str(SCRIPT), "slow", "1500"], capture_output=True, text=True, env=env, timeout=60)
+    fresh = json.loads((tmp_path / "test-tiers.json").read_text())
+    assert set(fresh["figures"]) == {"slow_s", "slow_budget_s"} and fresh["data"]["run"] == "r2"

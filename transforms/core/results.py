@@ -43,6 +43,11 @@ RESULTS = ROOT / "benchmarks" / "results"
 REQUIRED = ("format", "name", "benchmark", "command", "commit", "date", "machine", "figures")
 
 
+def results_dir() -> Path:
+    """benchmarks/results/, or `$PIQAFORGE_RESULTS_DIR` (a test's or a scratch measurement's folder)."""
+    return Path(os.environ.get("PIQAFORGE_RESULTS_DIR") or RESULTS)
+
+
 class ResultError(ValueError):
     """A results file that is missing, malformed, or lacks the figure asked for."""
 
@@ -75,11 +80,12 @@ def figure(value: float | int | str, unit: str, what: str) -> dict[str, Any]:
 
 
 def write_result(name: str, figures: Mapping[str, Mapping[str, Any]], *, benchmark: str,
-                 argv: list[str] | None = None, data: Mapping[str, Any] | None = None,
+                 argv: list[str] | None = None, command: str | None = None, data: Mapping[str, Any] | None = None,
                  load_start: list[float] | None = None, directory: Path | None = None) -> Path:
     """Write `<directory or benchmarks/results>/<name>.json` in `FORMAT` and return its path.
 
-    `argv` defaults to this process's command line; `load_start` is `os.getloadavg()` taken before the
+    `argv` defaults to this process's command line (`command`, when given, is recorded as it is instead: a
+    shell command that is not one Python process); `load_start` is `os.getloadavg()` taken before the
     measurement (the end is taken now)."""
     for key, fig in figures.items():
         if not {"value", "unit", "what"} <= set(fig):
@@ -88,7 +94,7 @@ def write_result(name: str, figures: Mapping[str, Mapping[str, Any]], *, benchma
     args = sys.argv if argv is None else argv
     record = {
         "format": FORMAT, "name": name, "benchmark": benchmark,
-        "command": " ".join(["python", *(shlex.quote(a) for a in args)]) if args else benchmark,
+        "command": command or (" ".join(["python", *(shlex.quote(a) for a in args)]) if args else benchmark),
         "commit": commit, "dirty": dirty,
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": machine_info(),
@@ -96,7 +102,7 @@ def write_result(name: str, figures: Mapping[str, Mapping[str, Any]], *, benchma
         "figures": {k: dict(v) for k, v in figures.items()},
         "data": dict(data or {}),
     }
-    out = (directory or RESULTS) / f"{name}.json"
+    out = (directory or results_dir()) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
@@ -108,7 +114,7 @@ def read_result(name_or_path: str | Path, directory: Path | None = None) -> dict
     """A results file by name (`minhash_stage`) or path, checked for `FORMAT`'s keys."""
     path = Path(name_or_path)
     if path.suffix != ".json":
-        path = (directory or RESULTS) / f"{name_or_path}.json"
+        path = (directory or results_dir()) / f"{name_or_path}.json"
     if not path.is_file():
         raise ResultError(f"no results file {path} (the benchmark that writes it has not been run and committed)")
     try:
