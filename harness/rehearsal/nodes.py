@@ -250,6 +250,16 @@ def start_llama_server(cluster: Cluster, venv: Path, model: str, served: dict[st
     return _serve(cluster, cmd, env, port, logs / "llama-server.log", "llama.cpp's server", timeout=180)
 
 
+def start_double_server(cluster: Cluster, venv: Path, served: dict[str, Any], logs: Path) -> str:
+    """The engine double behind an OpenAI-compatible server (CI's tier: harness/rehearsal/double_server.py)."""
+    port = int(served.get("port") or 0) or free_ports(1)[0]
+    env = node_process_env(venv, "vllm", cluster.temp)
+    env["PYTHONPATH"] = str(REPO)
+    cmd = [str(venv / "bin" / "python"), "-m", "harness.rehearsal.double_server", "--port", str(port)]
+    say(f"the engine double's OpenAI-compatible server on 127.0.0.1:{port}")
+    return _serve(cluster, cmd, env, port, logs / "double-server.log", "the double's server", timeout=60)
+
+
 def _serve(cluster: Cluster, cmd: list[str], env: dict[str, str], port: int, log: Path, what: str,
            timeout: float) -> str:
     """Start an OpenAI-compatible server and wait until it lists its models; its URL becomes the cluster's."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.rehearsal.envs import REPO, NodeType, RehearsalError, read_cluster
+from harness.rehearsal.manifests import declared_reasons, recipe_manifest_lines, run_manifests
 from harness.rehearsal.nodes import Cluster, as_dict, list_nodes, node_type_of, say
 
 
@@ -85,7 +86,11 @@ def run_recipe(name: str, cluster: Cluster, lake: Path, conf: dict[str, Any], mo
 
     # where each stage may run, from the same recipe, config and --set items the job gets (a served role's
     # stage is an HTTP client and belongs on a CPU worker)
-    _EXPECTED[name] = expected_types(name, dict(parse_set(i) for i in items), read_cluster())
+    overrides = dict(parse_set(i) for i in items)
+    _EXPECTED[name] = expected_types(name, overrides, read_cluster())
+    # what each stage declares, to read the manifests' drop counts against (harness/rehearsal/manifests.py)
+    declared = declared_reasons(stage for _, _, stage in built_stages(name, overrides))
+    ci = bool(conf.get("ci"))
     args += ["--env", f"PIQAFORGE_PLACEMENT_LOG={placement}", "--env",
              f"VLLM_CPU_KVCACHE_SPACE={conf.get('nodes', {}).get('kv_cache_gb', 1)}",
              "--env", "HF_HUB_OFFLINE=1", "--env", "TRANSFORMERS_OFFLINE=1"]
@@ -101,7 +106,7 @@ def run_recipe(name: str, cluster: Cluster, lake: Path, conf: dict[str, Any], mo
     record_path = lake / "runs" / run_id / "recipe.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
     out.status = str(record.get("status", "no record"))
-    if out.status == "nothing_to_release":
+    if out.status == "nothing_to_release" and not ci:
         # the graph ran to its end, but the stand-in model's items were all dropped by the checks (a 270M base
         # model writes no valid item): the job exits 1 by design (no release); the rehearsal says so and goes on
         out.ok = True
@@ -113,7 +118,11 @@ def run_recipe(name: str, cluster: Cluster, lake: Path, conf: dict[str, Any], mo
         out.lines += ["    " + x for x in text.strip().splitlines()[-25:]]
         return out
     out.lines += law_lines(lake, record)
-    out.lines += placement_lines(name, cluster, placement, lake, run_id)
+    # the runs' manifests: every stage's warnings and undeclared reasons; in CI's tier (the double answers every
+    # question well-formed) every stage received rows too
+    out.lines += recipe_manifest_lines(lake, record, declared, need_rows=ci)
+    out.lines += placement_lines(name, cluster, placement, lake, run_id,
+                                 every=stages_with_rows(lake, record) if ci else None)
     out.ok = not any(x.startswith("FAIL") for x in out.lines)
     return out
 
@@ -138,15 +147,10 @@ def refusal_check(cluster: Cluster, lake: Path, logs: Path) -> Outcome:
 
 
 def law_lines(lake: Path, record: dict[str, Any]) -> list[str]:
-    from transforms.core.manifest import RunManifest
     from transforms.core.runner import conservation_errors
 
     lines = []
-    for name, entry in (record.get("runs") or {}).items():
-        path = lake / "runs" / entry["run_id"] / "manifest.json"
-        if entry.get("status") in ("skipped",) or not path.exists():
-            continue
-        manifest = RunManifest.load(path)
+    for name, entry, manifest in run_manifests(lake, record):
         errors = conservation_errors(manifest)
         stages = manifest.stages
         rows_in = (stages[0].rows_in + stages[0].rows_created) if stages else 0
@@ -161,18 +165,39 @@ def law_lines(lake: Path, record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def expected_types(recipe_name: str, overrides: dict[str, Any], nodes: list[NodeType]) -> dict[str, set[str]]:
-    """Stage name -> node types whose resources hold its demand (the CPU pin on, as the cluster has env_cpu)."""
+def stages_with_rows(lake: Path, record: dict[str, Any]) -> set[str]:
+    """The stages of a recipe's runs that received rows, each of which must have noted where it ran. Not the
+    sources: a source's rows are made by the driver (`rows()`, a small file or the previous runs' tables) or by
+    Ray Data's read tasks, which run no stage code that could note a worker."""
+    return {st.name for _, _, m in run_manifests(lake, record) for st in m.stages
+            if st.kind != "source" and (st.rows_in or st.rows_created)}
+
+
+def built_stages(recipe_name: str, overrides: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """(where, name, stage) of every stage of the recipe as its runs build them, from the same recipe, cluster
+    config and `--set` items the job gets (the CPU pin on, as the cluster has env_cpu)."""
     from transforms.core.envs import set_cpu_pin
-    from transforms.flow.placement import demand, missing_on, recipe_stages
+    from transforms.flow.placement import recipe_stages
     from transforms.flow.recipe import load_recipe
 
     set_cpu_pin(True)
     try:
-        recipe = load_recipe(recipe_name, overrides,
-                             config_file=str(REPO / "jobs" / "configs" / f"{recipe_name}-cluster.yaml"))
-        out: dict[str, set[str]] = {}
-        for _, _, stage in recipe_stages(recipe):
+        return recipe_stages(load_recipe(recipe_name, overrides,
+                                         config_file=str(REPO / "jobs" / "configs" / f"{recipe_name}-cluster.yaml")))
+    finally:
+        set_cpu_pin(False)
+
+
+def expected_types(recipe_name: str, overrides: dict[str, Any], nodes: list[NodeType]) -> dict[str, set[str]]:
+    """Stage name -> node types whose resources hold its demand (the CPU pin on, as the cluster has env_cpu)."""
+    from transforms.core.envs import set_cpu_pin
+    from transforms.flow.placement import demand, missing_on
+
+    out: dict[str, set[str]] = {}
+    stages = built_stages(recipe_name, overrides)
+    set_cpu_pin(True)  # demand reads the pin too
+    try:
+        for _, _, stage in stages:
             want = demand(stage)
             fits = {n.name for n in nodes if not missing_on(want, n.resources)}
             out.setdefault(getattr(stage, "name", "?"), set()).update(fits)
@@ -181,8 +206,10 @@ def expected_types(recipe_name: str, overrides: dict[str, Any], nodes: list[Node
         set_cpu_pin(False)
 
 
-def placement_lines(name: str, cluster: Cluster, folder: Path, lake: Path, run_id: str) -> list[str]:
-    """Each stage's noted worker checked against Ray's state API: the node it ran on, of the expected type."""
+def placement_lines(name: str, cluster: Cluster, folder: Path, lake: Path, run_id: str,
+                    every: set[str] | None = None) -> list[str]:
+    """Each stage's noted worker checked against Ray's state API: the node it ran on, of the expected type.
+    `every` (CI's tier): stages that must each have noted where they ran (those that received rows)."""
     from ray.util.state import get_actor, list_tasks
 
     by_id = {n["node_id"]: node_type_of(n) for n in list_nodes(cluster)}
@@ -218,6 +245,8 @@ def placement_lines(name: str, cluster: Cluster, folder: Path, lake: Path, run_i
         mark = "FAIL placement" if bad else "ran on"
         lines.append(f"{mark} {stage}: {', '.join(sorted(places))}"
                      + (f" (expected {', '.join(sorted(allowed))})" if bad and allowed else ""))
+    for stage in sorted((every or set()) - set(seen)):
+        lines.append(f"FAIL placement: {stage} received rows but noted no worker (where it ran is unchecked)")
     lines.append(_driver_on_head(cluster, by_id, run_id, records))
     if unconfirmed:
         lines.append(f"note: {unconfirmed} of {len(records)} workers' ids were no longer in Ray's state API "

@@ -19,7 +19,14 @@ from typing import Any
 import yaml
 
 from harness.rehearsal.envs import CUML_SUBSTITUTE, REPO, build_env, build_shared_env, read_cluster
-from harness.rehearsal.nodes import Cluster, say, start_cluster, start_llama_server, start_server
+from harness.rehearsal.nodes import (
+    Cluster,
+    say,
+    start_cluster,
+    start_double_server,
+    start_llama_server,
+    start_server,
+)
 from harness.rehearsal.recipes import Outcome, refusal_check, run_recipe
 
 CONFIG = REPO / "cluster" / "rehearsal.yaml"
@@ -34,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="one venv for every node type (CI's tier: built once; the full rehearsal builds one "
                              "per node type, as their images differ)")
     parser.add_argument("--ci", action="store_true",
-                        help="CI's tier: every raylet from the project's .venv (no venv built), every vLLM role on "
-                             "llama.cpp with the same stand-in model (cluster/rehearsal.yaml, `ci:`)")
+                        help="CI's tier: every raylet from the project's .venv (no venv built), every model role the "
+                             "engine double, served roles through its OpenAI-compatible server; every stage of every "
+                             "run must get rows and be placed (cluster/rehearsal.yaml, `ci:`)")
     args = parser.parse_args(argv)
 
     def stop_on_term(signum: int, frame: Any) -> None:  # `timeout`, `kill`: clean up as on any failure
@@ -45,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     conf = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
     if args.ci:
         ci = conf.get("ci") or {}
-        conf = {**conf, "models": {**conf["models"], **(ci.get("models") or {})},
-                "ci_recipes": ci.get("recipes") or {}}
+        # the CI models replace the full tier's whole (its vLLM options mean nothing to the double)
+        conf = {**conf, "models": dict(ci.get("models") or conf["models"]), "ci_recipes": ci.get("recipes") or {},
+                "ci": True}
     names = [r.strip() for r in args.recipes.split(",") if r.strip()]
     unknown = [r for r in names if r not in RECIPES]
     if unknown:
@@ -76,17 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     say(f"environments ready in {time.time() - t0:.0f} s")
     from transforms.llm.prepare import gguf_path, resolve_model
 
-    llama = conf["models"].get("backend") == "llamacpp"
-    model_path = str(gguf_path(conf["models"]["model"])) if llama else resolve_model(conf["models"]["model"])
-    server_kind = "llama.cpp's" if llama else "vLLM's"
+    backend = str(conf["models"].get("backend") or "")
+    double = ":" in backend  # CI's tier: an engine class named "module:Class" (the double), no model to load
+    llama = backend == "llamacpp"
+    model_path = (conf["models"]["model"] if double else str(gguf_path(conf["models"]["model"])) if llama
+                  else resolve_model(conf["models"]["model"]))
+    server_kind = "the double's" if double else "llama.cpp's" if llama else "vLLM's"
     say(f"substitution on every vLLM role: the cluster's models -> {conf['models']['model']} ({model_path})"
-        f"{' on the llama.cpp backend' if llama else ''}; served through {server_kind} OpenAI server: "
-        f"{', '.join(conf['models'].get('served') or []) or 'none'}")
+        f"{' on the ' + backend + ' backend' if backend else ''}; served through {server_kind} OpenAI-compatible "
+        f"server: {', '.join(conf['models'].get('served') or []) or 'none'}")
     outcomes: list[Outcome] = []
     cluster = Cluster(temp=Path(tempfile.mkdtemp(prefix="pfr", dir="/tmp")))
     try:
         cluster = start_cluster(nodes, venvs, conf.get("nodes") or {}, logs, cluster, python_paths)
-        if conf["models"].get("served") and llama:
+        if conf["models"].get("served") and double:
+            start_double_server(cluster, venvs["vllm"], conf["models"].get("server") or {}, logs)
+        elif conf["models"].get("served") and llama:
             start_llama_server(cluster, venvs["vllm"], conf["models"]["model"],
                                {**(conf["models"].get("server") or {}), "options": conf["models"].get("options")},
                                logs)

@@ -7,6 +7,7 @@ from Ray's state API, everything stopped and removed afterwards. The first run b
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -63,9 +64,10 @@ def sections(out: str) -> dict[str, str]:
 
 
 def check_every_recipe(out: str) -> dict[str, dict[str, set[str]]]:
-    """What both all-recipe tiers assert: each recipe OK with the lineage law in each run, every stage on a node
-    type its demand names (the rehearsal prints FAIL otherwise), the driver on the head, the refusal check,
-    nothing undeclared, everything stopped."""
+    """What both all-recipe tiers assert on the output: each recipe OK with the lineage law in each run, every
+    stage on a node type its demand names (the rehearsal prints FAIL otherwise, and for a stage warning or an
+    undeclared drop reason in any run's manifest), the driver on the head, the refusal check, everything
+    stopped."""
     for name in RECIPES:
         assert f"rehearsal: {name}: OK" in out, (name, out[-6000:])
     parts = sections(out)
@@ -73,41 +75,77 @@ def check_every_recipe(out: str) -> dict[str, dict[str, set[str]]]:
         assert "FAIL" not in parts[name] and "driver on head" in parts[name], (name, parts[name])
         assert "law holds" in parts[name], (name, parts[name])
     assert "rehearsal: refusal check: OK" in out and "cluster stopped, temp dirs removed" in out
-    assert "undeclared drop reason" not in out
     return {name: ran_on(parts[name]) for name in RECIPES}
+
+
+def check_manifests(lake: Path, need_rows: bool) -> dict[str, dict]:
+    """What the runs wrote, read from the lake (not from the output): every recipe's record, and no stage of any
+    of its runs with a warning or an undeclared drop reason (the rehearsal's own check,
+    harness/rehearsal/manifests.py), nor, with `need_rows`, without rows."""
+    from harness.rehearsal.manifests import recipe_manifest_lines
+
+    records = {}
+    for name in RECIPES:
+        record = json.loads((lake / "runs" / f"rh-{name}" / "recipe.json").read_text(encoding="utf-8"))
+        assert recipe_manifest_lines(lake, record, need_rows=need_rows) == [], name
+        records[name] = record
+    return records
+
+
+# How each recipe ends in CI's tier: a release where its cluster config reviews automatically (PIndicQA), a review
+# batch where people review by design (the others' cluster configs and defaults: review=export)
+CI_ENDS = {"ko-piqa": "awaiting_review", "zh-piqa": "awaiting_review", "ta-piqa": "awaiting_review",
+           "j-piqa": "awaiting_review", "ru-piqa": "awaiting_review", "pindic": "succeeded"}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(3000)
 def test_every_recipe_on_the_cluster_path_in_ci(tmp_path):
-    """CI's tier of the rehearsal (issue 41 §5, `.ci/run` through `scripts/test.sh --slow`): every recipe through
-    `piqaforge submit` on cluster.yaml's five node types as raylets, placement checked against Ray's state API,
-    and the refusal check. To fit CI's 90 minutes every raylet runs from the project's .venv and every vLLM role
-    is the same stand-in on llama.cpp (cluster/rehearsal.yaml, `ci:`); the served role goes through llama.cpp's
-    own OpenAI-compatible server. The role's resources are unchanged, so an 8-GPU role still has to land on the
-    8-GPU node type. j-piqa died on the cluster path last round on a drop reason its class did not declare."""
+    """CI's tier of the rehearsal (`.ci/run` through `scripts/test.sh --slow`): every recipe through `piqaforge
+    submit` on cluster.yaml's five node types as raylets, placement checked against Ray's state API, and the
+    refusal check. To fit CI's 90 minutes every raylet runs from the project's .venv and every model role is the
+    engine double (harness/rehearsal/double.py, cluster/rehearsal.yaml `ci:`); the served role goes through the
+    double's own OpenAI-compatible server. The role's resources are unchanged, so an 8-GPU role still has to land on
+    the 8-GPU node type. The double answers well-formed, so every stage of every run gets rows and is placed; the
+    runs' manifests are read for warnings and undeclared drop reasons (a planted one fails the same check:
+    tests/cluster/test_rehearsal_manifest_check.py)."""
+    from harness.rehearsal.manifests import run_manifests
+
     before = set(Path("/tmp").glob("pfr*"))
     result = subprocess.run(["bash", "scripts/cluster_rehearsal.sh", "--ci", "--root", str(tmp_path / "rh")],
                             cwd=ROOT, capture_output=True, text=True, timeout=2900)
     out = result.stdout + result.stderr
     (tmp_path / "rehearsal.log").write_text(out)
     assert result.returncode == 0, out[-6000:]
-    assert "CI tier: every node type runs from" in out and "llama.cpp's OpenAI-compatible server" in out
+    assert "CI tier: every node type runs from" in out and "the engine double's OpenAI-compatible server" in out
     assert "5 nodes alive: cpu_worker, gpu_h100x1_cuml, gpu_h100x1_vllm, gpu_h100x8_vllm, head" in out
     ran = check_every_recipe(out)
+    lake = tmp_path / "rh" / "lake"
+    records = check_manifests(lake, need_rows=True)
+    for name in RECIPES:
+        assert records[name]["status"] == CI_ENDS[name], (name, records[name]["status"])
+        # every stage of every run that ran got rows (check_manifests) and, but for the sources (made by the
+        # driver or Ray Data's read tasks), said where it ran, on a node type its demand names (no FAIL above)
+        stages = {st.name for _, _, m in run_manifests(lake, records[name]) for st in m.stages if st.kind != "source"}
+        assert stages and stages <= set(ran[name]), (name, stages - set(ran[name]))
     vllm = {"gpu_h100x1_vllm", "gpu_h100x8_vllm"}
     # ko-piqa: the front half on the CPU worker, the vote on a vLLM node, the 8-GPU refinement on the 8xH100 type
     for stage in ("langid", "minhash_dedup", "exact_dedup", "normalize"):
         assert ran["ko-piqa"][stage] == {"cpu_worker"}, (stage, ran["ko-piqa"])
     assert ran["ko-piqa"]["ensemble"] <= vllm and ran["ko-piqa"]["llm_transform"] == {"gpu_h100x8_vllm"}
+    assert ran["ko-piqa"]["ko_structural_checks"] == {"cpu_worker"}
     # a served role's stage is an HTTP client: on a CPU worker (ta-piqa's safety screen asks the served judge)
-    assert ran["ta-piqa"]["safety_screen"] == {"cpu_worker"}
+    assert ran["ta-piqa"]["safety_screen"] == {"cpu_worker"} and ran["ta-piqa"]["review_neighbours"] == {"cpu_worker"}
     assert ran["zh-piqa"]["translate"] <= vllm and ran["j-piqa"]["translate"] <= vllm
-    assert ran["ru-piqa"]["llm_generate"] <= vllm
-    # PIndicQA's k-means on the cuML node (the scikit-learn stand-in behind cuML's interface)
+    assert ran["j-piqa"]["llm_generate"] <= vllm and ran["j-piqa"]["semantic_dedup"] == {"cpu_worker"}
+    assert ran["ru-piqa"]["llm_generate"] <= vllm and ran["ru-piqa"]["ru_contrast"] == {"cpu_worker"}
+    # PIndicQA's k-means on the cuML node (the scikit-learn stand-in behind cuML's interface), its generation,
+    # novelty against the pool, translation and correction on vLLM nodes, to the release
     assert ran["pindic"]["cluster_labels"] == {"gpu_h100x1_cuml"} and ran["pindic"]["generate_items"] <= vllm
+    for stage in ("novelty", "translate", "correct_translation"):
+        assert ran["pindic"][stage] <= vllm, (stage, ran["pindic"])
     assert set(Path("/tmp").glob("pfr*")) <= before
-    for pattern in ("harness.rehearsal.llama_server", str(tmp_path / "rh")):
+    for pattern in ("harness.rehearsal.double_server", str(tmp_path / "rh")):
         procs = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
         assert not procs, (pattern, procs)
 
@@ -118,7 +156,7 @@ def test_every_recipe_on_the_cluster_path_in_one_shared_venv(tmp_path):
     """Every recipe through `piqaforge submit` on cluster.yaml's node types as raylets, each stage's node type
     checked against where it must run (harness/rehearsal/recipes.py), the refusal check, in one venv that stands in
     for every node type's image (built once; the first test builds one per node type), with vLLM's CPU build in
-    process and served. CI runs the tier above instead (the project's .venv, llama.cpp); this one adds vLLM and the
+    process and served. CI runs the tier above instead (the project's .venv, the engine double); this one adds vLLM and the
     images' packages, ~35-40 min, so it runs with `--rehearsal`."""
     result = subprocess.run(["bash", "scripts/cluster_rehearsal.sh", "--shared-venv", "--recipes", ",".join(RECIPES)],
                             cwd=ROOT, capture_output=True, text=True, timeout=4000)
@@ -126,4 +164,5 @@ def test_every_recipe_on_the_cluster_path_in_one_shared_venv(tmp_path):
     (tmp_path / "rehearsal.log").write_text(out)
     assert result.returncode == 0, out[-6000:]
     ran = check_every_recipe(out)
+    check_manifests(ROOT / ".rehearsal" / "lake", need_rows=False)  # a real model's items may all be dropped
     assert ran["ko-piqa"]["llm_transform"] == {"gpu_h100x8_vllm"} and ran["ko-piqa"]["langid"] == {"cpu_worker"}

@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 ChatMessage = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
 
@@ -51,12 +51,20 @@ class QuestionsFailed(RuntimeError):
         return (type(self), (self.answers, self.reasons, self.endpoint))
 
 
+# "package.module:Class": an engine class outside ENGINES, registered by the string that names it
+ENGINE_REF_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+EngineRef = Annotated[str, StringConstraints(pattern=ENGINE_REF_PATTERN)]
+
+
 class EngineConfig(BaseModel):
     """Which model, served how. Backend-specific knobs live in `options`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["transformers", "vllm", "openai", "llamacpp"] = Field("transformers", description="Engine class.")
+    backend: Literal["transformers", "vllm", "openai", "llamacpp"] | EngineRef = Field(
+        "transformers", description="Engine class: a registered name (ENGINES), or a 'package.module:Class' string "
+        "naming an `LLMEngine` subclass built as `Class(config)`, imported only when the engine is built (a team's "
+        "own engine; the cluster rehearsal's double).")
     model: str = Field("gemma3-270m", description="Model name or path (a name in the local model cache, "
                        "a HF id on a cluster, or the served model name of an endpoint).")
     name: str | None = Field(None, description="Short name used in verdict columns and drop reasons.")
@@ -171,6 +179,11 @@ def render_with_tokenizer(tokenizer: Any, conversation: list[ChatMessage], mode:
 
 
 def build_engine(config: EngineConfig) -> LLMEngine:
-    module_name, cls_name = ENGINES[config.backend].split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(config)
+    """The engine `config.backend` names: a registered backend, or a "module:Class" string, imported now."""
+    ref = ENGINES.get(config.backend, config.backend)
+    module_name, cls_name = ref.split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, LLMEngine)):
+        raise TypeError(f"engine backend {config.backend!r}: {ref} is not an LLMEngine subclass")
+    engine: LLMEngine = cls(config)
+    return engine
