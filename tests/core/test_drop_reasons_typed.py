@@ -203,3 +203,27 @@ def test_no_stage_in_the_repo_writes_a_reason_around_its_enum():
                      if c.__module__.startswith("transforms.") and c.reason_type is None and c.drop_reasons
                      and c.__name__ not in ("ExpandStage", "AggregateStage", "DropWhere"))
     assert by_hand == [], "declare these classes' reasons as a DropReason enum: class X(Stage[XDrops])"
+
+
+def test_a_stage_defined_outside_a_module_travels_to_a_worker_with_its_reasons():
+    import cloudpickle  # what Ray ships a stage with: by value, enum included, for a notebook's or a test's class
+
+    class NotebookDrops(DropReason):
+        BAD = "bad_row", "a row the notebook does not want"
+
+    class NotebookStage(Stage[NotebookDrops]):
+        name: ClassVar[str] = "notebook"
+
+        def process(self, batch: pa.Table) -> pa.Table:
+            return self.drop(batch, [NotebookDrops.BAD, None])
+
+    shipped = cloudpickle.loads(cloudpickle.dumps(NotebookStage()))
+    assert shipped(pa.table({C.TEXT: ["a", "b"]})).column(C.DROP_REASON).to_pylist() == ["bad_row", None]
+    assert type(shipped).drop_reasons == {"bad_row": "a row the notebook does not want"}
+
+
+def test_every_reason_of_the_repo_says_what_it_means():
+    blank = sorted(f"{c.__module__}.{c.__qualname__}: {kind}" for c in stage_classes()
+                   if c.__module__.startswith("transforms.") for kind, meaning in c.drop_reasons.items()
+                   if not meaning.strip())
+    assert blank == [], "give each member its meaning: NAME = 'kind', 'what it means'"

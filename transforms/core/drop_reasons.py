@@ -27,7 +27,9 @@ class DropReason(StrEnum):
 
     meaning: str
 
-    def __new__(cls, kind: str, meaning: str) -> DropReason:
+    # `meaning` may be left out only by cloudpickle, which rebuilds an enum defined outside a module (a notebook's
+    # stage on a Ray worker) from its values; the stage class keeps the meanings in its `drop_reasons`.
+    def __new__(cls, kind: str, meaning: str = "") -> DropReason:
         member = str.__new__(cls, kind)
         member._value_ = kind
         member.meaning = meaning
