@@ -38,9 +38,69 @@ KO_EDITS = [
     ("장마철에 옷장 속 습기를 없애려면", "옷장 구석에 제습제를 놓아 둔다.", "제습제를", "물그릇을"),
 ]
 KO_WRONG = {e[3] for e in KO_EDITS}
-# PIndicQA's generated items (tests/pindic_double.py): the wrong solution carries this phrase
-PINDIC_WRONG = {"open paper bag near the stove"}
+# PIndicQA's generated items, each about another thing (tests/pindic_double.py's items differ only in a number,
+# and novelty rightly drops all but one of them): goal, answer, the word to change, its wrong replacement
+PINDIC_ITEMS = [
+    ("To keep freshly made chapatis soft and warm until the family sits down for dinner in winter,",
+     "wrap the stack in a clean cotton cloth and keep it inside a closed steel box.", "cotton cloth", "wet newspaper"),
+    ("To dry a heavy woollen blanket quickly after washing it at home during a cloudy week,",
+     "hang it folded over two parallel ropes on the terrace where the wind blows through it.", "parallel ropes",
+     "plastic sheets"),
+    ("To keep ants away from a jar of jaggery on the kitchen shelf in the hot summer months,",
+     "stand the jar in a shallow plate of water so the ants cannot climb across to it.", "plate of water",
+     "heap of sugar"),
+    ("To light a clay lamp for the evening prayer when the wick keeps going out in the breeze,",
+     "place the lamp inside a glass chimney that shelters the flame from the wind.", "glass chimney",
+     "paper cone"),
+    ("To stop a freshly cut brinjal from turning brown before it goes into the curry at lunchtime,",
+     "drop the cut pieces into a bowl of cold salted water until the oil is hot.", "salted water",
+     "hot oil"),
+    ("To carry a large pot of hot tea safely across a crowded courtyard during a family wedding,",
+     "hold the pot by its handles with two folded thick cotton towels around them.", "thick cotton", "thin nylon"),
+    ("To keep a bunch of coriander fresh for several days without a refrigerator in a warm flat,",
+     "stand the stems in a glass of clean water like flowers in a shaded corner.", "glass of clean water",
+     "dry sunny windowsill"),
+    ("To loosen a rusted iron bolt on an old bicycle before a long ride to the weekly market,",
+     "soak the bolt with a few drops of oil and wait before turning it with a spanner.", "drops of oil",
+     "drops of water"),
+]
+PINDIC_WRONG = {"open paper bag near the stove", *(e[3] for e in PINDIC_ITEMS)}
 VERDICT_LETTERS = ["A", "B", "C", "D", "E", "F"]
+# J-PIQA's translations: each English word one everyday Japanese noun (the same word, the same noun), joined by と,
+# ending in a predicate, so a minimal pair stays one (same particles, the changed words only) and every solution is
+# the full sentence ja_constraints asks for (tests/recipe_doubles.py's Han characters end in no predicate)
+_JA_NOUN_TEXT = ("水 鍋 塩 紙 布 箱 油 砂 石 木 火 氷 酢 糸 針 皿 瓶 缶 袋 棒 板 釘 鉛筆 鋏 包丁 洗剤 石鹸 手袋 靴 帽子 傘 鏡 "
+                 "窓 扉 机 椅子 電池 電球 磁石 輪ゴム テープ ひも タオル スプーン フォーク コップ ボウル バケツ ほうき 新聞 雑誌 "
+                 "封筒 切手 鍵 時計 財布 枕 毛布 布団 卵 牛乳 砂糖 小麦粉 米 茶 麺 豆 肉 魚 野菜 果物 熱湯 蝋燭 マッチ 炭 灰 泥 "
+                 "粘土 筆 墨 糊 針金 金槌 ねじ 歯ブラシ 櫛 鋸 斧 縄 網 籠 樽 壺 桶 綿 絹 革 鉄 銅 ガラス ゴム 竹 藁 蜂蜜 醤油 味噌 "
+                 "酒 豆腐 海苔 胡椒 生姜 大根 人参 玉ねぎ じゃがいも キャベツ 胡瓜 茄子 南瓜 林檎 蜜柑 葡萄 苺 桃 梨 柿 栗 胡桃 "
+                 "レモン バナナ")
+JA_NOUNS = _JA_NOUN_TEXT.split()
+JA_END = "を使う。"
+_WORD = re.compile(r"[A-Za-z0-9']+")
+
+
+def ja(text: str) -> str:
+    """English → Japanese nouns joined by と, ending in を使う。 (see JA_NOUNS)."""
+    nouns = [JA_NOUNS[xxhash.xxh32_intdigest(w.lower().encode()) % len(JA_NOUNS)] for w in _WORD.findall(text or "")]
+    return "と".join(nouns or ["水"]) + JA_END
+
+
+def ja_variant(user: str) -> dict[str, object]:
+    """J-PIQA's lexical variant: the first noun both solutions share replaced, in the goal too, by the first
+    candidate's Japanese word (else 箸)."""
+    goal = m.group(1).strip() if (m := re.search(r"目的: (.*)", user)) else ""
+    sols = [x.strip() for x in re.findall(r"解答[12]: (.*)", user)] + ["", ""]
+    new = m.group(1) if (m := re.search(r"→ (\S+)", user)) else "箸"
+    words = [s.removesuffix(JA_END).split("と") for s in sols[:2]]
+    shared = next((a for a, b in zip(*words, strict=False) if a == b and a != new), None)
+    if shared is None:
+        return {"goal": goal, "sol1": sols[0], "sol2": sols[1], "replacements": [], "changed": False}
+    swap = [[new if w == shared else w for w in ws] for ws in words]
+    return {"goal": "と".join(new if w == shared else w for w in goal.removesuffix(JA_END).split("と")) + JA_END
+            if goal.endswith(JA_END) else goal.replace(shared, new),
+            "sol1": "と".join(swap[0]) + JA_END, "sol2": "と".join(swap[1]) + JA_END,
+            "replacements": [f"{shared}→{new}"], "changed": True}
 
 
 @lru_cache(maxsize=1)
@@ -79,9 +139,19 @@ class RehearsalDouble(LLMEngine):
             target = m.group(1) if (m := re.search(r"into (\w+)\.", system)) else ""
             if target in ("Hindi", "Bangla", "Tamil", "Kannada", "Malayalam"):
                 return self._pindic.chat([conv], params)[0]
+            if target == "Japanese":
+                return ja(m.group(1) if (m := re.search(r"<text>\s*(.*?)\s*</text>", user, re.S)) else user)
             return self._recipes.chat([conv], params)[0]
-        if any(cue in system for cue in ("four kinds of short labels", "candidate names", "You classify everyday",
-                                         "You write items for a benchmark")) or re.search(r"careful \w+ editor", system):
+        if "編集者" in system and "候補" in user:  # J-PIQA's lexical variant
+            return json.dumps(ja_variant(user), ensure_ascii=False)
+        if "You write items for a benchmark" in system:  # PIndicQA's generation: distinct items, by request
+            n = int(m.group(1)) if (m := re.search(r"Write (\d+) new items", user)) else 1
+            start = xxhash.xxh32_intdigest(f"{user}|{params.seed}".encode())
+            items = [dict(zip(("goal", "answer", "word", "wrong_word"), PINDIC_ITEMS[(start + k) % len(PINDIC_ITEMS)],
+                              strict=True)) for k in range(min(n, len(PINDIC_ITEMS)))]
+            return json.dumps({"items": items})
+        pindic_cues = ("four kinds of short labels", "candidate names", "You classify everyday")
+        if any(cue in system for cue in pindic_cues) or re.search(r"careful \w+ editor", system):
             return self._pindic.chat([conv], params)[0]
         if "물리적 상식 문항을 만드는 편집자" in system:  # Ko-PIQA's refinement: one item per question
             goal, answer, word, wrong = KO_EDITS[xxhash.xxh32_intdigest(user.encode()) % len(KO_EDITS)]

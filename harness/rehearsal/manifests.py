@@ -64,8 +64,8 @@ def run_manifests(lake: Path, record: dict[str, Any]) -> list[tuple[str, dict[st
         for k, rnd in enumerate(manifest.extras.get("rounds") or [], 1):
             round_path = lake / "runs" / str(rnd.get("run_id")) / "manifest.json" if isinstance(rnd, dict) else None
             if round_path is not None and round_path.exists():
-                out.append((f"{name}.round-{k}", {"run_id": rnd["run_id"], "status": rnd.get("status", "")},
-                            RunManifest.load(round_path)))
+                rm = RunManifest.load(round_path)
+                out.append((f"{name}.round-{k}", {"run_id": rnd["run_id"], "status": rm.status}, rm))
     return out
 
 

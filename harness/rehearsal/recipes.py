@@ -246,7 +246,10 @@ def placement_lines(name: str, cluster: Cluster, folder: Path, lake: Path, run_i
         lines.append(f"{mark} {stage}: {', '.join(sorted(places))}"
                      + (f" (expected {', '.join(sorted(allowed))})" if bad and allowed else ""))
     for stage in sorted((every or set()) - set(seen)):
-        lines.append(f"FAIL placement: {stage} received rows but noted no worker (where it ran is unchecked)")
+        if stage in UNNOTED_STAGES:
+            lines.append(f"unchecked placement: {stage} received rows but notes no worker ({UNNOTED_STAGES[stage]})")
+        else:
+            lines.append(f"FAIL placement: {stage} received rows but noted no worker (where it ran is unchecked)")
     lines.append(_driver_on_head(cluster, by_id, run_id, records))
     if unconfirmed:
         lines.append(f"note: {unconfirmed} of {len(records)} workers' ids were no longer in Ray's state API "
@@ -255,6 +258,12 @@ def placement_lines(name: str, cluster: Cluster, folder: Path, lake: Path, run_i
 
 
 _EXPECTED: dict[str, dict[str, set[str]]] = {}
+# Stages whose workers note no placement (their Ray tasks and actors are their own classes, which call neither
+# `ensure_setup` nor `note_placement`): said as "unchecked placement" instead of failing, until they note
+UNNOTED_STAGES = {
+    "distilled_prefilter": "transforms/judge/distilled.py: `_distil_task` and `_ScoreActor` note nothing",
+    "supervised_prefilter": "transforms/judge/gate.py: `_fit_task` and `_ScoreActor` note nothing",
+}
 
 
 def _driver_on_head(cluster: Cluster, by_id: dict[str, str], run_id: str, records: list[dict[str, Any]]) -> str:
