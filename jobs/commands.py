@@ -114,9 +114,11 @@ def _run_recipe(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _submit(args: argparse.Namespace, extra: list[str]) -> int:
-    from jobs.submit import submit
+    from jobs.submit import SubmitError, dry_run, submit
 
-    if not args.address:
+    if (args.rows is not None or args.cluster) and not args.dry_run:
+        raise UserError("--rows and --cluster are for `submit --dry-run` (a real submit plans nothing)")
+    if not args.address and not args.dry_run:
         raise UserError("submit needs --address http://HEAD:8265 (or $RAY_DASHBOARD_ADDRESS)")
     run_args: list[str] = []
     for flag in ("config", "lake", "run_id", "resume"):
@@ -136,8 +138,14 @@ def _submit(args: argparse.Namespace, extra: list[str]) -> int:
             raise UserError(f"--env expects NAME=VALUE, got {item!r}")
         env_vars[name] = value
     options = {"env_vars": env_vars} if env_vars else {}
-    _, status = submit(args.job, run_args + extra, address=args.address, follow=not args.no_wait, secret_names=names,
-                       **options)
+    if args.dry_run:
+        return dry_run(args.job, run_args + extra, address=args.address, rows=args.rows,
+                       cluster=Path(args.cluster) if args.cluster else None, every_file=bool(args.verbose))
+    try:
+        _, status = submit(args.job, run_args + extra, address=args.address, follow=not args.no_wait,
+                           secret_names=names, **options)
+    except SubmitError as err:
+        raise UserError(str(err)) from None
     return 0 if args.no_wait or status == "SUCCEEDED" else 1
 
 

@@ -29,6 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--address", default=os.environ.get("RAY_DASHBOARD_ADDRESS"),
                         help="the cluster's Jobs API, e.g. http://HEAD:8265 (default: $RAY_DASHBOARD_ADDRESS)")
     submit.add_argument("--no-wait", action="store_true", help="print the job id and return; do not stream logs")
+    submit.add_argument("--dry-run", action="store_true", help="check the job here and start nothing: the recipe "
+                        "checked, the upload's size and files, each stage's node type, the plan's table; no address "
+                        "is contacted (docs/cluster.md)")
+    submit.add_argument("--rows", type=int, metavar="N", help="with --dry-run: the input's rows, for the plan's "
+                        "table (default: the lines of a local JSONL input)")
+    submit.add_argument("--cluster", metavar="CLUSTER_YAML", help="with --dry-run: the cluster's node types "
+                        "(default: cluster.yaml of the repo)")
     submit.add_argument("--env", action="append", metavar="NAME=VALUE", default=[],
                         help="an environment variable for the job's driver and workers (not for secrets: Ray "
                         "keeps these in the job record; name secrets in the recipe's `secrets:`)")

@@ -66,7 +66,8 @@ def finished_run(ray_local, tmp_path_factory):
 def test_the_plan_is_the_finished_runs_shares_and_rates_times_the_rows(finished_run, tmp_path):
     path, lake, manifest = finished_run
     rows = 3_010_000
-    plans = plan(load_recipe(str(path)), rows, lake, CLUSTER, {"cpu_hour": 0.5}, seeds=tmp_path)
+    # floor=0: the arithmetic of a 400-row run's rates (the default floor refuses them: test_a_tiny_runs_rate...)
+    plans = plan(load_recipe(str(path)), rows, lake, CLUSTER, {"cpu_hour": 0.5}, seeds=tmp_path, floor=0)
     assert [p.stage for p in plans] == [s.name for s in manifest.stages]
     want_in = float(rows)
     for p, rec in zip(plans, manifest.stages, strict=True):
@@ -78,9 +79,10 @@ def test_the_plan_is_the_finished_runs_shares_and_rates_times_the_rows(finished_
         if rec.cpu_seconds:  # a stage too short for the CPU clock to see stays unmeasured
             assert p.unit == "CPU" and p.rate == pytest.approx(processed / rec.cpu_seconds)
             assert p.cpu_h == pytest.approx(want_in * rec.cpu_seconds / processed / 3600, rel=1e-9), p.stage
-            assert p.usd == pytest.approx(p.cpu_h * 0.5) and p.node == "cpu_worker"
             # the crawl stages ask for one CPU a task: the whole cpu_worker type, at 70% of ideal scaling
             assert p.wall_h == pytest.approx(p.cpu_h / (32 * 32 * 0.7))
+            # per node-hour: 32 nodes busy for wall_h, each at 32 CPUs x cpu_hour
+            assert p.usd == pytest.approx(p.wall_h * 32 * 32 * 0.5) and p.node == "cpu_worker"
             assert p.rate_from.machine.startswith(str(manifest.machine["cpu_model"]))
         else:
             assert p.cpu_h is None and p.note.startswith("unmeasured")
@@ -93,7 +95,8 @@ def test_the_command_prints_the_table_with_its_sources(finished_run, capsys):
     from jobs.cli import main
 
     path, lake, manifest = finished_run
-    assert main(["plan", str(path), "--rows", "1000", "--lake", str(lake), "--price", "cpu_hour=0.5"]) == 0
+    assert main(["plan", str(path), "--rows", "1000", "--lake", str(lake), "--price", "cpu_hour=0.5",
+                 "--min-rate-rows", "0"]) == 0
     out = capsys.readouterr().out
     assert f"run {manifest.run_id}: {manifest.machine['cpu_model']}" in out
     assert "exact_dedup" in out and "1,000" in out and "70% of ideal scaling (assumed)" in out
@@ -126,7 +129,7 @@ def test_a_gpu_stage_is_planned_from_its_rows_per_gpu_second_and_priced_per_node
     _manifest(lake, "gpu-run", [_record(0, "read_crawl", 1000, 1000, 2.0), _record(1, "normalize", 1000, 1000, 1.0),
                                 _record(2, "length_filter", 1000, 800, 1.0), _record(3, "langid", 800, 600, 4.0),
                                 _record(4, "exact_dedup", 600, 300, 9.0, seconds=30.0, resources=gpu)])
-    plans = plan(recipe, 100_000, lake, CLUSTER, {"gpu_h100x1_vllm": 10.0}, seeds=tmp_path)
+    plans = plan(recipe, 100_000, lake, CLUSTER, {"gpu_h100x1_vllm": 10.0}, seeds=tmp_path, floor=0)
     dedup = plans[-1]
     assert dedup.rows_in == pytest.approx(100_000 * 0.8 * 0.75) and dedup.rows_kept == pytest.approx(30_000)
     # 600 rows in 2 actors x 1 GPU x 30 s held: 10 rows per GPU-second
@@ -159,10 +162,12 @@ def test_without_a_run_the_seed_file_is_used_and_named(tmp_path):
     seeds.mkdir()
     (seeds / "plan-tiny.json").write_text(json.dumps({
         "measured_at": "2026-11-28", "machine": {"cpu_model": "Seed CPU", "logical_cpus": 2},
-        "runs": {"crawl": {"read_crawl": {"rows_in": 100, "rows_kept": 50, "rows_per_cpu_second": 1000.0}}}}))
+        "runs": {"crawl": {"read_crawl": {"rows_in": 100, "rows_kept": 50, "rows_per_cpu_second": 1000.0,
+                                          "rate_rows": 100_000}}}}))
     plans = plan(recipe, 10_000, tmp_path / "empty-lake", CLUSTER, seeds=seeds)
     assert plans[0].rows_kept == 5000 and plans[0].cpu_h == pytest.approx(10_000 / 1000 / 3600)
-    assert "plan-tiny.json (2026-11-28)" in plans[0].rate_from.source and plans[0].rate_from.machine.startswith("Seed")
+    assert "plan-tiny.json (2026-11-28" in plans[0].rate_from.source and plans[0].rate_from.machine.startswith("Seed")
+    assert "seed: hand-written, not measured" in plans[0].rate_from.source
     assert plans[1].note.startswith("unmeasured")
 
 
