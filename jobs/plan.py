@@ -123,6 +123,7 @@ class Measured:
     config: Any = None  # rate_config of the stage's config, where the source records it
     recipe: str = ""
     hand_written: bool = False
+    fixed_cpu_seconds: float | None = None  # a run's start-up, fitted over runs of several sizes
 
     @property
     def share(self) -> float | None:
@@ -147,11 +148,27 @@ def machine_text(machine: dict[str, Any] | None) -> str:
     return f"{machine.get('cpu_model')}, {machine.get('logical_cpus')} CPUs" + (f", {gpus}" if gpus else "")
 
 
+def fit_fixed_cost(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """(fixed CPU-seconds, CPU-seconds per row) by least squares over (rows, CPU-seconds) of runs of at least two
+    sizes; None when they do not give a positive per-row cost."""
+    if len({rows for rows, _ in points}) < 2:
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    var = sum((x - mean_x) ** 2 for x, _ in points)
+    per_row = sum((x - mean_x) * (y - mean_y) for x, y in points) / var
+    if per_row <= 0:
+        return None
+    return max(0.0, mean_y - per_row * mean_x), per_row
+
+
 def lake_runs(lake: Path, recipe: str) -> dict[str, dict[str, Measured]]:
-    """Per run name, per stage: the figures of the last finished run of `recipe` in `lake`."""
+    """Per run name, per stage: the figures of the last finished run of `recipe` in `lake`; a CPU rate fitted
+    with its fixed cost where the lake holds local runs of the stage at two sizes or more."""
     from transforms.core.manifest import RunManifest
 
-    latest: dict[str, RunManifest] = {}
+    every: dict[str, list[RunManifest]] = {}
     for path in sorted((lake / "runs").glob("*/manifest.json")):
         try:
             m = RunManifest.load(path)
@@ -160,24 +177,33 @@ def lake_runs(lake: Path, recipe: str) -> dict[str, dict[str, Measured]]:
         name = m.job.partition(":")[2]
         if m.job.partition(":")[0] != recipe or m.status not in FINISHED or not name:
             continue
-        if name not in latest or (m.finished_at or "") > (latest[name].finished_at or ""):
-            latest[name] = m
+        every.setdefault(name, []).append(m)
     out: dict[str, dict[str, Measured]] = {}
-    for name, m in latest.items():
+    for name, runs in every.items():
+        m = max(runs, key=lambda r: r.finished_at or "")
         stages: dict[str, Measured] = {}
         langid = next((s for s in m.stages if s.name == "langid"), None)
         language = list(langid.config.get("languages") or []) if langid is not None else None
         inputs = [str(i["path"]) for i in m.inputs if i.get("path")]
         for s in m.stages:
             local = s.cpu_scope == LOCAL_SCOPE
-            stages.setdefault(s.name, Measured(
+            got = Measured(
                 source=f"run {m.run_id}", machine=machine_text(m.machine) if local or s.gpu_seconds else
                 "a cluster (its workers' CPUs not recorded)", rows_processed=s.rows_processed, rows_kept=s.rows_kept,
                 rows_per_cpu_second=s.rows_per_cpu_second if local else None,
                 rows_per_gpu_second=s.rows_per_gpu_second,
                 why_no_cpu="" if local else f"run {m.run_id} measured its driver only (a cluster run)",
                 identity=identity(s.config), rate_rows=s.rows_processed, language=language, inputs=inputs,
-                config=rate_config(s.config) if s.config else None, recipe=recipe))
+                config=rate_config(s.config) if s.config else None, recipe=recipe)
+            points = [(float(st.rows_processed), float(st.cpu_seconds)) for r in runs for st in r.stages
+                      if st.name == s.name and st.cpu_scope == LOCAL_SCOPE and st.cpu_seconds and st.rows_processed
+                      and identity(st.config) == got.identity]
+            fit = fit_fixed_cost(points) if local else None
+            if fit is not None:
+                got.fixed_cpu_seconds, got.rows_per_cpu_second = fit[0], 1.0 / fit[1]
+                got.rate_rows, got.startup_excluded = int(max(x for x, _ in points)), True
+                got.source = f"runs {', '.join(sorted({r.run_id for r in runs}))} (fitted: {len(points)} runs)"
+            stages.setdefault(s.name, got)
         out[name] = stages
     return out
 
@@ -426,6 +452,11 @@ def plan_stage(run: str, stage: Any, rows_in: float | None, lake: dict[str, Meas
         return p
     t = ctx.types[p.node]
     hours = rows_in / p.rate / 3600
+    fixed = p.rate_from.fixed_cpu_seconds if p.rate_from is not None and p.unit == "CPU" else None
+    if fixed is not None:  # the run's start-up, once, beside its rows
+        hours += fixed / 3600
+        p.note = (p.note + "; " if p.note else "") + \
+            f"fitted over runs of several sizes: {fixed:,.1f} CPU-s fixed + {1 / p.rate:.3g} CPU-s a row"
     busy, per_node = _capacity(stage, t, p.unit)
     p.cpu_h, p.gpu_h = (hours, 0.0) if p.unit == "CPU" else (0.0, hours)
     p.wall_h = hours / max(busy * ctx.efficiency, 1e-9)

@@ -62,19 +62,20 @@ def render(plans: list[Any], recipe: str, rows: int, efficiency: float, priced: 
     lines = [f"plan for {recipe}, {rows:,} input rows (rows in x measured keep shares; hours = rows / measured or "
              "modelled rate)",
              f"{'run':<8} {'stage':<22} {'node type':<16} {'rows in':>12} {'kept':>12} {'rate (rows/s)':>19} "
-             f"{'CPU-h':>11} {'GPU-h':>11} {'wall h':>11} {'USD':>11}  share rate"]
+             f"{'on rows':>9} {'CPU-h':>11} {'GPU-h':>11} {'wall h':>11} {'USD':>11}  share rate"]
     for p in plans:
         rate = "unmeasured" if p.rate is None else f"{p.rate:,.1f}/{p.unit}-s" + (" m" if p.modelled else "")
         usd = "-" if not priced else _num(p.usd, ",.2f")
+        on = "-" if p.rate_from is None or p.rate_from.rate_rows is None else f"{p.rate_from.rate_rows:,}"
         lines.append(f"{p.run:<8} {p.stage:<22} {(p.node or '-') + ('*' if 'config:' in p.note else ''):<16} "
-                     f"{_num(p.rows_in, ',.0f'):>12} {_num(p.rows_kept, ',.0f'):>12} {rate:>19} "
+                     f"{_num(p.rows_in, ',.0f'):>12} {_num(p.rows_kept, ',.0f'):>12} {rate:>19} {on:>9} "
                      f"{_num(p.cpu_h, ',.3f'):>11} {_num(p.gpu_h, ',.3f'):>11} {_num(p.wall_h, ',.3f'):>11} "
                      f"{usd:>11}  {ref(p.share_from):>5} {'m' if p.modelled else ref(p.rate_from):>4}")
     cpu, _ = _total(plans, "cpu_h", ",.3f")
     gpu, _ = _total(plans, "gpu_h", ",.3f")
     wall, left = _total(plans, "wall_h", ",.3f")
     usd, unpriced = _total(plans, "usd", ",.2f") if priced else ("-", [])
-    lines.append(f"{'total':<8} {'':<22} {'':<16} {'':>12} {'':>12} {'':>19} {cpu:>11} {gpu:>11} {wall:>11} {usd:>11}")
+    lines.append(f"{'total':<8} {'':<22} {'':<16} {'':>12} {'':>12} {'':>19} {'':>9} {cpu:>11} {gpu:>11} {wall:>11} {usd:>11}")
     if left:
         lines.append(f"the totals leave out {len(left)} stage(s) with no rate or no rows ('+': the cost is higher): "
                      + ", ".join(left))
@@ -87,7 +88,8 @@ def render(plans: list[Any], recipe: str, rows: int, efficiency: float, priced: 
                      "GPU's peak FLOP/s / (2 x the parameters of every model the stage runs on a row x tokens a row: "
                      f"{PROMPT_TOKENS} read + its max_tokens, else {OUTPUT_TOKENS}); peaks used: "
                      + ", ".join(f"{k} {v:.3g}" for k, v in GPU_PEAK_FLOPS.items()))
-    lines.append("sources (share: the keep share; rate: rows per CPU- or GPU-second):")
+    lines.append("sources (share: the keep share; rate: rows per CPU- or GPU-second; on rows: the rows the rate "
+                 "rests on):")
     lines += [f"  [{n}] {key}" for key, n in sources.items()]
     for p in plans:
         if p.note:

@@ -177,3 +177,15 @@ def test_a_measured_gpu_rate_replaces_the_modelled_one(tmp_path):
     prefilter = next(p for p in plan(recipe, 1_000_000, lake, CLUSTER) if p.stage == "supervised_prefilter")
     assert not prefilter.modelled and prefilter.rate == pytest.approx(100_000 / 20.0)  # rows per GPU-second held
     assert prefilter.rate_from.source == "run gpu-run"
+
+
+def test_runs_of_several_sizes_separate_the_fixed_cost_from_the_per_row_cost(tmp_path):
+    recipe = load_recipe(str(_recipe_file(tmp_path)))
+    lake = tmp_path / "lake"
+    # 11 CPU-seconds of start-up and a millisecond a row: both runs are below the floor, the fit is not
+    _manifest(lake, "small", [_record(0, "read_crawl", 1_000, 1_000, 12.0)])
+    _manifest(lake, "larger", [_record(0, "read_crawl", 11_000, 11_000, 22.0)])
+    read = plan(recipe, 1_000_000, lake, CLUSTER, seeds=tmp_path)[0]
+    assert read.rate == pytest.approx(1_000.0) and read.rate_from.fixed_cpu_seconds == pytest.approx(11.0)
+    assert read.cpu_h == pytest.approx((11.0 + 1_000_000 / 1_000) / 3600)
+    assert "fitted" in read.rate_from.source and "11.0 CPU-s fixed" in read.note

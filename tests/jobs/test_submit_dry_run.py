@@ -87,3 +87,22 @@ def test_every_recipe_has_a_cluster_config_that_loads():
         config = ROOT / "jobs" / "configs" / f"{name}-cluster.yaml"
         assert config.exists(), f"{name} has no cluster config {config.relative_to(ROOT)}"
         assert load_recipe(name, {}, config_file=str(config)).recipe == name
+
+
+def test_a_wrong_address_is_one_line_too(capsys):
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # noqa: ARG002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)  # an HTTP server that is not a Ray head
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert main(["submit", "crawl-filter", "--address", address]) == 2
+    finally:
+        server.shutdown()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"cannot reach the Ray Jobs API at {address}" in err, err
