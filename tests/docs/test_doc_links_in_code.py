@@ -14,11 +14,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"docs/([\w/.-]+?\.md)(#[\w-]+)?")
 SUFFIXES = (".py", ".sh", ".yaml", ".yml", ".toml", ".md", ".cfg", ".txt", ".Dockerfile")
-# Links in files this test's owners do not edit, known broken, each to be fixed where it is: the test fails once
-# one is fixed (or moved), so the list only shrinks.
-KNOWN_BROKEN = {
-    ("transforms/judge/linear.py", "docs/recipes.md#the-judges-fields"),  # → docs/stages_reference.md#the-judges-fields-judge
-}
 
 
 def _anchors(page: Path) -> set[str]:
@@ -60,8 +55,6 @@ def test_links_are_found():
 
 @pytest.mark.parametrize("name, link, page, anchor", LINKS, ids=[f"{n}:{lk}" for n, lk, _, _ in LINKS])
 def test_a_docs_link_in_the_code_resolves(name, link, page, anchor):
-    if (name, link) in KNOWN_BROKEN:
-        pytest.xfail(f"{name}: {link} is known broken (KNOWN_BROKEN)")
     target = ROOT / "docs" / page
     assert target.is_file(), f"{name}: {link}: no page docs/{page}"
     if anchor:
@@ -69,9 +62,3 @@ def test_a_docs_link_in_the_code_resolves(name, link, page, anchor):
         # a link cut by a line break inside a docstring (`#language-checks-for-every-`) names a prefix
         ok = anchor in ids or (anchor.endswith("-") and any(i.startswith(anchor) for i in ids))
         assert ok, f"{name}: {link}: docs/{page} has no heading #{anchor}"
-
-
-def test_the_known_broken_links_are_still_there():
-    found = {(name, link) for name, link, _, _ in LINKS}
-    fixed = KNOWN_BROKEN - found
-    assert not fixed, f"fixed or moved, take them off KNOWN_BROKEN: {sorted(fixed)}"

@@ -46,9 +46,11 @@ class LinearJudge(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    labels: str | LabelFile = Field("lake/samples/ko_seed_labels.jsonl", description="Labelled JSONL (one object a "
-                                    "line: id, text, source, url and the `label` column as 0/1), or {path, source} "
-                                    "to name the source of rows that have none (docs/recipes.md#the-judges-fields).")
+    labels: str | LabelFile = Field(
+        "lake/samples/ko_seed_labels.jsonl",
+        description="Labelled JSONL (one object a line: id, text, source, url and the `label` column as 0/1), or "
+        "{path, source} to name the source of rows that have none "
+        "(docs/stages_reference.md#a-labels-file-with-its-source-judgelabels-judgeextra_labels).")
     extra_labels: list[str | LabelFile] = Field(default_factory=list, description="More labelled JSONL files (or "
                                                 "{path, source}) trained on with `labels` (e.g. mined hard "
                                                 "negatives); the `held_out` split applies to them too.")
