@@ -85,12 +85,17 @@ if [[ "$MODE" == default || "$MODE" == slow || "$MODE" == all ]]; then
 fi
 
 if [[ "$MODE" == slow || "$MODE" == all ]]; then
-  # One at a time: these tests start whole Ray clusters, SIGKILL drivers and nodes, and time their kills.
+  # The slow tests marked `alone` (whole Ray clusters, SIGKILLed drivers and nodes, a measured process) run one at
+  # a time after the others, which share the two workers as the default tier does.
   start=$SECONDS
-  echo "== pytest -m '$SLOW_MARK'"
-  .venv/bin/python -m pytest -m "$SLOW_MARK" --durations=20 --junitxml="$REPORTS/slow.xml"
+  echo "== pytest -m '$SLOW_MARK and not alone' on $WORKERS workers"
+  .venv/bin/python -m pytest -m "$SLOW_MARK and not alone" -n "$WORKERS" --dist loadfile --durations=20 \
+    --junitxml="$REPORTS/slow-shared.xml"
   keep_first_failure $?
-  budget slow "$start" "$REPORTS/slow.xml"
+  echo "== pytest -m '$SLOW_MARK and alone', one at a time"
+  .venv/bin/python -m pytest -m "$SLOW_MARK and alone" --durations=20 --junitxml="$REPORTS/slow-alone.xml"
+  keep_first_failure $?
+  budget slow "$start" "$REPORTS/slow-shared.xml" "$REPORTS/slow-alone.xml"
 fi
 
 if [[ "$MODE" == all ]]; then

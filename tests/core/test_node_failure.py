@@ -220,6 +220,7 @@ KILL_WHEN = {"row-wise stage": "*/.parts/p*.json", "global stage starts": "*_exa
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.ray
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("kill_when", list(KILL_WHEN))
@@ -298,6 +299,7 @@ def llm_clean_run(tmp_path_factory) -> tuple[Path, tuple[pa.Table, pa.Table, Run
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.ray
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("three_nodes", [{"llm_worker": 1}], indirect=True, ids=["llm-on-workers"])

@@ -213,6 +213,7 @@ def clean_lake(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.timeout(3600)  # minutes on an idle machine, far more on a busy one
 @pytest.mark.parametrize("kill_when", [_partition_done, _llm_answers_cached], ids=["front-half", "llm-back-half"])
 def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when):

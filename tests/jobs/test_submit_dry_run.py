@@ -30,12 +30,12 @@ def no_connections(monkeypatch):
 
 def test_the_dry_run_checks_the_recipe_lists_the_upload_places_every_stage_and_plans_starting_nothing(
         no_connections, capsys):
-    assert main(["submit", "crawl-filter", "--dry-run", "--address", "http://10.0.0.1:8265", "--config",
+    assert main(["submit", "crawl-filter", "--dry-run", "--address", "http://ray-head.invalid:8265", "--config",
                  "jobs/configs/crawl-filter-cluster.yaml", "--input", "/mnt/lake/raw/th_crawl/",
                  "--set", "language.code=th", "--rows", "20000000"]) == 0
     out = capsys.readouterr().out
     assert "nothing is uploaded or started, no address is contacted" in out
-    assert "would submit to http://10.0.0.1:8265: python -m jobs.cli run crawl-filter --config" in out
+    assert "would submit to http://ray-head.invalid:8265: python -m jobs.cli run crawl-filter --config" in out
     assert "recipe: crawl-filter" in out and "7 stages built" in out
     files = upload_files()
     assert f"upload: {len(files):,} files" in out and "MiB" in out

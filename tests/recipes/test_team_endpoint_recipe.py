@@ -196,6 +196,7 @@ def test_a_wrong_key_stops_at_the_first_request_with_one_line(tmp_path):
 
 # -- a kill mid-translation, then --resume ----------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_kill_mid_translation_then_resume_asks_again_at_most_what_was_in_flight(tmp_path):
     lake = tmp_path / "lake"
     faults = Faults(http500_every=10, http429_every=20, key=KEY, correct=correct_solutions())
