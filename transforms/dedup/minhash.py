@@ -116,7 +116,8 @@ class MinHashDedup(GlobalStage[MinHashDrops]):
     shuffle: Literal["tasks", "ray_data"] = Field(
         "tasks", description="How band rows are grouped by bucket: `tasks` is a hash shuffle with plain Ray "
         "tasks (B map tasks x K outputs, K reduce tasks); `ray_data` is Ray Data's groupby(...).map_groups, "
-        "whose aggregator actors cost ~25 s of fixed start-up on a 2-core machine (docs/minhash.md).")
+        "whose hash-shuffle aggregator actors add a fixed start-up the task shuffle does not have, which "
+        "dominates on small inputs (docs/minhash.md).")
     rows_per_block: int = Field(65_536, ge=1, description="Rows per map task of the `tasks` shuffle.")
     local_max_rows: int = Field(50_000, ge=0, description="Datasets up to this many rows run `process_table` in "
                                 "one Ray task (same result, a fraction of the scheduling overhead); 0 always "

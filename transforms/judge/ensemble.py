@@ -1,4 +1,5 @@
-"""A cascade of LLM classifiers voting on each row (issue 3: unanimous Qwen3-4B / HCX-14B / Qwen3-32B).
+"""A cascade of classifiers (LLMs and supervised linear ones) voting on each row; a row the vote does not pass
+is dropped (`ensemble_rejected`).
 
 Each classifier is (engine config, prompt id, decision rule). A row goes to the classifiers from the
 cheapest to the dearest (by `params_b`) and only while the vote is still open: under `unanimous`
