@@ -78,7 +78,7 @@ def run_recipe(name: str, cluster: Cluster, lake: Path, conf: dict[str, Any], mo
     for key, value in ((conf.get("recipes") or {}).get(name, {}).get("set") or {}).items():
         items.append(f"{key}={json.dumps(value, ensure_ascii=False)}")
     for key, value in ((conf.get("ci_recipes") or {}).get(name, {}).get("set") or {}).items():
-        items.append(f"{key}={json.dumps(value, ensure_ascii=False)}")
+        items.append(f"{key}={json.dumps(value, ensure_ascii=False).replace('<lake>', str(lake))}")
     args += ["--config", str(cfg.relative_to(REPO))]
     for item in items:
         args += ["--set", item]

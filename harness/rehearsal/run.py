@@ -32,6 +32,16 @@ from harness.rehearsal.recipes import Outcome, refusal_check, run_recipe
 CONFIG = REPO / "cluster" / "rehearsal.yaml"
 RECIPES = ["ko-piqa", "zh-piqa", "ta-piqa", "j-piqa", "ru-piqa", "pindic"]
 
+def write_inputs(inputs: dict[str, Any], lake: Path) -> None:
+    """CI's smaller inputs: the first `lines` lines of a bundled file, as <lake>/inputs/<name> (the shared file
+    system every node reads; a recipe's `--set` names it as `<lake>/inputs/<name>`)."""
+    for name, spec in inputs.items():
+        lines = (REPO / spec["from"]).read_text(encoding="utf-8").splitlines(keepends=True)[:int(spec["lines"])]
+        (lake / "inputs").mkdir(parents=True, exist_ok=True)
+        (lake / "inputs" / name).write_text("".join(lines), encoding="utf-8")
+        say(f"input {name}: the first {len(lines)} lines of {spec['from']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cluster_rehearsal", description=__doc__.split("\n")[0])
     parser.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated (default: all)")
@@ -55,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         ci = conf.get("ci") or {}
         # the CI models replace the full tier's whole (its vLLM options mean nothing to the double)
         conf = {**conf, "models": dict(ci.get("models") or conf["models"]), "ci_recipes": ci.get("recipes") or {},
-                "ci": True}
+                "ci_inputs": ci.get("inputs") or {}, "ci": True}
     names = [r.strip() for r in args.recipes.split(",") if r.strip()]
     unknown = [r for r in names if r not in RECIPES]
     if unknown:
@@ -66,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     lake = root / "lake"
     shutil.rmtree(lake, ignore_errors=True)  # a fresh shared file system for a fresh cluster
+    write_inputs(conf.get("ci_inputs") or {}, lake)
     t0 = time.time()
     nodes = read_cluster()
     venvs: dict[str, Path] = {}
