@@ -92,13 +92,15 @@ def check_manifests(lake: Path, need_rows: bool) -> dict[str, dict]:
     return records
 
 
-# How each recipe ends in CI's tier: a release where its cluster config reviews automatically (PIndicQA), a review
-# batch where people review by design (the others' cluster configs and defaults: review=export)
-CI_ENDS = {"ko-piqa": "awaiting_review", "zh-piqa": "awaiting_review", "ta-piqa": "awaiting_review",
+# How each recipe ends in CI's tier: a release where its cluster config reviews automatically (PIndicQA) or the
+# tier sets review=auto (zh-piqa: the review, release and evaluation runs on the cluster path), a review batch where
+# people review by design (the others' cluster configs and defaults: review=export)
+CI_ENDS = {"ko-piqa": "awaiting_review", "zh-piqa": "succeeded", "ta-piqa": "awaiting_review",
            "j-piqa": "awaiting_review", "ru-piqa": "awaiting_review", "pindic": "succeeded"}
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # five raylets and a head of its own: not beside the other slow tests
 @pytest.mark.timeout(3000)
 def test_every_recipe_on_the_cluster_path_in_ci(tmp_path):
     """CI's tier of the rehearsal (`.ci/run` through `scripts/test.sh --slow`): every recipe through `piqaforge
@@ -139,6 +141,8 @@ def test_every_recipe_on_the_cluster_path_in_ci(tmp_path):
     # a served role's stage is an HTTP client: on a CPU worker (ta-piqa's safety screen asks the served judge)
     assert ran["ta-piqa"]["safety_screen"] == {"cpu_worker"} and ran["ta-piqa"]["review_neighbours"] == {"cpu_worker"}
     assert ran["zh-piqa"]["translate"] <= vllm and ran["j-piqa"]["translate"] <= vllm
+    # zh-piqa to its evaluation: the gate on a CPU worker, the evaluated models' predictions on vLLM nodes
+    assert ran["zh-piqa"]["gate_and_release"] == {"cpu_worker"} and ran["zh-piqa"]["predict"] <= vllm
     assert ran["j-piqa"]["llm_generate"] <= vllm and ran["j-piqa"]["semantic_dedup"] == {"cpu_worker"}
     assert ran["ru-piqa"]["llm_generate"] <= vllm and ran["ru-piqa"]["ru_contrast"] == {"cpu_worker"}
     # PIndicQA's k-means on the cuML node (the scikit-learn stand-in behind cuML's interface), its generation,
