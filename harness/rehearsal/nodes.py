@@ -94,7 +94,8 @@ def _start(cmd: list[str], env: dict[str, str], log: Path, cluster: Cluster) -> 
 def node_process_env(venv: Path, setup_env: str, temp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS", "VIRTUAL_ENV", "PYTHONPATH")}
-    env.setdefault("RAY_raylet_start_wait_time_s", "120")
+    # a raylet on a loaded two-core machine may take minutes to register (Ray gives up after this, `ray start` exits)
+    env.setdefault("RAY_raylet_start_wait_time_s", "300")
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
                PIQAFORGE_NODE_ENV=setup_env, RAY_TMPDIR=str(temp), RAY_AUTH_MODE="token",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
@@ -190,7 +191,7 @@ def _wait_jobs_api(cluster: Cluster, timeout: float = 180) -> None:
             time.sleep(1)
 
 
-def _wait_nodes(cluster: Cluster, n: int, timeout: float = 240, watch: subprocess.Popen[bytes] | None = None) -> None:
+def _wait_nodes(cluster: Cluster, n: int, timeout: float = 360, watch: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.time() + timeout
     while True:
         alive = [x for x in list_nodes(cluster) if x["state"] == "ALIVE"]
