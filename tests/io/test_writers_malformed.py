@@ -97,6 +97,7 @@ def test_ta_piqa_refuses_by_default_and_the_flag_sets_its_param():
         load_recipe("ko-piqa", recipe_overrides(args, extra))
 
 
+@pytest.mark.slow  # a whole ko-piqa front half on the bundled sample through the CLI: among the default tier's largest
 def test_allow_malformed_flag_on_the_bundled_sample(tmp_path):
     """The bundled writers' files plant two cut lines: refused whole without the flag (exit 2, file:line,
     nothing written); `--allow-malformed` keeps the rest and says in one line how many were set aside."""

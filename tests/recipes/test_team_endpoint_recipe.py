@@ -91,6 +91,7 @@ def drawn_goal(recipe: Path) -> str:
 
 
 # -- the run, with faults, to its release -----------------------------------------------------------------
+@pytest.mark.slow  # a whole recipe from the docs to its release over a faulty endpoint: the default tier's largest item
 def test_thai_recipe_from_the_docs_runs_on_a_faulty_endpoint_to_its_release(tmp_path):
     lake = tmp_path / "lake"
     faults = Faults(http500_every=10, http429_every=20, empty_every=30, english_every=29, key=KEY,

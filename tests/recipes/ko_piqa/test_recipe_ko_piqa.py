@@ -79,6 +79,7 @@ def _recipe(tmp_path: Path, shared_data: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # items, review, release and a real Gemma evaluation in one chain: among the default tier's largest
 @pytest.mark.ray
 def test_ko_piqa_recipe_items_review_release_evaluation(ray_local, tmp_path, shared_data):
     from transforms.flow.orchestrator import RecipeRecord, run_recipe
