@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         f"server: {', '.join(conf['models'].get('served') or []) or 'none'}")
     outcomes: list[Outcome] = []
     cluster = Cluster(temp=Path(tempfile.mkdtemp(prefix="pfr", dir="/tmp")))
+    say(f"cluster temp dir {cluster.temp}")  # removed on exit (a test checks this one, not every /tmp/pfr*)
     try:
         cluster = start_cluster(nodes, venvs, conf.get("nodes") or {}, logs, cluster, python_paths)
         if conf["models"].get("served") and double:

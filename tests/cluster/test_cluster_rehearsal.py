@@ -111,19 +111,23 @@ def test_every_recipe_on_the_cluster_path_in_ci(tmp_path):
     the 8-GPU node type. The double answers well-formed, so every stage of every run gets rows and is placed; the
     runs' manifests are read for warnings and undeclared drop reasons (a planted one fails the same check:
     tests/cluster/test_rehearsal_manifest_check.py)."""
-    from harness.rehearsal.manifests import run_manifests
-    from harness.rehearsal.recipes import UNNOTED_STAGES
-
-    before = set(Path("/tmp").glob("pfr*"))
     result = subprocess.run(["bash", "scripts/cluster_rehearsal.sh", "--ci", "--root", str(tmp_path / "rh")],
                             cwd=ROOT, capture_output=True, text=True, timeout=2900)
     out = result.stdout + result.stderr
     (tmp_path / "rehearsal.log").write_text(out)
     assert result.returncode == 0, out[-6000:]
+    check_ci_run(out, tmp_path / "rh")
+
+
+def check_ci_run(out: str, root: Path) -> None:
+    """The CI tier's assertions on its output and on what it left in `root` (its lake, its processes)."""
+    from harness.rehearsal.manifests import run_manifests
+    from harness.rehearsal.recipes import UNNOTED_STAGES
+
     assert "CI tier: every node type runs from" in out and "the engine double's OpenAI-compatible server" in out
     assert "5 nodes alive: cpu_worker, gpu_h100x1_cuml, gpu_h100x1_vllm, gpu_h100x8_vllm, head" in out
     ran = check_every_recipe(out)
-    lake = tmp_path / "rh" / "lake"
+    lake = root / "lake"
     records = check_manifests(lake, need_rows=True)
     for name in RECIPES:
         assert records[name]["status"] == CI_ENDS[name], (name, records[name]["status"])
@@ -150,8 +154,13 @@ def test_every_recipe_on_the_cluster_path_in_ci(tmp_path):
     assert ran["pindic"]["cluster_labels"] == {"gpu_h100x1_cuml"} and ran["pindic"]["generate_items"] <= vllm
     for stage in ("novelty", "translate", "correct_translation"):
         assert ran["pindic"][stage] <= vllm, (stage, ran["pindic"])
-    assert set(Path("/tmp").glob("pfr*")) <= before
-    for pattern in ("harness.rehearsal.double_server", str(tmp_path / "rh")):
+    # nothing left behind: its cluster's temp dir, its double server, nothing started under its root (by name:
+    # another rehearsal may be running on the same machine)
+    temp = re.search(r"cluster temp dir (\S+)", out)
+    assert temp and not Path(temp.group(1)).exists(), temp
+    port = re.search(r"the engine double's OpenAI-compatible server on 127\.0\.0\.1:(\d+)", out)
+    assert port, out[-3000:]
+    for pattern in (f"harness.rehearsal.double_server --port {port.group(1)}", str(root)):
         procs = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
         assert not procs, (pattern, procs)
 
