@@ -64,14 +64,14 @@ def record(tier: str, elapsed: float, run: str, directory: Path | None = None) -
 
 
 def check(tier: str, elapsed: float, junit_files: list[Path]) -> int:
+    if tier not in BUDGETS and tier not in UNBUDGETED:
+        print(f"tier_budget: unknown tier {tier!r}; tiers with a budget: {', '.join(BUDGETS)}", file=sys.stderr)
+        return 2
     if os.environ.get("PIQAFORGE_RECORD_TIERS") == "1":
         print(f"recorded in {record(tier, elapsed, os.environ.get('PIQAFORGE_TIER_RUN', ''))}")
     if tier in UNBUDGETED:
         print(f"== {tier}: {elapsed:.0f} s")
         return 0
-    if tier not in BUDGETS:
-        print(f"tier_budget: unknown tier {tier!r}; tiers with a budget: {', '.join(BUDGETS)}", file=sys.stderr)
-        return 2
     budget = BUDGETS[tier]
     share = elapsed / budget
     print(f"== tier {tier}: {elapsed:.0f} s of its {budget} s budget ({share:.0%})")

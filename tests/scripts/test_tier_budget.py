@@ -3,6 +3,7 @@ within it passes and says how much of the budget it used."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,9 @@ def _junit(path: Path, times: dict[str, list[float]]) -> Path:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+    # never record: a measured run (PIQAFORGE_RECORD_TIERS=1 bash .ci/run) runs these tests too
+    env = {k: v for k, v in os.environ.items() if k not in ("PIQAFORGE_RECORD_TIERS", "PIQAFORGE_RESULTS_DIR")}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_a_tier_within_its_budget_passes_and_prints_its_share(tmp_path):
@@ -44,14 +47,17 @@ def test_a_tier_over_its_budget_fails_naming_its_ten_slowest_tests(tmp_path):
     assert "over its budget" in out.stdout
 
 
-def test_an_unknown_tier_is_refused_with_the_known_ones():
+def test_an_unknown_tier_is_refused_with_the_known_ones(tmp_path):
     out = _run("nightly", "10")
     assert out.returncode == 2 and "default, slow, other-cpu" in out.stderr
+    # and is not recorded, even in a measured run
+    env = dict(os.environ, PIQAFORGE_RECORD_TIERS="1", PIQAFORGE_RESULTS_DIR=str(tmp_path))
+    subprocess.run([sys.executable, str(SCRIPT), "nightly", "10"], capture_output=True, env=env, timeout=60)
+    assert not list(tmp_path.iterdir())
 
 
 def test_recorded_tiers_of_one_run_land_in_one_results_file(tmp_path):
     import json
-    import os
 
     from transforms.core.results import read_result
 
