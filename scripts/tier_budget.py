@@ -24,7 +24,7 @@ from pathlib import Path
 # seconds; `default` is README command 2 after set-up (ruff, mypy, lint-imports and the default pytest tier), the
 # target for either CPU; `slow` and `other-cpu` are what those tiers take on this machine kind with room for
 # a little growth, so that the next slow test fails here, by name, before CI meets its 90-minute limit
-BUDGETS = {"default": 600, "slow": 2700, "other-cpu": 720}
+BUDGETS = {"default": 600, "slow": 3000, "other-cpu": 900}
 SLACK = 1.10
 UNBUDGETED = ("set-up", "total")
 ROOT = Path(__file__).resolve().parents[1]
