@@ -22,6 +22,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+export PIQAFORGE_TIER_COMMAND="bash scripts/test.sh${*:+ $*}"  # what a recorded run's results file says ran
 DEFAULT_MARK="not slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
 SLOW_MARK="slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
 MODE=default

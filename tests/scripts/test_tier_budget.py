@@ -61,7 +61,8 @@ def test_recorded_tiers_of_one_run_land_in_one_results_file(tmp_path):
 
     from transforms.core.results import read_result
 
-    env = dict(os.environ, PIQAFORGE_RECORD_TIERS="1", PIQAFORGE_RESULTS_DIR=str(tmp_path), PIQAFORGE_TIER_RUN="r1")
+    env = dict(os.environ, PIQAFORGE_RECORD_TIERS="1", PIQAFORGE_RESULTS_DIR=str(tmp_path), PIQAFORGE_TIER_RUN="r1",
+               PIQAFORGE_TIER_COMMAND="bash scripts/test.sh --slow")
     for tier, seconds in (("set-up", "95"), ("default", "412")):
         out = subprocess.run([sys.executable, str(SCRIPT), tier, seconds], capture_output=True, text=True, env=env,
                              timeout=60)
@@ -69,7 +70,7 @@ def test_recorded_tiers_of_one_run_land_in_one_results_file(tmp_path):
     record = read_result("test-tiers", tmp_path)
     assert {k: v["value"] for k, v in record["figures"].items()} == {"set_up_s": 95, "default_s": 412,
                                                                    "default_budget_s": 600}
-    assert record["command"] == "PIQAFORGE_RECORD_TIERS=1 bash .ci/run" and record["machine"]["cpu_model"]
+    assert record["command"] == "PIQAFORGE_RECORD_TIERS=1 bash scripts/test.sh --slow" and record["machine"]["cpu_model"]
     # another run starts the file afresh: a figure never mixes two runs
     env["PIQAFORGE_TIER_RUN"] = "r2"
     subprocess.run([sys.executable, str(SCRIPT), "slow", "1500"], capture_output=True, text=True, env=env, timeout=60)
