@@ -82,6 +82,8 @@ set +e
 if [[ "$MODE" == default || "$MODE" == slow || "$MODE" == all ]]; then
   start=$SECONDS
   (set -e; lint) || keep_first_failure $?
+  .venv/bin/python scripts/tier_budget.py lint "$((SECONDS - start))"
+  start=$SECONDS
   echo "== pytest -m '$DEFAULT_MARK'${PARALLEL:+ on $WORKERS workers}"
   .venv/bin/python -m pytest -m "$DEFAULT_MARK" "${PARALLEL[@]}" --durations=20 \
     --junitxml="$REPORTS/default.xml"
