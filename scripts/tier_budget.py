@@ -83,6 +83,9 @@ def check(tier: str, elapsed: float, junit_files: list[Path]) -> int:
           "make the slowest tests cheaper or move them to a slower tier (scripts/tier_budget.py holds the budgets)")
     for seconds, test in slowest(junit_files):
         print(f"  {seconds:7.1f} s  {test}")
+    if os.environ.get("PIQAFORGE_STRICT_BUDGETS", "1") != "1":
+        print("(PIQAFORGE_STRICT_BUDGETS=0: reported, not failed)")
+        return 0
     return 3
 
 

@@ -21,7 +21,8 @@ def _junit(path: Path, times: dict[str, list[float]]) -> Path:
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     # never record: a measured run (PIQAFORGE_RECORD_TIERS=1 bash .ci/run) runs these tests too
-    env = {k: v for k, v in os.environ.items() if k not in ("PIQAFORGE_RECORD_TIERS", "PIQAFORGE_RESULTS_DIR")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PIQAFORGE_RECORD_TIERS", "PIQAFORGE_RESULTS_DIR", "PIQAFORGE_STRICT_BUDGETS")}
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60, env=env)
 
 
@@ -45,6 +46,11 @@ def test_a_tier_over_its_budget_fails_naming_its_ten_slowest_tests(tmp_path):
     assert listed[0] == "tests.mod::test_twice" and "50.0 s" in out.stdout
     assert listed[1:] == [f"tests.mod::test_{i:02d}" for i in range(14, 5, -1)]
     assert "over its budget" in out.stdout
+    # reported but not failed where budgets are not yet enforced (.ci/run until they are measured)
+    env = dict(os.environ, PIQAFORGE_STRICT_BUDGETS="0")
+    lax = subprocess.run([sys.executable, str(SCRIPT), "default", "661", str(first)], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert lax.returncode == 0 and "over its budget" in lax.stdout and "test_twice" in lax.stdout
 
 
 def test_an_unknown_tier_is_refused_with_the_known_ones(tmp_path):
