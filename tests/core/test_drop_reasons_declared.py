@@ -19,14 +19,12 @@ this scan stays as a second line (a class's `drop_reasons` is derived from its e
 from __future__ import annotations
 
 import ast
-import importlib
-import pkgutil
 import re
 from pathlib import Path
 
 import pytest
+from stageutil import stage_classes
 
-import transforms
 from transforms.core.stage import Stage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,17 +112,6 @@ def made_reasons(tree: ast.Module) -> list[tuple[str, int, str | None]]:
 
     visit(tree, None)
     return found
-
-
-def stage_classes() -> list[type[Stage]]:
-    for info in pkgutil.walk_packages(transforms.__path__, "transforms."):
-        importlib.import_module(info.name)
-    out, todo = [], list(Stage.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        out.append(cls)
-        todo += cls.__subclasses__()
-    return out
 
 
 def imported_modules(tree: ast.Module) -> set[str]:

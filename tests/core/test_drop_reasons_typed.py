@@ -9,18 +9,16 @@ stays as a second line).
 from __future__ import annotations
 
 import ast
-import importlib
-import pkgutil
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pyarrow as pa
 import pytest
+from stageutil import stage_classes
 
-import transforms
 from transforms.core import columns as C
 from transforms.core.creating import ExpandStage
 from transforms.core.drop_reasons import DropReason
@@ -177,17 +175,6 @@ def test_a_stage_from_outside_the_repo_writing_its_own_strings_still_gets_the_ru
 # The calls that write a reason string without a member: the contract's own plumbing, and `drop_where`, the one
 # stage whose reason is configuration (a recipe names it), which declares exactly that string.
 RAW_WRITERS = {"transforms/core/stage.py", "transforms/core/creating.py", "transforms/piqa/provenance.py"}
-
-
-def stage_classes() -> list[type[Stage[Any]]]:
-    for info in pkgutil.walk_packages(transforms.__path__, "transforms."):
-        importlib.import_module(info.name)
-    out, todo = [], list(Stage.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        out.append(cls)
-        todo += cls.__subclasses__()
-    return out
 
 
 def test_no_stage_in_the_repo_writes_a_reason_around_its_enum():
