@@ -1,30 +1,34 @@
 """The labelling loop against random labelling at equal label budgets, on crawl-filter's bundled Japanese example
-(issue 43 §4).
+and on a Korean crawl built from ../shared/data (issue 51).
 
-Rows (all real, docs/examples/build_ja_crawl_sample.py; `everyday` is each question's source: JCommonsenseQA 1,
-JSQuAD 0):
-  the 400 rows of lake/samples/ja_everyday_labels.jsonl, and the 600 plain crawl rows of
-  lake/samples/ja_crawl_sample.jsonl (300 JCommonsenseQA, 300 JSQuAD; not the HTML pages, other languages,
-  reposts or near repeats, which the recipe's front half cleans or drops before the judge);
-  the recipe's declared split (`held_out: {fraction: 0.2, seed: 0}`, a hash of the id) cuts both: its rows
-  (66 labelled + 114 crawl = 180) are the fixed evaluation set that no arm ever labels; the others (334 + 486 =
-  820) are the pool the arms label from.
-Per seed s (0..seeds-1): a seed set of `seed_labels` pool rows from the labels file (half of each class, drawn
-with s); then `rounds` rounds of `step` labels each, chosen
-  loop    by the product's export: the round's judge scores the unlabelled pool rows as the run does
-          (SupervisedPrefilter.score), and transforms/review/labelling.export_batch picks the batch (the rows
+Crawls (all real text; `everyday` is each question's source, the label the recipe's judge learns):
+  ja  the 400 rows of lake/samples/ja_everyday_labels.jsonl and the 600 plain crawl rows of
+      lake/samples/ja_crawl_sample.jsonl (JCommonsenseQA 1, JSQuAD 0; docs/examples/build_ja_crawl_sample.py);
+  ko  2,200 Korean questions (`ko_rows`): 500 BLEnD everyday-culture questions about South Korea 1 (their
+      answer-format notes cut off), 1,300 3i4k questions and commands to an assistant and 400 songys chit-chat
+      lines 0 (a quarter positive, where ja is half).
+The recipe's declared split (`held_out: {fraction: 0.2, seed: 0}`, a hash of the id) cuts each crawl: its rows
+are the fixed evaluation set, written into every arm's labels file as round-0 rows, so the product's own split
+holds them out (imported rows, which carry a round, never join it: `judge.imported_rows: train`); the others are
+the pool the arms label from.
+Per seed s (0..seeds-1): a seed set of `seed_labels` pool rows (half of each class, drawn with s; for ja from the
+labels file); then `rounds` rounds of `step` labels each, chosen
+  loop    by the product's export: the round's judge scores the pool as a run does (SupervisedPrefilter.score)
+          and transforms/review/labelling.export_batch picks the batch (its random share drawn uniformly, the rest
           nearest the threshold, spread over the embedding space) and writes its CSV; an oracle fills `label`
-          from the row's source and transforms/review/labelling.import_batch appends it (round, batch) to the
-          labels file, as `piqaforge label export` / `label import` do;
-  random  uniformly from the unlabelled pool rows (seed s), appended with the same fields.
+          from the row's source and transforms/review/labelling.import_batch appends it (round, batch, share), as
+          `piqaforge label export` / `label import` do;
+  random  uniformly from the unlabelled pool rows (seed s), appended with `share: random`.
 After every round the judge is refitted with the product's code (transforms/judge/linear.train, the recipe's
-judge config: e5-small, views, 5 folds, target recall 0.9), which reports out-of-fold precision and recall on
-the labels it has and precision and recall on the 180 held-out rows at its threshold.
-The reference: the judge fitted on the whole pool (820 labels). P = its held-out precision - 0.02; an arm
-reaches the target at the first budget where held-out precision >= P and held-out recall >= 0.8.
+judge config), which reports precision and recall on the held-out rows at its threshold; for the loop, the kept
+set's precision estimate from the random share (linear.kept_estimate) is compared with the truth: the precision
+of the pool rows the judge keeps.
+The reference: the judge fitted on the whole pool. P = its held-out precision - 0.02; an arm reaches the target
+at the first budget where held-out precision >= P and held-out recall >= 0.8.
 
-Run: .venv/bin/python benchmarks/bench_labelling_loop.py [--seeds 5 --seed-labels 40 --step 20 --rounds 10]
-(prints the table docs/recipes.md carries; writes --json and the --png plot)
+Run: .venv/bin/python benchmarks/bench_labelling_loop.py --crawl ja   (--seeds 5 --seed-labels 40 --step 20
+--rounds 10; --crawl ko --step 40 --rounds 5); writes benchmarks/results/labelling_loop_<crawl>.json
+(transforms/core/results.py) and the plot docs/figures/labelling_loop_<crawl>.png
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import platform
+import os
 import sys
 import tempfile
 import time
@@ -45,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 LABELS = ROOT / "lake" / "samples" / "ja_everyday_labels.jsonl"
 CRAWL = ROOT / "lake" / "samples" / "ja_crawl_sample.jsonl"
+SHARED = ROOT.parent / "shared" / "data"
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -60,16 +65,43 @@ def recipe_judge() -> Any:
     return LinearJudge.model_validate(entry.fields["judge"])
 
 
-def rows_and_split(judge: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def ja_rows() -> list[dict[str, Any]]:
+    """The bundled example: its labels file's rows and its plain crawl rows."""
+    labelled = [{k: r[k] for k in ("id", "text", "source", "everyday")} | {"url": None, "seedable": True}
+                for r in _jsonl(LABELS)]
+    crawl = [{"id": r["id"], "text": r["text"], "source": r["source"], "url": r["url"],
+              "everyday": int(r["source"] == "jcommonsenseqa"), "seedable": False}
+             for r in _jsonl(CRAWL)[:600] if r["source"] in ("jcommonsenseqa", "jsquad")]
+    return labelled + crawl
+
+
+def ko_rows() -> list[dict[str, Any]]:
+    """A Korean crawl from ../shared/data: BLEnD's everyday-culture questions (1) among questions and commands to
+    an assistant (3i4k) and chit-chat (songys), a quarter positive; the same rows every time."""
+    import re
+
+    rng = np.random.default_rng(0)
+    blend = _jsonl(SHARED / "ko_blend_everyday_culture" / "South_Korea_annotations.jsonl")
+    rows = [{"id": f"blend-{r['id']}", "text": re.sub(r"\s*\([^()]*제공[^()]*\)\s*$", "", r["question"]),
+             "source": "blend", "everyday": 1} for r in blend]
+    lines = [x.split("\t", 1) for x in (SHARED / "ko_3i4k" / "fci.txt").read_text(encoding="utf-8").splitlines()]
+    for kind, n in (("2", 1000), ("3", 300)):
+        texts = sorted({t.strip() for k, t in lines if k == kind and len(t.strip()) >= 8})
+        rows += [{"id": f"3i4k-{kind}-{i}", "text": texts[i], "source": "3i4k", "everyday": 0}
+                 for i in sorted(rng.choice(len(texts), n, replace=False))]
+    with (SHARED / "ko_chatbot_songys" / "ChatbotData.csv").open(encoding="utf-8") as f:
+        chat = sorted({r["Q"].strip() for r in csv.DictReader(f) if len(r["Q"].strip()) >= 8})
+    rows += [{"id": f"chat-{i}", "text": chat[i], "source": "chatbot_songys", "everyday": 0}
+             for i in sorted(rng.choice(len(chat), 400, replace=False))]
+    return [r | {"url": None, "seedable": True} for r in rows]
+
+
+def rows_and_split(judge: Any, crawl: str = "ja") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(pool, evaluation): every row as a labels-file row, cut by the recipe's held-out split."""
     from transforms.judge.labels import LabelledRow
 
-    labelled = [{k: r[k] for k in ("id", "text", "source", "everyday")} | {"url": None} for r in _jsonl(LABELS)]
-    crawl = [{"id": r["id"], "text": r["text"], "source": r["source"], "url": r["url"],
-              "everyday": int(r["source"] == "jcommonsenseqa")}
-             for r in _jsonl(CRAWL)[:600] if r["source"] in ("jcommonsenseqa", "jsquad")]
     pool, evaluation = [], []
-    for r in labelled + crawl:
+    for r in ja_rows() if crawl == "ja" else ko_rows():
         (evaluation if judge.held_out.holds_out(LabelledRow(id=r["id"], text=r["text"])) else pool).append(r)
     return pool, evaluation
 
@@ -79,41 +111,48 @@ def _write(path: Path, rows: list[dict[str, Any]], mode: str = "w") -> None:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
 
-def fit(judge: Any, labels: Path, cache: str) -> dict[str, Any]:
-    """Refit on the labels file as a run does; the figures the prefilter's report gives."""
-    from transforms.judge.linear import checking_rows, embedder_for, threshold_for_recall, train
+def fit(judge: Any, labels: Path, cache: str, pool: list[dict[str, Any]]) -> dict[str, Any]:
+    """Refit on the labels file as a run does, and score the pool as the run scores the crawl; the figures the
+    prefilter's report gives, the kept-set estimate and its truth (the pool rows kept, by their source)."""
+    import pyarrow as pa
+
+    from transforms.judge.gate import SupervisedPrefilter
+    from transforms.judge.linear import kept_estimate, train
 
     config = judge.model_copy(update={"labels": str(labels), "min_labels": None})
     fitted = train(config, cache)
     cv, held = fitted.cv, fitted.cv["held_out"]
-    # diagnosis only, never a judge's setting: the ranking's precision where the held-out rows' own scores keep
-    # 90% of their positives (a threshold no run can know)
-    rows = checking_rows(config)
-    truth = np.array([r.value(config.label) for r in rows], dtype=bool)
-    scores = fitted.score_texts([r.text for r in rows], embedder_for(config, cache))
-    at_r90 = float(truth[scores >= threshold_for_recall(scores, truth, 0.9)].mean())
+    stage = SupervisedPrefilter(judge=config, embed_cache_dir=cache)
+    table = stage.score(pa.table({"id": [r["id"] for r in pool], "text": [r["text"] for r in pool]}), fitted)
+    scores = np.array(table.column("prefilter_score").to_pylist())
+    # the truth the estimate is for: the pool rows the judge decides on without a label of theirs
+    done = {json.loads(x)["id"] for x in labels.read_text(encoding="utf-8").splitlines()}
+    unlabelled = np.array([r["id"] not in done for r in pool])
+    truth = np.array([r["everyday"] for r in pool], dtype=bool)[unlabelled]
+    kept = (scores >= fitted.threshold)[unlabelled]
+    estimate = kept_estimate(cv.get("samples") or {}, fitted.threshold)
+    true_p = float(truth[kept].mean()) if kept.any() else float("nan")
+    interval = (estimate or {}).get("precision_interval")
     return {"labels": cv["seed_rows"], "positives": cv["positives"], "oof_precision": cv["precision"],
             "oof_recall": cv["recall"], "held_precision": held["precision"], "held_recall": held["recall"],
-            "held_auc": held["auc"], "held_precision_at_held_r90": at_r90, "oof_auc": cv["auc"], "threshold": fitted.threshold, "held_rows": held["rows"],
-            "_fitted": fitted}
+            "held_auc": held["auc"], "oof_auc": cv["auc"], "threshold": fitted.threshold, "held_rows": held["rows"],
+            "threshold_rows": cv.get("threshold_rows"), "kept_true_precision": true_p,
+            "kept_true_recall": float(kept[truth].mean()), "kept_estimate": estimate,
+            "kept_covered": None if not interval else bool(interval[0] <= true_p <= interval[1]),
+            "_fitted": fitted, "_scores": scores}
 
 
-def loop_batch(judge: Any, fitted: Any, pool: list[dict[str, Any]], labels: Path, cache: str, folder: Path,
-               n: int, round_no: int) -> None:
+def loop_batch(judge: Any, fitted: Any, pool: list[dict[str, Any]], scores: np.ndarray, labels: Path, cache: str,
+               folder: Path, n: int, round_no: int, random_share: float, run_id: str) -> None:
     """One round of `piqaforge label export` + an oracle's filled CSV + `piqaforge label import`."""
-    import pyarrow as pa
-
-    from transforms.judge.gate import SupervisedPrefilter
     from transforms.judge.linear import embedder_for, prepare
     from transforms.review.labelling import export_batch, import_batch
 
-    stage = SupervisedPrefilter(judge=judge.model_copy(update={"labels": str(labels)}), embed_cache_dir=cache)
-    embedder = embedder_for(stage.judge, cache)
-    table = stage.score(pa.table({"id": [r["id"] for r in pool], "text": [r["text"] for r in pool]}), fitted, embedder)
-    rows = [r | {"score": s} for r, s in zip(pool, table.column("prefilter_score").to_pylist(), strict=True)]
+    embedder = embedder_for(judge.model_copy(update={"labels": str(labels)}), cache)
+    rows = [r | {"score": float(s)} for r, s in zip(pool, scores, strict=True)]
     embeddings = embedder.encode([prepare(r["text"], fitted.embed_chars) for r in rows])  # as jobs/labelling.py
     export_batch(rows, threshold=fitted.threshold, embeddings=embeddings, n=n, folder=folder, label=judge.label,
-                 labels_path=str(labels), round_no=round_no, run_id="bench")
+                 labels_path=str(labels), round_no=round_no, run_id=run_id, random_share=random_share)
     truth = {r["id"]: r["everyday"] for r in pool}
     with (folder / "labelling.csv").open(encoding="utf-8") as f:
         batch = list(csv.DictReader(f))
@@ -129,8 +168,11 @@ def loop_batch(judge: Any, fitted: Any, pool: list[dict[str, Any]], labels: Path
 
 def run_arm(arm: str, judge: Any, pool: list[dict[str, Any]], evaluation: list[dict[str, Any]], seed: int,
             args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    # random: a team that labels a random sample and trains on all of it; loop: the recipe's judge as it is (its
+    # random share calibrates unless --random-rows says otherwise)
+    judge = judge.model_copy(update={"random_rows": "train" if arm == "random" else args.random_rows})
     rng = np.random.default_rng(seed)
-    from_file = [r for r in pool if r["id"].startswith(("everyday-", "wiki-"))]
+    from_file = [r for r in pool if r["seedable"]]
     pos = [r for r in from_file if r["everyday"]]
     neg = [r for r in from_file if not r["everyday"]]
     half = args.seed_labels // 2
@@ -141,20 +183,20 @@ def run_arm(arm: str, judge: Any, pool: list[dict[str, Any]], evaluation: list[d
     picker = np.random.default_rng(1000 + seed)
     curve = []
     for k in range(args.rounds + 1):
-        figures = fit(judge, labels, args.cache)
-        fitted = figures.pop("_fitted")
+        figures = fit(judge, labels, args.cache, pool)
+        fitted, scores = figures.pop("_fitted"), figures.pop("_scores")
         curve.append({"arm": arm, "seed": seed, "round": k} | figures)
         if k == args.rounds:
             break
         done = {json.loads(x)["id"] for x in labels.read_text(encoding="utf-8").splitlines()}
         if arm == "loop":
-            loop_batch(judge, fitted, pool, labels, args.cache, work / f"{arm}-{seed}-round{k + 1}", args.step,
-                       k + 1)
+            loop_batch(judge, fitted, pool, scores, labels, args.cache, work / f"{arm}-{seed}-round{k + 1}",
+                       args.step, k + 1, args.random_share, f"bench-{seed}")
         else:
             left = [r for r in pool if r["id"] not in done]
             picked = [left[i] for i in picker.choice(len(left), args.step, replace=False)]
-            _write(labels, [r | {"annotator": "oracle:source", "round": k + 1, "batch": f"random-{k + 1}"}
-                            for r in picked], mode="a")
+            _write(labels, [r | {"annotator": "oracle:source", "round": k + 1, "batch": f"random-{k + 1}",
+                                 "share": "random"} for r in picked], mode="a")
     return curve
 
 
@@ -168,81 +210,131 @@ def reached(curve: list[dict[str, Any]], precision: float, recall: float = 0.8, 
 def summary(points: list[dict[str, Any]], arm: str, k: int) -> dict[str, Any]:
     at = [p for p in points if p["arm"] == arm and p["round"] == k]
     out: dict[str, Any] = {"labels": at[0]["labels"]}
-    for key in ("oof_precision", "oof_recall", "held_precision", "held_recall", "held_auc", "held_precision_at_held_r90",
-                "threshold"):
+    for key in ("oof_precision", "oof_recall", "held_precision", "held_recall", "held_auc", "threshold",
+                "kept_true_precision"):
         v = np.array([p[key] for p in at])
         out[key] = (float(v.mean()), float(v.min()), float(v.max()))
     return out
 
 
-def plot(points: list[dict[str, Any]], rounds: int, full: dict[str, Any], target: float, path: Path) -> None:
+def plot(points: list[dict[str, Any]], rounds: int, target: float, crawl: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
-    for ax, which in zip(axes, ("held", "oof"), strict=True):
-        for arm, colour in (("loop", "#2f6db5"), ("random", "#c8553d")):
-            rows = [summary(points, arm, k) for k in range(rounds + 1)]
-            x = [r["labels"] for r in rows]
-            for key, style in ((f"{which}_precision", "-"), (f"{which}_recall", ":")):
-                mean = [r[key][0] for r in rows]
-                ax.plot(x, mean, style, color=colour, label=f"{arm} {key.split('_')[1]}")
-                ax.fill_between(x, [r[key][1] for r in rows], [r[key][2] for r in rows], color=colour, alpha=0.12)
-        if which == "held":
-            ax.axhline(target, color="#444", lw=0.8, ls="--", label=f"P = {target:.3f}")
-            ax.axhline(0.8, color="#999", lw=0.8, ls="-.", label="recall 0.8")
-        ax.set_title({"held": f"held-out ({full['held_rows']} rows, never labelled)",
-                      "oof": "out of fold (on the labels each arm has)"}[which], fontsize=9)
-        ax.set_xlabel("labels used")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("solid: precision, dotted: recall")
-    axes[0].set_ylim(0.6, 1.01)
-    axes[1].set_ylim(0.2, 1.01)
-    fig.suptitle("crawl-filter's judge: labelling loop vs random labels (mean, band: min-max over seeds)",
-                 fontsize=10)
-    axes[0].legend(fontsize=7, loc="lower right")
+    fig, ax = plt.subplots(figsize=(6.4, 4), dpi=110)
+    for arm, colour in (("loop", "#2f6db5"), ("random", "#c8553d")):
+        rows = [summary(points, arm, k) for k in range(rounds + 1)]
+        x = [r["labels"] for r in rows]
+        for key, style in (("held_precision", "-"), ("held_recall", ":")):
+            ax.plot(x, [r[key][0] for r in rows], style, color=colour, label=f"{arm} {key.split('_')[1]}")
+            ax.fill_between(x, [r[key][1] for r in rows], [r[key][2] for r in rows], color=colour, alpha=0.12)
+    ax.axhline(target, color="#444", lw=0.8, ls="--", label=f"P = {target:.3f}")
+    ax.axhline(0.8, color="#999", lw=0.8, ls="-.", label="recall 0.8")
+    ax.set_xlabel("labels used")
+    ax.set_ylabel("held out: precision (solid), recall (dotted)")
+    ax.set_ylim(0.5, 1.01)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"crawl-filter's judge on the {crawl} crawl: labelling loop vs random labels\n"
+                 "(mean; band: min-max over seeds)", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
     plt.close(fig)
 
 
+def result_figures(points: list[dict[str, Any]], rounds: int, seeds: int, full: dict[str, Any], target: float,
+                   crawl: str) -> dict[str, Any]:
+    """What the docs quote: per round, each arm's mean held-out precision and recall, and the loop's margin; the
+    worst margin; the kept-set estimate's coverage."""
+    from transforms.core.results import figure
+
+    out: dict[str, Any] = {}
+    margins = []
+    for k in range(rounds + 1):
+        lo, ra = summary(points, "loop", k), summary(points, "random", k)
+        out[f"labels_r{k}"] = figure(lo["labels"], "labels", f"labels used after round {k} ({crawl} crawl)")
+        for arm, got in (("loop", lo), ("random", ra)):
+            for key in ("held_precision", "held_recall"):
+                out[f"{arm}_{key}_r{k}"] = figure(round(got[key][0], 3), key.split("_")[1],
+                                                  f"{arm} arm, round {k}: mean held-out {key.split('_')[1]} over "
+                                                  f"{seeds} seeds at the judge's own threshold ({crawl} crawl)")
+        margins.append(lo["held_precision"][0] - ra["held_precision"][0])
+        out[f"margin_r{k}"] = figure(round(margins[-1], 3), "precision",
+                                     f"loop minus random mean held-out precision, round {k} ({crawl} crawl)")
+    out["worst_margin"] = figure(round(min(margins), 3), "precision", "the smallest loop minus random mean held-out "
+                                 f"precision over the rounds ({crawl} crawl)")
+    covered = [p["kept_covered"] for p in points if p["arm"] == "loop" and p["kept_covered"] is not None]
+    out["kept_coverage"] = figure(round(sum(covered) / max(len(covered), 1), 3), "share",
+                                  "share of the loop's (seed, round) fits whose 95% interval for the kept set's "
+                                  f"precision, from the batches' random share, holds the truth ({crawl} crawl)")
+    out["kept_estimates"] = figure(len(covered), "fits", "loop fits with a kept-set precision estimate")
+    out["whole_pool_held_precision"] = figure(round(full["held_precision"], 3), "precision",
+                                              f"held-out precision of the judge fitted on the whole pool ({crawl})")
+    out["target_precision"] = figure(target, "precision", "the target: whole-pool held-out precision - 0.02")
+    out["pool_rows"] = figure(full["labels"], "rows", f"rows of the {crawl} pool (the crawl the arms label from)")
+    out["held_rows"] = figure(full["held_rows"], "rows", f"held-out rows of the {crawl} crawl (the recipe's split)")
+    out["seeds"] = figure(seeds, "seeds", "seeds per arm")
+    return out
+
+
+def doc_table(crawl: str, rounds: int) -> str:
+    """The markdown table the docs carry, each cell a marker rendered from the results file."""
+    name = f"labelling_loop_{crawl}"
+    lines = ["| labels | loop: held-out precision | random: held-out precision | loop: held-out recall "
+             "| random: held-out recall |", "|---:|---:|---:|---:|---:|"]
+    for k in range(rounds + 1):
+        cells = [f"<!--fig {name}.labels_r{k}-->?<!--/fig-->"] + [
+            f"<!--fig {name}.{arm}_{key}_r{k}:.3f-->?<!--/fig-->" for key in ("held_precision", "held_recall")
+            for arm in ("loop", "random")]
+        lines.append("| " + " | ".join(cells[:1] + [cells[1], cells[3], cells[2], cells[4]]) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from transforms.review.labelling import RANDOM_SHARE
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--crawl", choices=("ja", "ko"), default="ja")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--seed-labels", type=int, default=40)
     p.add_argument("--step", type=int, default=20)
     p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--random-share", type=float, default=RANDOM_SHARE)
+    p.add_argument("--random-rows", choices=("calibrate", "train"), default="calibrate",
+                   help="the loop's judge.random_rows (the recipe's default: calibrate)")
     p.add_argument("--cache", default=str(ROOT / "lake" / "cache" / "embeddings"))
-    p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "labelling_loop.json"))
-    p.add_argument("--png", default=str(ROOT / "docs" / "figures" / "labelling_loop_ja.png"))
+    p.add_argument("--png", default=None, help="default: docs/figures/labelling_loop_<crawl>.png")
+    p.add_argument("--doc-table", action="store_true", help="print the docs' table of markers and stop")
     args = p.parse_args(argv)
+    if args.doc_table:
+        print(doc_table(args.crawl, args.rounds))
+        return 0
+    load_start = list(os.getloadavg())
     judge = recipe_judge()
-    pool, evaluation = rows_and_split(judge)
-    print(f"pool {len(pool)} rows ({sum(r['everyday'] for r in pool)} everyday), evaluation {len(evaluation)} rows "
-          f"({sum(r['everyday'] for r in evaluation)} everyday); budget {args.seed_labels} + {args.rounds} x "
-          f"{args.step} = {args.seed_labels + args.rounds * args.step}", flush=True)
+    pool, evaluation = rows_and_split(judge, args.crawl)
+    print(f"{args.crawl}: pool {len(pool)} rows ({sum(r['everyday'] for r in pool)} everyday), evaluation "
+          f"{len(evaluation)} rows ({sum(r['everyday'] for r in evaluation)} everyday); budget {args.seed_labels} + "
+          f"{args.rounds} x {args.step} = {args.seed_labels + args.rounds * args.step}", flush=True)
     started = time.time()
     points: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         whole = Path(tmp) / "whole.jsonl"
         _write(whole, evaluation + pool)
-        full = fit(judge, whole, args.cache)
-        full.pop("_fitted")
+        full = fit(judge, whole, args.cache, pool)
+        full.pop("_fitted"), full.pop("_scores")
         for seed in range(args.seeds):
             for arm in ("loop", "random"):
                 points += run_arm(arm, judge, pool, evaluation, seed, args, Path(tmp))
             print(f"seed {seed} done ({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
     target = round(full["held_precision"] - 0.02, 3)
     print(f"\nwhole pool ({full['labels']} labels): held-out precision {full['held_precision']:.3f}, recall "
-          f"{full['held_recall']:.3f}; out of fold precision {full['oof_precision']:.3f}, recall "
-          f"{full['oof_recall']:.3f}. Target: held-out precision >= P = {target:.3f} at recall >= 0.8\n")
+          f"{full['held_recall']:.3f}. Target: held-out precision >= P = {target:.3f} at recall >= 0.8\n")
     print("| labels | loop held-out P | random held-out P | loop held-out R | random held-out R "
-          "| loop out-of-fold P | random out-of-fold P | loop held-out AUC | random held-out AUC "
-          "| loop threshold | random threshold | loop held-out P at held-out R 0.9 | random (same) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| loop out-of-fold P | random out-of-fold P | loop threshold | random threshold | loop kept P (truth) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def cell(v: tuple[float, float, float]) -> str:
         return f"{v[0]:.3f} ({v[1]:.2f}–{v[2]:.2f})"
@@ -251,9 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         lo, ra = summary(points, "loop", k), summary(points, "random", k)
         print(f"| {lo['labels']} | {cell(lo['held_precision'])} | {cell(ra['held_precision'])} | "
               f"{cell(lo['held_recall'])} | {cell(ra['held_recall'])} | {cell(lo['oof_precision'])} | "
-              f"{cell(ra['oof_precision'])} | {cell(lo['held_auc'])} | {cell(ra['held_auc'])} | "
-              f"{cell(lo['threshold'])} | {cell(ra['threshold'])} | {cell(lo['held_precision_at_held_r90'])} | "
-              f"{cell(ra['held_precision_at_held_r90'])} |")
+              f"{cell(ra['oof_precision'])} | {cell(lo['threshold'])} | {cell(ra['threshold'])} | "
+              f"{cell(lo['kept_true_precision'])} |")
     needed = {f"{arm} {how}": [reached([q for q in points if q["arm"] == arm and q["seed"] == s], target,
                                        stays=how == "and stays")
                                for s in range(args.seeds)] for arm in ("loop", "random") for how in ("first", "and stays")}
@@ -263,12 +354,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{what}: held-out precision >= {target:.3f} at recall >= 0.8 in {len(hit)} of {args.seeds} seeds; "
               f"labels per seed: {', '.join('-' if g is None else str(g) for g in got)}"
               + (f" (median {int(np.median(hit))})" if hit else ""))
-    plot(points, args.rounds, full, target, Path(args.png))
-    print(f"\nplot: {args.png}; {time.time() - started:.0f} s on {platform.processor() or platform.machine()}")
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"args": vars(args), "pool": len(pool), "evaluation": len(evaluation),
-                                           "whole_pool": full, "target_precision": target, "needed": needed,
-                                           "points": points}, indent=1), encoding="utf-8")
+    figures = result_figures(points, args.rounds, args.seeds, full, target, args.crawl)
+    print(f"worst margin (loop - random mean held-out precision): {figures['worst_margin']['value']:+.3f}; "
+          f"kept-set precision intervals holding the truth: {figures['kept_coverage']['value']:.3f} of "
+          f"{figures['kept_estimates']['value']}")
+    png = Path(args.png or ROOT / "docs" / "figures" / f"labelling_loop_{args.crawl}.png")
+    plot(points, args.rounds, target, args.crawl, png)
+    from transforms.core.results import write_result
+
+    out = write_result(f"labelling_loop_{args.crawl}", figures, benchmark="benchmarks/bench_labelling_loop.py",
+                       load_start=load_start,
+                       data={"args": vars(args), "pool": len(pool), "evaluation": len(evaluation),
+                             "whole_pool": full, "needed": needed, "seconds": round(time.time() - started),
+                             "points": points})
+    print(f"\nplot: {png}; results: {out}; {time.time() - started:.0f} s")
     return 0
 
 

@@ -1,7 +1,9 @@
-"""`piqaforge label export RUN_ID --n N` and `piqaforge label import BATCH --from FILLED`: the labelling loop
-(transforms/review/labelling.py). Export writes a batch of the rows a run's `supervised_prefilter` was least
-sure of, spread over the embedding space, under <lake>/labelling/; import checks the filled CSV and appends
-its labels, with annotator, date, round and batch, to the judge's labels file, which the next run learns from.
+"""`piqaforge label export RUN_ID --n N [--random-share S | --audit N]` and `piqaforge label import BATCH --from
+FILLED`: the labelling loop (transforms/review/labelling.py). Export writes a batch under <lake>/labelling/ of the
+rows a run's `supervised_prefilter` scored: half drawn at random from them (the judge's threshold and the kept
+set's precision estimate are set on these), half where the judge was least sure, spread over the embedding
+space; `--audit N` draws N of the kept rows instead. Import checks the filled CSV and appends its labels, with
+annotator, date, round, batch and share, to the judge's labels file, which the next run learns from.
 """
 
 from __future__ import annotations
@@ -13,11 +15,18 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("label", help="the labelling loop: export the rows the judge is least sure of, import labels")
+    p = sub.add_parser("label", help="the labelling loop: export rows to label (a random share and the ones the "
+                       "judge is least sure of), import labels")
     verbs = p.add_subparsers(dest="label_command", required=True)
     export = verbs.add_parser("export", help="a labelling batch from a run whose supervised_prefilter scored rows")
     export.add_argument("run_id", help="the run holding the prefilter (`piqaforge runs`)")
     export.add_argument("--n", type=int, default=50, help="rows in the batch (default 50)")
+    export.add_argument("--random-share", type=float, default=None,
+                        help="share of the batch drawn at random from the crawl, the rest where the judge is least "
+                        "sure (default 0.5: the threshold and the kept set's precision estimate are set on it)")
+    export.add_argument("--audit", type=int, default=None, metavar="N",
+                        help="instead: N rows drawn at random from the rows the judge kept, to estimate the kept "
+                        "set's precision")
     export.add_argument("--lake", default="lake", help="lake root directory (default: lake)")
     imp = verbs.add_parser("import", help="append a filled labelling batch to the judge's labels file")
     imp.add_argument("batch", help="the batch folder (<lake>/labelling/<batch>)")
@@ -42,7 +51,7 @@ def _export(args: argparse.Namespace) -> int:
     from transforms.core.manifest import RunManifest
     from transforms.embed.cache import CachedEmbedder
     from transforms.judge.linear import FittedLinear, prepare
-    from transforms.review.labelling import LabellingError, export_batch, next_round
+    from transforms.review.labelling import RANDOM_SHARE, LabellingError, export_batch, next_round
 
     lake = Lake(args.lake)
     folder = lake.run_dir(args.run_id) / "prefilter"
@@ -61,11 +70,17 @@ def _export(args: argparse.Namespace) -> int:
     embeddings = embedder.encode([prepare(r["text"], fitted.embed_chars) for r in rows])
     batches = lake.root / "labelling"
     round_no = next_round(batches, report["labels"])
-    out = batches / f"{args.run_id}-round{round_no}"
-    chosen = export_batch(rows, threshold=float(report["threshold"]), embeddings=embeddings, n=args.n, folder=out,
-                          label=report.get("label", "physical"), labels_path=report["labels"], round_no=round_no,
-                          run_id=args.run_id)
-    print(f"labelling batch {out}: {len(chosen)} rows (round {round_no}); fill labelling.csv, then\n"
+    audit = args.audit is not None
+    if audit and args.random_share is not None:
+        raise LabellingError("--audit draws from the kept rows only: it takes no --random-share")
+    out = batches / f"{args.run_id}-{'audit' if audit else 'round'}{round_no}"
+    chosen = export_batch(rows, threshold=float(report["threshold"]), embeddings=embeddings,
+                          n=args.audit if audit else args.n, folder=out, label=report.get("label", "physical"),
+                          labels_path=report["labels"], round_no=round_no, run_id=args.run_id, audit=audit,
+                          random_share=RANDOM_SHARE if args.random_share is None else args.random_share)
+    shares = ", ".join(f"{sum(r['share'] == s for r in chosen)} {s}" for s in ("random", "uncertain", "audit")
+                       if any(r["share"] == s for r in chosen))
+    print(f"labelling batch {out}: {len(chosen)} rows ({shares}; round {round_no}); fill labelling.csv, then\n"
           f"  piqaforge label import {out} --from FILLED.csv")
     return 0
 

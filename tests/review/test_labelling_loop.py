@@ -111,3 +111,63 @@ def test_two_copies_that_disagree_are_refused(batch, tmp_path: Path) -> None:
     two = _fill(folder, tmp_path / "b.csv", {chosen[0]["id"]: ("0", "Ben", "")})
     with pytest.raises(LabellingError, match="settle it in one copy"):
         import_batch(folder, [one, two])
+
+
+def test_a_batch_is_half_random_half_least_sure_shuffled_and_repeatable(tmp_path: Path) -> None:
+    # 200 rows: the least sure are r0..r39 (scores at the threshold); a random draw reaches far beyond them
+    rows = [{"id": f"r{i}", "text": f"q{i}", "score": 0.5 if i < 40 else 0.999} for i in range(200)]
+    emb = np.random.default_rng(1).standard_normal((200, 8))
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"id": "r199", "text": "t", "everyday": 1}) + "\n", encoding="utf-8")
+
+    def export(folder: str, **kw) -> list[dict]:
+        return export_batch(rows, threshold=0.5, embeddings=emb, n=10, folder=tmp_path / folder, label="everyday",
+                            labels_path=str(labels), round_no=1, run_id="run", **kw)
+
+    chosen = export("a")
+    shares = [r["share"] for r in chosen]
+    assert shares.count("random") == shares.count("uncertain") == 5  # RANDOM_SHARE: half
+    assert all(int(r["id"][1:]) < 40 for r in chosen if r["share"] == "uncertain")  # the least sure rows
+    assert "r199" not in {r["id"] for r in chosen}  # labelled already
+    assert shares != sorted(shares) and shares != sorted(shares, reverse=True)  # shuffled: the shares look alike
+    record = json.loads((tmp_path / "a" / "batch.json").read_text(encoding="utf-8"))
+    assert record["shares"] == {r["id"]: r["share"] for r in chosen} and record["random_share"] == 0.5
+    assert [r["id"] for r in export("b")] == [r["id"] for r in chosen]  # the same run and round: the same batch
+    assert {r["share"] for r in export("c", random_share=0.0)} == {"uncertain"}
+    assert {r["share"] for r in export("d", random_share=1.0)} == {"random"}
+    with pytest.raises(LabellingError, match="between 0 and 1"):
+        export("e", random_share=1.5)
+
+    filled = _fill(tmp_path / "a", tmp_path / "filled.csv", {r["id"]: ("1", "Aiko", "") for r in chosen})
+    import_batch(tmp_path / "a", [filled])
+    imported = {r.id: r.column("share") for r in load_labels(labels, label="everyday")[1:]}
+    assert imported == {r["id"]: r["share"] for r in chosen}  # each row says how it was chosen
+
+
+def test_an_audit_batch_draws_only_kept_rows(tmp_path: Path) -> None:
+    rows = [{"id": f"r{i}", "text": f"q{i}", "score": i / 100} for i in range(100)]
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"id": "r99", "text": "t", "everyday": 1}) + "\n", encoding="utf-8")
+    chosen = export_batch(rows, threshold=0.8, embeddings=np.eye(100), n=12, folder=tmp_path / "audit",
+                          label="everyday", labels_path=str(labels), round_no=2, run_id="run", audit=True)
+    assert len(chosen) == 12 and all(r["score"] >= 0.8 and r["share"] == "audit" for r in chosen)
+    assert "r99" not in {r["id"] for r in chosen}
+    assert "audit" in (tmp_path / "audit" / "README.md").read_text(encoding="utf-8")
+    with pytest.raises(LabellingError, match="nothing to audit"):
+        export_batch(rows, threshold=2.0, embeddings=np.eye(100), n=5, folder=tmp_path / "none", label="everyday",
+                     labels_path=str(labels), round_no=3, run_id="run", audit=True)
+
+
+def test_label_export_exports_a_random_share_by_default() -> None:
+    import argparse
+
+    from jobs import labelling
+
+    parser = argparse.ArgumentParser()
+    labelling.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["label", "export", "RUN"])
+    assert args.random_share is None and args.audit is None  # _export then uses RANDOM_SHARE
+    from transforms.review.labelling import RANDOM_SHARE
+
+    assert 0 < RANDOM_SHARE < 1
+    assert parser.parse_args(["label", "export", "RUN", "--audit", "30"]).audit == 30

@@ -23,8 +23,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from transforms.embed.base import EmbedderConfig
-from transforms.judge.labels import HeldOut, LabelError, LabelFile, LabelledRow, held_out_labels, load_labels
-from transforms.judge.metrics import judge_metrics
+from transforms.judge.labels import HeldOut, LabelError, LabelFile, LabelledRow, read_rows
+from transforms.judge.metrics import judge_metrics, wilson
 from transforms.judge.ngram_tier import FittedTier, NgramTier, fit_tier
 from transforms.text.guard import injection_flags, sanitize
 from transforms.text.views import (
@@ -61,6 +61,19 @@ class LinearJudge(BaseModel):
                                      "trained on: {fraction, seed}, {column, values}, {column, pattern} or {url_id, "
                                      "held_out: odd|even} (Ko-PIQA: KiN questions with an odd docId); null: every "
                                      "row may be trained on.")
+    imported_rows: Literal["train", "split"] = Field(
+        "train", description="Rows a labelling round imported (they carry a `round`, `piqaforge label import`): "
+        "train (the held-out set stays the rows the split picks among the labels the team started with, so it is "
+        "fixed when the judge is declared and every round is measured on the same rows), or split (`held_out` "
+        "cuts them too, moving some of every batch into the held-out set).")
+    random_rows: Literal["calibrate", "train"] = Field(
+        "calibrate", description="The rows of a labelling batch's random share (`share: random`): calibrate (never "
+        "fitted on, so the final model scores them as it scores the crawl: the threshold and the kept set's "
+        "precision and recall estimates are set on them), or train (fitted on too; they count out of fold).")
+    threshold_on: Literal["representative", "all"] = Field(
+        "representative", description="Whose out-of-fold scores set the threshold and the out-of-fold figures: "
+        "representative (the labels the team started with and each batch's random share, not the rows a batch "
+        "chose near the threshold, which are harder than the crawl and would sink the threshold), or all.")
     label: str = Field("physical", description="Which 0/1 column of the labels to learn (any name: `everyday`, "
                        "`physical`, ...); every row of every labels file must carry it.")
     embedder: EmbedderConfig = Field(default_factory=default_embedder)
@@ -188,6 +201,10 @@ class FittedLinear(BaseModel):
         return float((s[y] >= threshold).mean()) if y.any() else float("nan")
 
 
+# Fewest representative positives the threshold is set on; under it every labelled row sets it.
+MIN_CALIBRATION_POSITIVES = 5
+
+
 def threshold_for_recall(scores: np.ndarray, labels: np.ndarray, target: float) -> float:
     """The highest t with recall(score >= t) >= target among the positives."""
     pos = np.sort(np.asarray(scores)[np.asarray(labels, dtype=bool)])[::-1]
@@ -200,16 +217,21 @@ def threshold_for_recall(scores: np.ndarray, labels: np.ndarray, target: float) 
 def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: float, folds: int = 5,
                C: float = 1.0, seed: int = 0, min_per_class: int = 10, groups: list[str] | None = None,
                views: tuple[np.ndarray, np.ndarray] | None = None, train_on_views: bool = False,
+               calibrate: np.ndarray | None = None, trains: np.ndarray | None = None,
                ) -> tuple[list[float], float, float, dict[str, Any], np.ndarray]:
     """(coef, intercept, threshold, out-of-fold report, out-of-fold scores). The model learns the
     rows' window embeddings; `views` = (embeddings of the other prefix views, their row index) makes
     each out-of-fold score the minimum over the row's views under the fold's model; `train_on_views`
-    adds the views of the training rows to the fit, labelled as their row."""
+    adds the views of the training rows to the fit, labelled as their row. `trains` (a mask; None: every row)
+    names the rows fitted on; the others are never fitted on, so their score under the final model is as unseen
+    as an out-of-fold one, and it stands in the out-of-fold scores. `calibrate` (a mask; None: every row) names
+    the rows whose scores set the threshold and the report."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
 
     y = np.asarray(labels, dtype=bool)
-    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    fitted_on = np.ones(len(y), dtype=bool) if trains is None else np.asarray(trains, dtype=bool)
+    n_pos, n_neg = int((y & fitted_on).sum()), int((~y & fitted_on).sum())
     if min(n_pos, n_neg) < max(min_per_class, folds):
         raise LabelError(f"the labels hold {n_pos} positives and {n_neg} negatives; the linear judge needs at "
                          f"least {max(min_per_class, folds)} of each: label more rows (docs/ko_piqa_rubric.md)")
@@ -224,21 +246,30 @@ def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: flo
         return model().fit(np.vstack([embeddings[rows], views[0][extra]]),
                            np.concatenate([y[rows], y[views[1][extra]]]))
 
-    oof = np.zeros(len(y))
-    for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(embeddings, y):
-        fold = fit(train)
-        oof[test] = fold.predict_proba(embeddings[test])[:, 1]
+    def score(fold: Any, rows: np.ndarray) -> None:  # into oof: the rows' scores, min over their views
+        oof[rows] = fold.predict_proba(embeddings[rows])[:, 1]
         if views is not None and len(views[1]):
-            held = np.isin(views[1], test)
+            held = np.isin(views[1], rows)
             if held.any():
                 np.minimum.at(oof, views[1][held], fold.predict_proba(views[0][held])[:, 1])
-    threshold = threshold_for_recall(oof, y, target_recall)
-    report = judge_metrics(y, oof >= threshold, oof)
-    report.update(threshold=threshold, target_recall=target_recall, folds=folds, C=C)
+
+    oof = np.zeros(len(y))
+    idx = np.flatnonzero(fitted_on)
+    for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(embeddings[idx], y[idx]):
+        score(fit(idx[train]), idx[test])
+    final = fit(idx)
+    if not fitted_on.all():
+        score(final, np.flatnonzero(~fitted_on))
+    on = np.ones(len(y), dtype=bool) if calibrate is None else np.asarray(calibrate, dtype=bool)
+    if int((y & on).sum()) < MIN_CALIBRATION_POSITIVES or not (~y & on).any():
+        on = np.ones(len(y), dtype=bool)  # too few representative rows to set a threshold on: all of them
+    threshold = threshold_for_recall(oof[on], y[on], target_recall)
+    report = judge_metrics(y[on], oof[on] >= threshold, oof[on])
+    report.update(threshold=threshold, target_recall=target_recall, folds=folds, C=C, threshold_rows=int(on.sum()),
+                  fitted_rows=int(fitted_on.sum()))
     if groups is not None:  # pass rate per source: how many chit-chat rows would get through
         g = np.asarray(groups)
         report["pass_rate_by_source"] = {str(s): float((oof[g == s] >= threshold).mean()) for s in sorted(set(groups))}
-    final = fit(np.arange(len(y)))
     return final.coef_[0].tolist(), float(final.intercept_[0]), threshold, report, oof
 
 
@@ -262,11 +293,35 @@ def label_round(row: LabelledRow) -> int:
     return int(value) if value not in (None, "") else 0
 
 
+def share_of(row: LabelledRow) -> str:
+    """How a row came to be labelled: `random` (a batch's random share of the crawl), `uncertain` (a batch's rows
+    nearest the threshold; rows imported in a round without a `share` were chosen so), `audit` (a random sample
+    of the kept rows, `label export --audit`), or `seed` (round 0: the labels the team started with)."""
+    share = row.column("share")
+    if share:
+        return str(share)
+    return "seed" if label_round(row) == 0 else "uncertain"
+
+
+def split_rows(config: LinearJudge, f: LabelFile) -> tuple[list[LabelledRow], list[LabelledRow]]:
+    """(rows to train on, held-out rows) of one labels file under `held_out`; with `imported_rows: train` the split
+    looks at the round-0 rows only, so an imported row never moves into (or out of) the held-out set."""
+    split, train_rows, held = config.held_out, [], []
+    for n, row in read_rows(f.path, config.label, source=f.source):
+        if split is None or (config.imported_rows == "train" and label_round(row) > 0) or not split.holds_out(row):
+            train_rows.append(row)
+        elif split.rows == "set_aside":
+            held.append(row)
+        else:
+            raise LabelError(f"{f.path}:{n}: {row.id} {split.why(row)}, the held-out set; it must not be used "
+                             "for training")
+    return train_rows, held
+
+
 def training_rows(config: LinearJudge, up_to_round: int | None = None) -> list[LabelledRow]:
     """The rows the judge learns: `labels` + `extra_labels`, restricted by `negative_sources` (and to the rows
     of labelling rounds <= `up_to_round`, for the learning curve)."""
-    rows = [r for f in config.files()
-            for r in load_labels(f.path, held_out=config.held_out, label=config.label, source=f.source)]
+    rows = [r for f in config.files() for r in split_rows(config, f)[0]]
     if up_to_round is not None:
         rows = [r for r in rows if label_round(r) <= up_to_round]
     if config.negative_sources is not None:
@@ -279,8 +334,7 @@ def checking_rows(config: LinearJudge) -> list[LabelledRow]:
     """The rows the `held_out` split sets aside in the labels files: the judge is measured on them, never fitted."""
     if config.held_out is None or config.held_out.rows != "set_aside":
         return []
-    return [r for f in config.files()
-            for r in held_out_labels(f.path, config.held_out, label=config.label, source=f.source)]
+    return [r for f in config.files() for r in split_rows(config, f)[1]]
 
 
 def views_of(config: LinearJudge, text: str) -> list[str]:
@@ -296,8 +350,7 @@ def views_of(config: LinearJudge, text: str) -> list[str]:
 
 def seed_views(config: LinearJudge, labels: str | None = None) -> list[str]:
     """Every text `train` embeds for one labels file (default `labels`): windows and, with views, their views."""
-    views = [views_of(config, r.text) for r in load_labels(labels or config.labels_path, held_out=config.held_out,
-                                                            label=config.label)]
+    views = [views_of(config, r.text) for r in split_rows(config, LabelFile(path=labels or config.labels_path))[0]]
     return [x for v in views for x in (v if config.views else v[-1:])]
 
 
@@ -316,10 +369,17 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None, up_to_round:
         owner = np.array([i for i, v in enumerate(per_row) for _ in v[:-1]], dtype=np.int64)
         flat = [x for v in per_row for x in v[:-1]]
         extra = (embedder.encode(flat) if flat else np.zeros((0, emb.shape[1]), np.float32), owner)
+    shares = np.array([share_of(r) for r in rows])
     coef, intercept, threshold, report, oof = fit_linear(
         emb, labels, target_recall=config.target_recall, folds=config.folds, C=config.C, seed=config.seed,
         min_per_class=config.min_per_class, groups=[r.source for r in rows], views=extra,
-        train_on_views=config.train_on_views)
+        train_on_views=config.train_on_views,
+        calibrate=np.isin(shares, ["seed", "random"]) if config.threshold_on == "representative" else None,
+        trains=shares != "random" if config.random_rows == "calibrate" else None)
+    # the out-of-fold scores of the rows drawn at random (from the crawl, or from its kept rows): what the kept
+    # set's precision and recall are estimated from (kept_estimate), at whatever threshold the run applies
+    report["samples"] = {share: {"scores": oof[shares == share].tolist(), "labels": labels[shares == share].tolist()}
+                         for share in ("random", "audit") if (shares == share).any()}
     report.update(seed_rows=len(rows), views=config.views, view_min_chars=config.view_min_chars,
                   parts=config.views and config.parts, part_min_chars=config.part_min_chars, guard=config.guard,
                   guard_flagged_positives=sum(bool(injection_flags(r.text)) for r, y in zip(rows, labels, strict=True)
@@ -350,3 +410,46 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None, up_to_round:
 def too_few_labels(have: int, need: int) -> str:
     return (f"the judge would learn from {have} labelled rows, fewer than the recipe's minimum of {need} "
             f"(judge.min_labels): label {need - have} more rows (held-out rows do not count)")
+
+
+def _labels_to_halve(k: int, n: int, rate: float) -> int | None:
+    """More labels (of which a share `rate` lands in the interval's denominator) until the Wilson interval of
+    k/n is half as wide at the same proportion; None without a denominator."""
+    if n <= 0 or rate <= 0:
+        return None
+
+    def width(m: int) -> float:  # of the interval at the same proportion with m in the denominator
+        bounds = wilson(round(k * m / n), m) or [0.0, 1.0]
+        return bounds[1] - bounds[0]
+
+    target, m = width(n) / 2, n
+    while width(m) > target:
+        m *= 2
+    lo = m // 2
+    while lo + 1 < m:  # the fewest m with the interval at most half as wide
+        mid = (lo + m) // 2
+        lo, m = (lo, mid) if width(mid) <= target else (mid, m)
+    return math.ceil((m - n) / rate)
+
+
+def kept_estimate(samples: dict[str, Any], threshold: float) -> dict[str, Any] | None:
+    """The kept set's precision and recall at `threshold` with 95% Wilson intervals, and how many more labels of
+    that kind would halve each interval, from the out-of-fold scores of the rows drawn at random: a batch's random
+    share of the crawl (precision and recall) or, without one, an audit sample of the kept rows (precision);
+    None without either. `samples` is a fit's `cv["samples"]`."""
+    for share, what in (("random", "the random share of the labelling batches"),
+                        ("audit", "audit batches of the kept rows")):
+        got = samples.get(share)
+        if not got or not got["labels"]:
+            continue
+        s, y = np.asarray(got["scores"], dtype=np.float64), np.asarray(got["labels"], dtype=bool)
+        kept = s >= threshold
+        n, nk, tp, npos = len(y), int(kept.sum()), int((kept & y).sum()), int(y.sum())
+        out: dict[str, Any] = {"from": share, "what": what, "labels": n, "kept_labels": nk,
+                               "precision": tp / nk if nk else None, "precision_interval": wilson(tp, nk),
+                               "precision_labels_to_halve": _labels_to_halve(tp, nk, nk / n)}
+        if share == "random":  # a sample of the crawl also says how many of its positives the threshold keeps
+            out.update(recall=tp / npos if npos else None, recall_interval=wilson(tp, npos),
+                       recall_labels_to_halve=_labels_to_halve(tp, npos, npos / n), positives=npos)
+        return out
+    return None

@@ -4,23 +4,40 @@
 a team started with). When the training rows span more than one round, the supervised prefilter refits on the
 rows of rounds <= k for every earlier round k (transforms/judge/linear.train, `up_to_round`) and keeps, per k,
 the labels used, the out-of-fold precision and recall at that fit's threshold, and precision and recall on the
-held-out rows: all the held-out rows of the files, whatever their round, so every k is measured on the same
-set. The last round's figures are the run's own fit. They go into the prefilter's report.json (`label_rounds`).
+held-out rows: all the held-out rows, which are the same for every k and every run (imported rows never join them,
+`judge.imported_rows`). The last round's figures are the run's own fit. They go into the prefilter's report.json
+(`label_rounds`). Each earlier round's point is kept on disk (`<cache>/label_rounds/<key>.json`, beside the
+embedding cache), keyed by a hash of the judge's config and the labelled rows it was fitted and checked on, so a
+run refits only the rounds whose labels or config changed, not every round on every run.
 
 `judge_figures` / `judge_section` are a recipe report (`reports:` in jobs/recipes/crawl-filter.yaml): the
 figures read back from the prefilter's report.json, and an HTML section with the learning curve as a table and
-an inline SVG (no scripts, so the run report stays one self-contained page).
+an inline SVG (no scripts, so the run report stays one self-contained page), and the kept set's precision and
+recall estimated from the labels drawn at random (transforms/judge/linear.kept_estimate), with how many more
+labels would halve each interval.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from transforms.judge.labels import LabelError
-from transforms.judge.linear import FittedLinear, LinearJudge, label_round, train, training_rows
+from transforms.judge.linear import (
+    FittedLinear,
+    LinearJudge,
+    checking_rows,
+    kept_estimate,
+    label_round,
+    train,
+    training_rows,
+)
+
+# Bump when what a cached point holds, or how it is computed, changes: older points are then refitted.
+CURVE_VERSION = 1
 
 FIGURES = ("seed_rows", "positives", "precision", "recall", "precision_interval", "recall_interval", "auc",
            "threshold")
@@ -34,21 +51,47 @@ def round_figures(k: int, cv: dict[str, Any]) -> dict[str, Any]:
                                                        "precision_interval", "recall_interval")})
 
 
+def curve_key(config: LinearJudge, k: int) -> str:
+    """What a point of the curve depends on: the judge's config (but where its files are) and the rows it is fitted
+    and checked on (labels, not floats: embeddings are recomputed bit for bit only on the same CPU)."""
+    rows = [r.model_dump(mode="json") for r in training_rows(config, k)]
+    checking = [r.model_dump(mode="json") for r in checking_rows(config)]
+    ident = {"version": CURVE_VERSION, "round": k, "rows": rows, "checking": checking,
+             "config": config.model_dump(mode="json", exclude={"labels", "extra_labels", "min_labels"})}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:32]
+
+
+def curve_cache_dir(cache_dir: str | Path | None) -> Path | None:
+    """Where the curve's points are kept: `label_rounds/` beside the embedding cache; None without one."""
+    return None if cache_dir is None else Path(cache_dir).parent / "label_rounds"
+
+
 def learning_curve(config: LinearJudge, fitted: FittedLinear, cache_dir: str | Path | None = None
                    ) -> list[dict[str, Any]]:
     """Per labelling round k (oldest first), the judge refitted on the rows of rounds <= k; [] when the
-    training rows hold one round. `fitted` is the fit on every row (the last point)."""
+    training rows hold one round. `fitted` is the fit on every row (the last point). A point computed before for
+    the same config and rows is read from the disk cache (curve_cache_dir) instead of refitted."""
     rounds = sorted({label_round(r) for r in training_rows(config)})
     if len(rounds) < 2:
         return []
+    store = curve_cache_dir(cache_dir)
     curve = []
     for k in rounds[:-1]:
-        try:  # min_labels gates a run, not a point of the curve: the early rounds may hold fewer
-            cv = train(config.model_copy(update={"min_labels": None}), cache_dir, up_to_round=k).cv
-        except LabelError as err:
-            curve.append({"round": k, "labels": len(training_rows(config, k)), "error": str(err)})
+        path = store / f"{curve_key(config, k)}.json" if store is not None else None
+        if path is not None and path.exists():
+            curve.append(json.loads(path.read_text(encoding="utf-8")))
             continue
-        curve.append(round_figures(k, cv))
+        try:  # min_labels gates a run, not a point of the curve: the early rounds may hold fewer
+            point = round_figures(k, train(config.model_copy(update={"min_labels": None}), cache_dir,
+                                           up_to_round=k).cv)
+        except LabelError as err:
+            point = {"round": k, "labels": len(training_rows(config, k)), "error": str(err)}
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(point), encoding="utf-8")
+            tmp.replace(path)
+        curve.append(json.loads(json.dumps(point)))  # the same values a cached point gives (JSON's floats, lists)
     return curve + [round_figures(rounds[-1], fitted.cv)]
 
 
@@ -61,7 +104,34 @@ def judge_figures(manifest: Any, lake: Any, folder: str) -> dict[str, Any] | Non
     keep = ("labels", "label", "labels_sha", "seed_rows", "seed_positives", "target_recall", "threshold",
             "cv_recall", "cv_precision", "cv_auc", "cv_recall_interval", "cv_precision_interval", "held_out",
             "rows", "rows_kept", "label_rounds")
-    return {k: report.get(k) for k in keep}
+    figures = {k: report.get(k) for k in keep}
+    model = Path(folder) / "model.json"  # the fit's scores of the rows drawn at random, at the threshold applied
+    samples = (json.loads(model.read_text(encoding="utf-8")).get("cv") or {}).get("samples") if model.exists() else None
+    threshold = report.get("threshold")
+    figures["kept_estimate"] = kept_estimate(samples or {}, float(threshold)) if threshold is not None else None
+    return figures
+
+
+def kept_html(estimate: dict[str, Any] | None) -> str:
+    """The kept set's estimated precision (and recall) with intervals, and what would halve them."""
+    if not estimate:
+        return ("<p class='meta'>The kept set's precision is not estimated yet: no labelled row was drawn at "
+                "random. Every <code>piqaforge label export</code> batch carries a random share of the crawl (and "
+                "<code>label export RUN --audit N</code> draws N of the kept rows); once imported, this section "
+                "estimates the kept set's precision from them.</p>")
+
+    def more(key: str) -> str:
+        m = estimate.get(key)
+        return "" if m is None else f"; about {m} more labels of that kind would halve the interval"
+
+    html = (f"<h3>The kept set, estimated from {estimate['labels']} labels drawn at random "
+            f"({escape(estimate['what'])})</h3><p>Precision {_f(estimate['precision'])}"
+            f"{_ci(estimate['precision_interval'])} on the {estimate['kept_labels']} of them the judge keeps"
+            f"{more('precision_labels_to_halve')}.")
+    if "recall" in estimate:
+        html += (f" Recall {_f(estimate['recall'])}{_ci(estimate['recall_interval'])} of their "
+                 f"{estimate['positives']} positives{more('recall_labels_to_halve')}.")
+    return html + (" 95% Wilson intervals; label until they are as narrow as the team needs.</p>")
 
 
 def _f(x: Any) -> str:
@@ -120,6 +190,7 @@ def judge_section(figures: dict[str, Any]) -> str:
                f"{_f(held.get('recall'))}{_ci(held.get('recall_interval'))}, precision {_f(held.get('precision'))}"
                f"{_ci(held.get('precision_interval'))}." if held else "")
             + f" Kept {_f(figures.get('rows_kept'))} of {_f(figures.get('rows'))} rows (95% Wilson intervals).</p>")
+    html += kept_html(figures.get("kept_estimate"))
     curve = figures.get("label_rounds") or []
     if not curve:
         return html + ("<p class='meta'>The labels carry one labelling round: <code>piqaforge label export</code> "
