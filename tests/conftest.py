@@ -49,3 +49,14 @@ if os.environ.get("PIQAFORGE_TEST_OTHER_CPU"):
         import importlib
 
         importlib.import_module("other_cpu_sim").apply()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A failure is printed the moment it happens, not only in the summary at the end: a CI run stopped at its
+    time limit still shows why a test failed before it."""
+    if report.failed and os.environ.get("PIQAFORGE_PRINT_FAILURES", "1") == "1":
+        import sys
+
+        sys.stderr.write(f"\n== FAILED {report.nodeid} ({report.when}, {report.duration:.0f} s)\n"
+                         f"{report.longreprtext[-6000:]}\n")
+        sys.stderr.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,26 @@ SHRUNK_BACK_HALF = ["--set", "prefilter=distilled", "--set", "runs.crawl.stages.
                     "--set", "runs.crawl.stages.distilled_prefilter.max_pass_rate=0.01", "--set", "items=false"]
 # The crawl run of a ko-piqa recipe run (its id is <recipe run id>-crawl).
 CRAWL = "-crawl"
+ROOT = Path(__file__).resolve().parents[1]
+KO_SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"
+# The whole ko-piqa job, LLM back half included, shrunk (SHRUNK_BACK_HALF), on the bundled 4,600-row sample.
+SHRUNK_JOB_ARGS = ["--set", "num_cpus=2", "--set", f"input.paths=[{KO_SAMPLE}]", *SHRUNK_BACK_HALF]
+# The undisturbed run of that job that the SIGKILL (core/test_resume.py) and node-loss (core/test_node_failure.py)
+# tests compare with: made once per session in one lake (tests/core/conftest.py), under this run id.
+SHRUNK_CLEAN_RUN = "clean"
+
+
+def shrunk_job(lake: Path, *args: str) -> list[str]:
+    """`piqaforge run ko-piqa` shrunk (SHRUNK_JOB_ARGS) on `lake`, with `args` (a run id, --resume ...)."""
+    return [str(ROOT / ".venv" / "bin" / "piqaforge"), "run", "ko-piqa", "--lake", str(lake), *args, *SHRUNK_JOB_ARGS]
+
+
+def shrunk_job_env() -> dict[str, str]:
+    """A local Ray instance of its own (never an address the test process has), partitions of 200 rows."""
+    env = dict(os.environ, PIQAFORGE_PROGRESS="0", PIQAFORGE_PARTITION_ROWS="200",
+               PIQAFORGE_OBJECT_STORE_BYTES=str(512 * 2**20))
+    env.pop("RAY_ADDRESS", None)
+    return env
 
 
 def answer_files(lake: Path, run_id: str) -> list[Path]:

@@ -29,6 +29,7 @@ from jobutil import (
     CRAWL,
     FRONT_HALF_ONLY,
     SHRUNK_BACK_HALF,
+    SHRUNK_CLEAN_RUN,
     answer_files,
     assert_same_rows,
     log_tail,
@@ -290,12 +291,10 @@ def _actor_session(name: str) -> int | None:
 
 
 @pytest.fixture(scope="module")
-def llm_clean_run(tmp_path_factory) -> tuple[Path, tuple[pa.Table, pa.Table, RunManifest]]:
-    """The shrunk back half on a local Ray instance, never disturbed."""
-    lake = tmp_path_factory.mktemp("llm-clean") / "lake"
-    clean = _job(lake, "llm-clean", None, SHRUNK_BACK_HALF)
-    assert clean.wait(timeout=1800) == 0, log_tail(_log(lake, "llm-clean"))
-    return lake, _outputs(lake, "llm-clean")
+def llm_clean_run(shrunk_clean_lake) -> tuple[Path, tuple[pa.Table, pa.Table, RunManifest]]:
+    """The shrunk back half on a local Ray instance, never disturbed: the session's clean run (tests/core/conftest.py),
+    which test_resume.py compares with too (the partitioning differs, 200 rows against 300 here: the rows do not)."""
+    return shrunk_clean_lake, _outputs(shrunk_clean_lake, SHRUNK_CLEAN_RUN)
 
 
 @pytest.mark.slow
@@ -305,38 +304,39 @@ def llm_clean_run(tmp_path_factory) -> tuple[Path, tuple[pa.Table, pa.Table, Run
 @pytest.mark.parametrize("three_nodes", [{"llm_worker": 1}], indirect=True, ids=["llm-on-workers"])
 @pytest.mark.parametrize("victim_of", list(VICTIMS))
 def test_killing_a_node_while_the_llm_ensemble_answers_loses_and_reasks_nothing(three_nodes, llm_clean_run,
-                                                                                victim_of, tmp_path):
+                                                                                victim_of):
     """A worker node dies while the ensemble stage runs (VICTIMS)."""
     address, workers, ray_temp = three_nodes
-    lake = tmp_path / "lake"
-    job = _job(lake, "llm", address, [*SHRUNK_BACK_HALF, *ON_LLM_WORKERS])
-    staged = lake / "staged" / "ko-piqa" / f"llm{CRAWL}"
+    # in the clean run's lake (its caches warm, as for a team's second run), under a run id of its own
+    lake, run_id = llm_clean_run[0], f"llm-{list(VICTIMS).index(victim_of)}"
+    job = _job(lake, run_id, address, [*SHRUNK_BACK_HALF, *ON_LLM_WORKERS])
+    staged = lake / "staged" / "ko-piqa" / f"{run_id}{CRAWL}"
     deadline = time.time() + 1500
     victim, answered, scorer_sid = None, 0, None
     try:
         while time.time() < deadline and job.poll() is None and not list(staged.glob("*_ensemble/.parts/_PLAN.json")):
             scorer_sid = _actor_session("_ScoreActor") or scorer_sid  # where the prefilter scores rows
             time.sleep(0.05)
-        started_with = len(answer_files(lake, f"llm{CRAWL}"))  # the prefilter's labelled sample
+        started_with = len(answer_files(lake, f"{run_id}{CRAWL}"))  # the prefilter's labelled sample
         if VICTIMS[victim_of] == "_ScoreActor":
             victim = next((w for w in workers if w.pid == scorer_sid), None)
         # wait until the ensemble stage itself has cached an answer chunk, then kill the node its actor is on
         while time.time() < deadline and job.poll() is None and victim is None:
-            if len(answer_files(lake, f"llm{CRAWL}")) > started_with:
+            if len(answer_files(lake, f"{run_id}{CRAWL}")) > started_with:
                 victim = next((w for w in workers if w.pid == _actor_session("_StageActor")), None)
             time.sleep(0.05)
         assert job.poll() is None, "the job ended before the node could be killed"
         assert victim is not None, f"the {VICTIMS[victim_of]} actor was not seen on a worker node"
-        answered = len(answer_files(lake, f"llm{CRAWL}")) - started_with
+        answered = len(answer_files(lake, f"{run_id}{CRAWL}")) - started_with
         _kill(victim)
         # a clean run takes ~2 min; a stage waiting for CPUs that never free up fails here, not at the timeout
-        assert job.wait(timeout=900) == 0, log_tail(_log(lake, "llm"))
+        assert job.wait(timeout=900) == 0, log_tail(_log(lake, run_id))
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
 
     clean_lake, (kept_clean, rejected_clean, clean_manifest) = llm_clean_run
-    kept, rejected, manifest = _outputs(lake, "llm")
+    kept, rejected, manifest = _outputs(lake, run_id)
     assert manifest.status == "succeeded" and not conservation_errors(manifest)
     assert len(set(kept.column(C.ID).to_pylist())) == kept.num_rows
     assert kept.num_rows + rejected.num_rows == 4600
@@ -347,15 +347,15 @@ def test_killing_a_node_while_the_llm_ensemble_answers_loses_and_reasks_nothing(
     ensemble = next(s for s in manifest.stages if s.name == "ensemble")
     assert ensemble.rows_in > 0
     # every classifier answered every row it was asked about once, and the same answer as in the clean run
-    assert _answers(lake, "llm") == _answers(clean_lake, "llm-clean")
+    assert _answers(lake, run_id) == _answers(clean_lake, SHRUNK_CLEAN_RUN)
     restarts = _lineage_restarts(ray_temp)
-    log_text = _log(lake, "llm").read_text(errors="replace")
+    log_text = _log(lake, run_id).read_text(errors="replace")
     exits = len(set(re.findall(rf"pid=(\d+)\).*{re.escape(ZOMBIE_EXITS)}", log_text)))
     # Ray may also fail to rebuild the restarted actor's own constructor arguments (they lived on the dead
     # node): it then dies in its creation task before our exit runs. Either way it holds no CPU.
     died = len(set(re.findall(rf"{re.escape(VICTIMS[victim_of])}\)\)\.__init__\(\).{{0,40}}\(pid=(\d+)", log_text)))
     if VICTIMS[victim_of] == "_ScoreActor" and restarts:  # Ray brought the finished stage's actor back: it left
-        assert exits or died, log_tail(_log(lake, "llm"))
+        assert exits or died, log_tail(_log(lake, run_id))
     print(f"\nkilled the {victim_of} after {answered} answer chunks of the ensemble stage; {ensemble.rows_in} rows "
           f"judged; Ray restarted {restarts} actor(s) to rebuild lost blocks, {exits} of a finished stage left, "
           f"{died} died rebuilding their arguments; "

@@ -20,7 +20,16 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from jobutil import CRAWL, SHRUNK_BACK_HALF, answer_files, assert_same_rows, popen_logged, run_logged
+from jobutil import (
+    CRAWL,
+    SHRUNK_CLEAN_RUN,
+    answer_files,
+    assert_same_rows,
+    popen_logged,
+    run_logged,
+    shrunk_job,
+    shrunk_job_env,
+)
 
 from transforms.core import columns as C
 from transforms.core import rowcache
@@ -153,21 +162,9 @@ def test_row_caches_hold_whole_chunks_in_write_order_even_under_a_hidden_folder(
 
 
 # -- slow tier: SIGKILL the real driver -----------------------------------------------------------
-# The whole ko-piqa job, LLM back half included, shrunk to fit a test (jobutil.SHRUNK_BACK_HALF): the prefilter
-# has the two Gemma classifiers label 96 rows and passes 1% of the rest on to the ensemble stage.
-JOB_ARGS = ["--set", "num_cpus=2", "--set", f"input.paths=[{SAMPLE}]", *SHRUNK_BACK_HALF]
+# The whole ko-piqa job, LLM back half included, shrunk to fit a test (jobutil.SHRUNK_JOB_ARGS): the prefilter
+# has the ensemble label 96 rows and passes 1% of the rest on to the ensemble stage.
 VERDICTS = ("ens_pass", "ens_calls", C.DROP_REASON)  # plus every ens_<classifier>_verdict column
-
-
-def _piqaforge(lake: Path, *args: str) -> list[str]:
-    return [str(ROOT / ".venv" / "bin" / "piqaforge"), "run", "ko-piqa", "--lake", str(lake), *args, *JOB_ARGS]
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, PIQAFORGE_PROGRESS="0", PIQAFORGE_PARTITION_ROWS="200",
-               PIQAFORGE_OBJECT_STORE_BYTES=str(512 * 2**20))
-    env.pop("RAY_ADDRESS", None)
-    return env
 
 
 def _job_outputs(lake: Path, run_id: str) -> tuple[pa.Table, pa.Table, RunManifest]:
@@ -205,20 +202,16 @@ def _llm_answers_cached(lake: Path, run_id: str) -> bool:
     return len(answer_files(lake, f"{run_id}{CRAWL}")) >= 2
 
 
-@pytest.fixture(scope="module")
-def clean_lake(tmp_path_factory) -> Path:
-    lake = tmp_path_factory.mktemp("resume") / "lake"
-    run_logged(_piqaforge(lake, "--run-id", "clean"), lake.parent / "clean.log", timeout=1800, cwd=ROOT, env=_env())
-    return lake
-
-
 @pytest.mark.slow
 @pytest.mark.alone
 @pytest.mark.timeout(3600)  # minutes on an idle machine, far more on a busy one
 @pytest.mark.parametrize("kill_when", [_partition_done, _llm_answers_cached], ids=["front-half", "llm-back-half"])
-def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when):
-    lake, run_id = clean_lake, f"cut-{kill_when.__name__.strip('_')}"
-    proc = popen_logged(_piqaforge(lake, "--run-id", run_id), lake.parent / f"{run_id}.log", cwd=ROOT, env=_env(),
+def test_killed_ko_piqa_driver_resumes_to_the_same_output(shrunk_clean_lake, kill_when):
+    """Killed in the lake of the session's clean run (tests/core/conftest.py), so the lake's caches are warm as
+    for a team's second run; the comparison is with that clean run."""
+    lake, run_id = shrunk_clean_lake, f"cut-{kill_when.__name__.strip('_')}"
+    proc = popen_logged(shrunk_job(lake, "--run-id", run_id), lake.parent / f"{run_id}.log", cwd=ROOT,
+                        env=shrunk_job_env(),
                         start_new_session=True)
     deadline = time.time() + 1200
     try:
@@ -233,11 +226,11 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when)
     killed = RunManifest.load(lake / "runs" / f"{run_id}{CRAWL}" / "manifest.json")
     assert killed.status == "running"  # a SIGKILLed driver writes nothing more
     answers_before = _cached_answers(lake, run_id)
-    run_logged(_piqaforge(lake, "--resume", run_id), lake.parent / f"{run_id}-resume.log", timeout=1800, cwd=ROOT,
-               env=_env())
+    run_logged(shrunk_job(lake, "--resume", run_id), lake.parent / f"{run_id}-resume.log", timeout=1800, cwd=ROOT,
+               env=shrunk_job_env())
 
     kept, rejected, manifest = _job_outputs(lake, run_id)
-    kept_clean, rejected_clean, clean = _job_outputs(lake, "clean")
+    kept_clean, rejected_clean, clean = _job_outputs(lake, SHRUNK_CLEAN_RUN)
     assert manifest.status == "succeeded" and not conservation_errors(manifest)
     assert [a["status"] for a in manifest.extras["attempts"]] == ["running"]
     assert [s.name for s in manifest.stages] == [s.name for s in clean.stages]
@@ -260,7 +253,7 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when)
     ensemble = next(s for s in clean.stages if s.name == "ensemble")
     assert mine == theirs and len(mine) == ensemble.rows_in > 0
     # ... and for every answer a classifier gave, the prefilter's labelled sample included
-    (options, scores), (options_clean, scores_clean) = _answers(lake, run_id), _answers(lake, "clean")
+    (options, scores), (options_clean, scores_clean) = _answers(lake, run_id), _answers(lake, SHRUNK_CLEAN_RUN)
     assert options == options_clean
     assert scores == pytest.approx(scores_clean, abs=1e-4)
 
@@ -269,7 +262,7 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(clean_lake, kill_when)
     answers = _cached_answers(lake, run_id)
     for key, ids in answers.items():  # no model was asked twice about a row ...
         assert len(ids) == len(set(ids)), key
-        assert sorted(ids) == sorted(_cached_answers(lake, "clean")[key])  # ... nor about a different row
+        assert sorted(ids) == sorted(_cached_answers(lake, SHRUNK_CLEAN_RUN)[key])  # ... nor about a different row
     cut = next(s for s in manifest.stages if not s.resumed)
     if kill_when is _llm_answers_cached:
         assert cut.name in ("supervised_prefilter", "ensemble", "cultural_tag", "sample")
