@@ -34,6 +34,9 @@ import numpy as np
 
 from transforms.embed.e5_format import E5File, E5Tokenizer, parse, read_bytes
 
+# Set once torch's fused bfloat16 attention has refused this process's kernels (its error message): attention is
+# then written out (_attention in the model builder).
+_UNFUSED: list[str] = []
 VARIANT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
 
@@ -73,6 +76,20 @@ def build_module(f: E5File) -> Any:
             ln.bias.copy_(torch.from_numpy(f.f32(f"{name}.b").copy()))
         return ln
 
+    def _attention(q: Any, k: Any, v: Any, bias: Any) -> Any:
+        """torch's fused attention; written out where its bfloat16 kernel cannot run: on a CPU with AVX-512 whose
+        torch runs its plain or AVX2 kernels (ATEN_CPU_CAPABILITY), that kernel raises "pack_vnni2 is only
+        supported when avx512 is supported"."""
+        if not _UNFUSED:
+            try:
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            except RuntimeError as err:
+                if "avx512" not in str(err):
+                    raise
+                _UNFUSED.append(str(err))
+        weights = torch.softmax((q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5) + bias, dim=-1)
+        return weights @ v
+
     class Block(nn.Module):
         def __init__(self, layer: int):
             super().__init__()
@@ -86,8 +103,7 @@ def build_module(f: E5File) -> Any:
             B, L, _ = x.shape
             def split(t: Any) -> Any:
                 return t.view(B, L, self.heads, H // self.heads).transpose(1, 2)
-            att = torch.nn.functional.scaled_dot_product_attention(
-                split(self.q(x)), split(self.k(x)), split(self.v(x)), attn_mask=bias)
+            att = _attention(split(self.q(x)), split(self.k(x)), split(self.v(x)), bias)
             x = self.aln(x + self.ao(att.transpose(1, 2).reshape(B, L, H)))
             return self.oln(x + self.fo(torch.nn.functional.gelu(self.fi(x))))
 
