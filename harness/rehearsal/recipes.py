@@ -191,15 +191,14 @@ def built_stages(recipe_name: str, overrides: dict[str, Any]) -> list[tuple[str,
 def expected_types(recipe_name: str, overrides: dict[str, Any], nodes: list[NodeType]) -> dict[str, set[str]]:
     """Stage name -> node types whose resources hold its demand (the CPU pin on, as the cluster has env_cpu)."""
     from transforms.core.envs import set_cpu_pin
-    from transforms.flow.placement import demand, missing_on
+    from transforms.flow.demand import demands, missing_on
 
     out: dict[str, set[str]] = {}
     stages = built_stages(recipe_name, overrides)
     set_cpu_pin(True)  # demand reads the pin too
     try:
-        for _, _, stage in stages:
-            want = demand(stage)
-            fits = {n.name for n in nodes if not missing_on(want, n.resources)}
+        for _, _, stage in stages:  # a stage whose parts ask for other resources may run on either's nodes
+            fits = {n.name for want in demands(stage) for n in nodes if not missing_on(want, n.resources)}
             out.setdefault(getattr(stage, "name", "?"), set()).update(fits)
         return out
     finally:
@@ -258,12 +257,10 @@ def placement_lines(name: str, cluster: Cluster, folder: Path, lake: Path, run_i
 
 
 _EXPECTED: dict[str, dict[str, set[str]]] = {}
-# Stages whose workers note no placement (their Ray tasks and actors are their own classes, which call neither
-# `ensure_setup` nor `note_placement`): said as "unchecked placement" instead of failing, until they note
-UNNOTED_STAGES = {
-    "distilled_prefilter": "transforms/judge/distilled.py: `_distil_task` and `_ScoreActor` note nothing",
-    "supervised_prefilter": "transforms/judge/gate.py: `_fit_task` and `_ScoreActor` note nothing",
-}
+# Stages whose workers note no placement (Ray tasks or actors of their own that call neither `ensure_setup` nor
+# `note_placement`): said as "unchecked placement" instead of failing. Every bundled stage notes its workers now
+# (the prefilters' own fitting tasks and scoring actors included); a team's stage may not.
+UNNOTED_STAGES: dict[str, str] = {}
 
 
 def _driver_on_head(cluster: Cluster, by_id: dict[str, str], run_id: str, records: list[dict[str, Any]]) -> str:

@@ -289,3 +289,17 @@ def test_preflight_refuses_a_recipe_whose_node_lacks_a_module(ray_local, monkeyp
     monkeypatch.setattr(placement, "cluster_nodes", lambda: {"here": {"CPU": 2.0, "env_cpu": 1000.0}})
     with pytest.raises(RecipeError, match=r"item_language.*no_such_langid_module.*langid"):
         placement.preflight(recipe, timeout_s=60)
+
+
+def test_a_distilled_prefilters_teacher_is_placed_by_its_own_resources(cpu_pin):
+    """The distillation task runs the teacher with the teacher's resources: a teacher no node can hold is refused
+    even when the stage's own scoring actors fit, and the node setup installs the stage's code where it runs."""
+    stages = {w: s for w, _, s in recipe_stages(cluster_recipe("ko-piqa", prefilter="distilled"))}
+    where, prefilter = next((w, s) for w, s in stages.items() if s.name == "distilled_prefilter")
+    nodes = {n.name: n.resources for n in read_cluster() if not n.head}
+    assert unplaceable([(where, prefilter)], nodes) == []
+    own = prefilter.model_copy(update={"teacher": prefilter.teacher.model_copy(
+        update={"resources": Resources(env="vllm", gpus=64, cpus=8)})})
+    assert unplaceable([(where, own.model_copy(update={"teacher": None}))], nodes) == []
+    problems = unplaceable([(where, own)], nodes)
+    assert len(problems) == 1 and "'distilled_prefilter'" in problems[0] and "GPU 64" in problems[0], problems

@@ -1,7 +1,8 @@
 """What a stage's tasks or actors ask Ray for, and which nodes can hold it.
 
 * `demand(stage)`: CPUs, GPUs, custom resources such as `env_vllm`, the accelerator type, from its
-  `resources` as the runner passes them.
+  `resources` as the runner passes them; `demands(stage)` adds those of the parts a stage runs with other
+  resources (`part_resources()`: the distilled prefilter's teacher task).
 * `unplaceable(...)`: the stages no node of a cluster can ever hold, with the missing resource named
   (Ray would otherwise wait forever: a demand no node type can meet is not an error to Ray).
 """
@@ -32,7 +33,17 @@ class Demand:
 
 def demand(stage: Any) -> Demand:
     """What one task or actor of `stage` asks Ray for."""
-    resources = getattr(stage, "resources", None)
+    return demand_of(getattr(stage, "resources", None))
+
+
+def demands(stage: Any) -> list[Demand]:
+    """Every demand of `stage`'s tasks and actors: its own, then each part's it runs with other resources."""
+    parts = getattr(stage, "part_resources", None)
+    return [demand(stage), *(demand_of(r) for r in (parts() if callable(parts) else []))]
+
+
+def demand_of(resources: Any) -> Demand:
+    """What a task or actor given `resources` (a stage's Resources; None: Ray's default) asks Ray for."""
     if resources is None:
         return Demand(cpus=1.0)
     args = resources.ray_remote_args()
@@ -55,16 +66,17 @@ def unplaceable(stages: Iterable[tuple[str, Any]], nodes: dict[str, dict[str, fl
     """One line per stage that no node can hold: the stage, what it asks for, the closest node's gap."""
     problems = []
     for where, stage in stages:
-        want = demand(stage)
-        if nodes_fitting(want, nodes):
-            continue
-        gaps = {name: missing_on(want, res) for name, res in nodes.items()}
-        closest = min(gaps, key=lambda n: len(gaps[n])) if gaps else None
-        missing = sorted({g.split(" ")[0] for gs in gaps.values() for g in gs if
-                          not any(g.split(" ")[0] in res for res in nodes.values())})
-        detail = (f"no node has {', '.join(missing)}" if missing else
-                  f"closest node {closest}: lacks {'; '.join(gaps[closest])}" if closest else "the cluster has no nodes")
-        problems.append(f"{where} (stage {getattr(stage, 'name', '?')!r}) asks for {want.describe()}: {detail}")
+        for want in demands(stage):
+            if nodes_fitting(want, nodes):
+                continue
+            gaps = {name: missing_on(want, res) for name, res in nodes.items()}
+            closest = min(gaps, key=lambda n: len(gaps[n])) if gaps else None
+            missing = sorted({g.split(" ")[0] for gs in gaps.values() for g in gs if
+                              not any(g.split(" ")[0] in res for res in nodes.values())})
+            detail = (f"no node has {', '.join(missing)}" if missing else
+                      f"closest node {closest}: lacks {'; '.join(gaps[closest])}" if closest
+                      else "the cluster has no nodes")
+            problems.append(f"{where} (stage {getattr(stage, 'name', '?')!r}) asks for {want.describe()}: {detail}")
     return problems
 
 

@@ -28,6 +28,7 @@ from transforms.flow.demand import (  # noqa: F401 (re-exported)
     Demand,
     ambiguous_gpu_stages,
     demand,
+    demands,
     missing_on,
     nodes_fitting,
     setup_env_of,
@@ -87,7 +88,7 @@ def needed_extras(recipes: Iterable[Any], node_types: list[Any]) -> tuple[dict[s
         for where, name, stage in recipe_stages(recipe):
             if name in STAGES:
                 stage_modules.add(STAGES[name].split(":")[0])
-            for env in setup_env_of(demand(stage), node_types):
+            for env in {e for want in demands(stage) for e in setup_env_of(want, node_types)}:
                 for extra in stage_extras(name, stage) - set(IMAGE_EXTRAS.get(env, ())):
                     need.setdefault(env, set()).add(extra)
                     why.setdefault(f"{env}:{extra}", []).append(f"{recipe.recipe} {where} ({name})")
@@ -145,9 +146,9 @@ def preflight(recipe: Any, timeout_s: float = 180.0, ctx: Any = None) -> dict[st
                              "this cluster cannot run the recipe:\n  " + "\n  ".join(problems))
     groups: dict[str, tuple[Demand, list[tuple[str, str, set[str]]]]] = {}
     for where, name, stage in stages:
-        want = demand(stage)
-        key = repr(sorted(want.custom.items())) + f"gpu={bool(want.gpus)}"
-        groups.setdefault(key, (want, []))[1].append((where, name, stage_extras(name, stage)))
+        for want in demands(stage):  # a part run with other resources (a teacher) needs the stage's code there too
+            key = repr(sorted(want.custom.items())) + f"gpu={bool(want.gpus)}"
+            groups.setdefault(key, (want, []))[1].append((where, name, stage_extras(name, stage)))
     checked = {}
     for want, members in groups.values():
         extras = sorted(set().union(*(e for _, _, e in members)) - {"faiss-gpu"})

@@ -35,7 +35,7 @@ from pydantic import Field, PrivateAttr
 from transforms.core import columns as C
 from transforms.core import rowcache
 from transforms.core.drop_reasons import DropReason
-from transforms.core.stage import GlobalStage, put_column
+from transforms.core.stage import GlobalStage, note_placement, put_column
 from transforms.embed.base import Embedder, EmbedderConfig
 from transforms.judge.ensemble import EnsembleClassify
 from transforms.llm.distil_fit import (
@@ -90,6 +90,11 @@ class DistilledPrefilter(GlobalStage[PrefilterDrops]):
     def report(self) -> dict[str, Any]:
         """The last run's report: sample, threshold, held-out recall and pass rates."""
         return self._report
+
+    def part_resources(self) -> list[Any]:
+        """The distillation task runs the teacher, so it asks for the teacher's resources, not the stage's
+        (transforms/flow/demand.py `demands`: placement checks and the rehearsal read both)."""
+        return [self.teacher.resources] if self.teacher is not None else []
 
     # -- distillation (one task; it runs the ensemble, so it gets the ensemble's resources) ---------
     def distil(self, sample: pa.Table, covers_all: bool = False) -> tuple[FittedPrefilter, dict[str, Any]]:
@@ -254,12 +259,14 @@ def _kept(table: pa.Table) -> int:
 
 def _distil_task(stage: DistilledPrefilter, sample: pa.Table,
                  covers_all: bool) -> tuple[FittedPrefilter, dict[str, Any]]:
+    note_placement(stage.name)  # with the teacher's resources (part_resources): the node type the teacher needs
     return stage.distil(sample, covers_all)
 
 
 class _ScoreActor:
     def __init__(self, stage: DistilledPrefilter, fitted: FittedPrefilter, sampled: set[str]):
         stage.exit_actor_if_finished()
+        note_placement(stage.name)
         self.stage, self.fitted, self.sampled = stage, fitted, sampled
         # Load the embedding model once per actor, not once per batch.
         self.embedder = Embedder(fitted.embedder) if fitted.coef else None

@@ -28,7 +28,7 @@ from pydantic import Field, PrivateAttr
 
 from transforms.core import columns as C
 from transforms.core.drop_reasons import DropReason
-from transforms.core.stage import GlobalStage, put_column
+from transforms.core.stage import GlobalStage, note_placement, put_column
 from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, train
 from transforms.judge.rounds import learning_curve
 
@@ -177,12 +177,14 @@ def _interval(bounds: Any) -> str:
 
 
 def _fit_task(stage: SupervisedPrefilter) -> FittedLinear:
+    note_placement(stage.name)  # the fitting task runs with the stage's own resources, as its scoring actors
     return stage.fit()
 
 
 class _ScoreActor:
     def __init__(self, stage: SupervisedPrefilter, fitted: FittedLinear):
         stage.exit_actor_if_finished()
+        note_placement(stage.name)
         self.stage, self.fitted = stage, fitted
         self.embedder = embedder_for(stage.judge, stage.embed_cache_dir)  # loads the model once
 
