@@ -39,6 +39,19 @@ def ray_local():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def shrunk_clean_lake(tmp_path_factory) -> Path:
+    """A lake holding one undisturbed run (jobutil.SHRUNK_CLEAN_RUN) of the shrunk ko-piqa job, made once per
+    session: the run that the SIGKILLed drivers (core/test_resume.py) and the lost nodes (core/test_node_failure.py)
+    must equal. Their own runs go in the same lake under other run ids."""
+    from jobutil import SHRUNK_CLEAN_RUN, run_logged, shrunk_job, shrunk_job_env
+
+    lake = tmp_path_factory.mktemp("shrunk") / "lake"
+    run_logged(shrunk_job(lake, "--run-id", SHRUNK_CLEAN_RUN), lake.parent / f"{SHRUNK_CLEAN_RUN}.log", timeout=1800,
+               cwd=ROOT, env=shrunk_job_env())
+    return lake
+
+
 if os.environ.get("PIQAFORGE_TEST_OTHER_CPU"):
     # Play another CPU (tests/other_cpu/sitecustomize.py): scripts/test.sh puts that folder on PYTHONPATH so Ray's
     # workers play it too; a pytest started by hand with only the variable set plays it in this process.

@@ -26,7 +26,7 @@ KO_SAMPLE = ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl"
 # The whole ko-piqa job, LLM back half included, shrunk (SHRUNK_BACK_HALF), on the bundled 4,600-row sample.
 SHRUNK_JOB_ARGS = ["--set", "num_cpus=2", "--set", f"input.paths=[{KO_SAMPLE}]", *SHRUNK_BACK_HALF]
 # The undisturbed run of that job that the SIGKILL (core/test_resume.py) and node-loss (core/test_node_failure.py)
-# tests compare with: made once per session in one lake (tests/core/conftest.py), under this run id.
+# tests compare with: made once per session in one lake (tests/conftest.py shrunk_clean_lake), under this run id.
 SHRUNK_CLEAN_RUN = "clean"
 
 

@@ -292,7 +292,7 @@ def _actor_session(name: str) -> int | None:
 
 @pytest.fixture(scope="module")
 def llm_clean_run(shrunk_clean_lake) -> tuple[Path, tuple[pa.Table, pa.Table, RunManifest]]:
-    """The shrunk back half on a local Ray instance, never disturbed: the session's clean run (tests/core/conftest.py),
+    """The shrunk back half on a local Ray instance, never disturbed: the session's clean run (tests/conftest.py),
     which test_resume.py compares with too (the partitioning differs, 200 rows against 300 here: the rows do not)."""
     return shrunk_clean_lake, _outputs(shrunk_clean_lake, SHRUNK_CLEAN_RUN)
 
