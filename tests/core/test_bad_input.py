@@ -202,6 +202,7 @@ def test_cli_empty_file_and_missing_file(tmp_path):
     assert_clear_failure(piqaforge(tmp_path, "--input", str(tmp_path / "nope.jsonl")), "input not found")
 
 
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_cli_too_few_cpus_for_an_actor_stage_fails_instead_of_hanging(tmp_path):
     """With one CPU, langid's actor would hold it and the reads feeding the actor would wait forever."""
     proc = piqaforge(tmp_path, "--run-id", "one-cpu", "--set", "num_cpus=1", "--set", "ensemble=null", timeout=300)

@@ -76,6 +76,7 @@ def _counts(manifest: RunManifest) -> list[tuple[str, int, int, dict[str, int]]]
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_fused_stages_give_the_rows_and_records_of_the_stages_run_one_by_one(ray_local, tmp_path):
     lake = Lake(tmp_path / "lake").create()
     runs = {}

@@ -167,6 +167,7 @@ def check_run(lake: Path, run_id: str, handler: type[_Endpoint]) -> RunManifest:
 
 # -- the local run ----------------------------------------------------------------------------------------
 @pytest.mark.ray
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_no_canary_after_a_short_local_chain(fresh_ray, tmp_path, canaries, endpoint, monkeypatch, capfd, caplog):
     """Default tier: the same canaries through the recipe loader and the runner, on read → normalize → ensemble."""
     from transforms.core.lake import Lake

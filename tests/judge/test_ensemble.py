@@ -258,6 +258,7 @@ def gemma() -> LLMEngine:
 
 
 @pytest.mark.floats
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_real_model_cascade_and_injection(gemma):
     """Gemma 3 270M through the transformers engine: two classifiers, a cascade, and an injection row."""
     prompt = load_prompt("classify_piqa/ko")

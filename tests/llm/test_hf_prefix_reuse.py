@@ -151,6 +151,7 @@ def gemma() -> TransformersEngine:
     engine.close()
 
 
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_gemma3_sliding_window_layers_fall_back_to_the_copy_path(gemma, recording):
     layers = {type(layer).__name__ for layer in gemma.model.get_decoder()(
         input_ids=torch.tensor([[2, 100, 200]]), use_cache=True).past_key_values.layers}

@@ -50,6 +50,7 @@ def test_cpu_engine_takes_cpu_sizes_unless_set(gemma):
     assert (other.batch_size, other.max_batch_tokens, other.gen_batch_size) == (3, 8192, 2)
 
 
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_scores_do_not_depend_on_how_rows_are_batched(gemma):
     rows = [json.loads(line)["text"] for line in (ROOT / "lake" / "samples" / "ko_crawl_sample.jsonl")
             .open(encoding="utf-8")][:12]

@@ -60,6 +60,7 @@ def reference_logprobs(engine, prompt: str, options: list[str]) -> list[float]:
     return out
 
 
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_option_logprobs_match_full_forward(engine, ko_rows):
     prompts = [INSTRUCTION + t + "\n답:" for t in ko_rows[:2]] + ["The capital of France is"]
     # multi-token options are summed over their tokens: " 아니오" (2 tokens) rides in the prompt's

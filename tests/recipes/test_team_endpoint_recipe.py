@@ -182,6 +182,7 @@ def test_an_endpoint_that_is_down_ends_in_one_line_naming_run_stage_endpoint_cau
     assert "connection" in line and line.endswith(f"--lake {lake} --resume th-down")
 
 
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_a_wrong_key_stops_at_the_first_request_with_one_line(tmp_path):
     lake = tmp_path / "lake"
     with FaultyEndpoint(Faults(key=KEY)) as ep:

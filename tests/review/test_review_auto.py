@@ -56,6 +56,7 @@ def gemma():
     eng.close()
 
 
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_swapped_item_gets_the_mirrored_verdict_with_a_real_model(gemma, shared_data):
     items = _piqa(shared_data, 2)
     mirrored = [{**r, "sol1": r["sol2"], "sol2": r["sol1"]} for r in items]

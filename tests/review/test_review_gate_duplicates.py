@@ -44,6 +44,7 @@ def tamil_items() -> pa.Table:
     return t.filter(pc.is_null(t.column("drop_reason"))).drop_columns(["drop_reason", "drop_detail"])
 
 
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_every_pair_the_gate_refuses_is_suggested_in_the_batch(tamil_items):
     suite = load_suite("ta-piqa")
     stage = ReviewNeighbours(semantic_suggest=None, near_suggest=1.0, gate_threshold=suite.near_duplicates.threshold,

@@ -36,6 +36,7 @@ def crawl_run(ray_local, tmp_path_factory):
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
 def test_the_bundled_crawl_is_filtered_step_by_step(crawl_run):
     lake, run_id, manifest = crawl_run
     assert manifest.status == "succeeded" and conservation_errors(manifest) == []
