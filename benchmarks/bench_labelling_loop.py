@@ -4,9 +4,11 @@ and on a Korean crawl built from ../shared/data (issue 51).
 Crawls (all real text; `everyday` is each question's source, the label the recipe's judge learns):
   ja  the 400 rows of lake/samples/ja_everyday_labels.jsonl and the 600 plain crawl rows of
       lake/samples/ja_crawl_sample.jsonl (JCommonsenseQA 1, JSQuAD 0; docs/examples/build_ja_crawl_sample.py);
-  ko  2,200 Korean questions (`ko_rows`): 500 BLEnD everyday-culture questions about South Korea 1 (their
-      answer-format notes cut off), 1,300 3i4k questions and commands to an assistant and 400 songys chit-chat
-      lines 0 (a quarter positive, where ja is half).
+  ko  1,700 Korean questions (`ko_rows`): BLEnD's 500 everyday-culture questions about South Korea (their
+      answer-format notes and the leading country name cut off, so no keyword gives them away), of which the
+      197 on food and on holidays and leisure are 1 and the 303 on sport, school, work and family are 0, with
+      900 3i4k questions and commands to an assistant and 300 songys chit-chat lines, 0: one row in nine
+      positive, where ja is half, and the hard negatives ask in the positives' own style.
 The recipe's declared split (`held_out: {fraction: 0.2, seed: 0}`, a hash of the id) cuts each crawl: its rows
 are the fixed evaluation set, written into every arm's labels file as round-0 rows, so the product's own split
 holds them out (imported rows, which carry a round, never join it: `judge.imported_rows: train`); the others are
@@ -75,24 +77,33 @@ def ja_rows() -> list[dict[str, Any]]:
     return labelled + crawl
 
 
+# BLEnD's topics whose questions are the Korean crawl's positives: what people eat, celebrate and do for fun
+FOOD_AND_LEISURE = ("Food", "Holidays/Celebration/Leisure")
+
+
 def ko_rows() -> list[dict[str, Any]]:
-    """A Korean crawl from ../shared/data: BLEnD's everyday-culture questions (1) among questions and commands to
-    an assistant (3i4k) and chit-chat (songys), a quarter positive; the same rows every time."""
+    """A Korean crawl from ../shared/data: BLEnD's everyday-culture questions on food and leisure (1) among its
+    questions on sport, school, work and family, questions and commands to an assistant (3i4k) and chit-chat
+    (songys), all 0; about one row in eight positive; the same rows every time."""
     import re
 
     rng = np.random.default_rng(0)
     blend = _jsonl(SHARED / "ko_blend_everyday_culture" / "South_Korea_annotations.jsonl")
-    rows = [{"id": f"blend-{r['id']}", "text": re.sub(r"\s*\([^()]*제공[^()]*\)\s*$", "", r["question"]),
-             "source": "blend", "everyday": 1} for r in blend]
+    def plain(q: str) -> str:  # without its answer-format note and the country it names, so no keyword tells
+        q = re.sub(r"\s*\((?=[^)]*(아라비아|형식|숫자|기재|제공)).*$", "", q)
+        return re.sub(r"^(대한민국|한국)(의|에서는|에서|에|인들은|인들이|인|사람들은|사람들이|사람들의)?\s*", "", q).strip()
+
+    rows = [{"id": f"blend-{r['id']}", "text": plain(r["question"]), "source": f"blend:{r['topic']}",
+             "everyday": int(r["topic"] in FOOD_AND_LEISURE)} for r in blend]
     lines = [x.split("\t", 1) for x in (SHARED / "ko_3i4k" / "fci.txt").read_text(encoding="utf-8").splitlines()]
-    for kind, n in (("2", 1000), ("3", 300)):
+    for kind, n in (("2", 700), ("3", 200)):
         texts = sorted({t.strip() for k, t in lines if k == kind and len(t.strip()) >= 8})
         rows += [{"id": f"3i4k-{kind}-{i}", "text": texts[i], "source": "3i4k", "everyday": 0}
                  for i in sorted(rng.choice(len(texts), n, replace=False))]
     with (SHARED / "ko_chatbot_songys" / "ChatbotData.csv").open(encoding="utf-8") as f:
         chat = sorted({r["Q"].strip() for r in csv.DictReader(f) if len(r["Q"].strip()) >= 8})
     rows += [{"id": f"chat-{i}", "text": chat[i], "source": "chatbot_songys", "everyday": 0}
-             for i in sorted(rng.choice(len(chat), 400, replace=False))]
+             for i in sorted(rng.choice(len(chat), 300, replace=False))]
     return [r | {"url": None, "seedable": True} for r in rows]
 
 
@@ -117,7 +128,13 @@ def fit(judge: Any, labels: Path, cache: str, pool: list[dict[str, Any]]) -> dic
     import pyarrow as pa
 
     from transforms.judge.gate import SupervisedPrefilter
-    from transforms.judge.linear import kept_estimate, train
+    from transforms.judge.linear import (
+        checking_rows,
+        embedder_for,
+        kept_estimate,
+        threshold_for_recall,
+        train,
+    )
 
     config = judge.model_copy(update={"labels": str(labels), "min_labels": None})
     fitted = train(config, cache)
@@ -125,6 +142,12 @@ def fit(judge: Any, labels: Path, cache: str, pool: list[dict[str, Any]]) -> dic
     stage = SupervisedPrefilter(judge=config, embed_cache_dir=cache)
     table = stage.score(pa.table({"id": [r["id"] for r in pool], "text": [r["text"] for r in pool]}), fitted)
     scores = np.array(table.column("prefilter_score").to_pylist())
+    # the ranking alone, whatever the threshold: held-out precision where the held-out rows' own scores keep 80% of
+    # their positives (a threshold no run can know, so never a judge's setting)
+    checking = checking_rows(config)
+    held_truth = np.array([r.value(config.label) for r in checking], dtype=bool)
+    held_scores = fitted.score_texts([r.text for r in checking], embedder_for(config, cache))
+    at_r80 = float(held_truth[held_scores >= threshold_for_recall(held_scores, held_truth, 0.8)].mean())
     # the truth the estimate is for: the pool rows the judge decides on without a label of theirs
     done = {json.loads(x)["id"] for x in labels.read_text(encoding="utf-8").splitlines()}
     unlabelled = np.array([r["id"] not in done for r in pool])
@@ -135,9 +158,9 @@ def fit(judge: Any, labels: Path, cache: str, pool: list[dict[str, Any]]) -> dic
     interval = (estimate or {}).get("precision_interval")
     return {"labels": cv["seed_rows"], "positives": cv["positives"], "oof_precision": cv["precision"],
             "oof_recall": cv["recall"], "held_precision": held["precision"], "held_recall": held["recall"],
-            "held_auc": held["auc"], "oof_auc": cv["auc"], "threshold": fitted.threshold, "held_rows": held["rows"],
+            "held_auc": held["auc"], "held_precision_at_r80": at_r80, "oof_auc": cv["auc"], "threshold": fitted.threshold, "held_rows": held["rows"],
             "threshold_rows": cv.get("threshold_rows"), "kept_true_precision": true_p,
-            "kept_true_recall": float(kept[truth].mean()), "kept_estimate": estimate,
+            "kept_true_recall": float(kept[truth].mean()) if truth.any() else float("nan"), "kept_estimate": estimate,
             "kept_covered": None if not interval else bool(interval[0] <= true_p <= interval[1]),
             "_fitted": fitted, "_scores": scores}
 
@@ -169,7 +192,7 @@ def loop_batch(judge: Any, fitted: Any, pool: list[dict[str, Any]], scores: np.n
 def run_arm(arm: str, judge: Any, pool: list[dict[str, Any]], evaluation: list[dict[str, Any]], seed: int,
             args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     # random: a team that labels a random sample and trains on all of it; loop: the recipe's judge as it is (its
-    # random share calibrates unless --random-rows says otherwise)
+    # random share trains too unless --random-rows calibrate)
     judge = judge.model_copy(update={"random_rows": "train" if arm == "random" else args.random_rows})
     rng = np.random.default_rng(seed)
     from_file = [r for r in pool if r["seedable"]]
@@ -211,7 +234,7 @@ def summary(points: list[dict[str, Any]], arm: str, k: int) -> dict[str, Any]:
     at = [p for p in points if p["arm"] == arm and p["round"] == k]
     out: dict[str, Any] = {"labels": at[0]["labels"]}
     for key in ("oof_precision", "oof_recall", "held_precision", "held_recall", "held_auc", "threshold",
-                "kept_true_precision"):
+                "kept_true_precision", "held_precision_at_r80"):
         v = np.array([p[key] for p in at])
         out[key] = (float(v.mean()), float(v.min()), float(v.max()))
     return out
@@ -261,15 +284,35 @@ def result_figures(points: list[dict[str, Any]], rounds: int, seeds: int, full: 
                 out[f"{arm}_{key}_r{k}"] = figure(round(got[key][0], 3), key.split("_")[1],
                                                   f"{arm} arm, round {k}: mean held-out {key.split('_')[1]} over "
                                                   f"{seeds} seeds at the judge's own threshold ({crawl} crawl)")
+            out[f"{arm}_ranking_precision_r{k}"] = figure(
+                round(got["held_precision_at_r80"][0], 3), "precision",
+                f"{arm} arm, round {k}: mean held-out precision where the held-out rows' own scores keep 80% of "
+                f"their positives (the ranking, whatever the threshold; {crawl} crawl)")
         margins.append(lo["held_precision"][0] - ra["held_precision"][0])
         out[f"margin_r{k}"] = figure(round(margins[-1], 3), "precision",
                                      f"loop minus random mean held-out precision, round {k} ({crawl} crawl)")
+    ranked = [summary(points, "loop", k)["held_precision_at_r80"][0] - summary(points, "random", k)[
+        "held_precision_at_r80"][0] for k in range(rounds + 1)]
+    out["worst_ranking_margin"] = figure(round(min(ranked), 3), "precision", "the smallest loop minus random mean "
+                                         f"held-out precision at held-out recall 0.8 over the rounds ({crawl} crawl)")
+    for arm in ("loop", "random"):
+        got = [reached([q for q in points if q["arm"] == arm and q["seed"] == s], target, stays=True)
+               for s in range(seeds)]
+        hit = [g for g in got if g is not None]
+        out[f"{arm}_seeds_at_target"] = figure(len(hit), "seeds", f"{arm} arm: seeds whose held-out precision "
+                                               f"reaches the target at recall >= 0.8 and stays ({crawl} crawl)")
+        out[f"{arm}_labels_to_target"] = figure(int(np.median(hit)) if hit else "never", "labels",
+                                                f"{arm} arm: median labels from which held-out precision stays at "
+                                                f"or above the target at recall >= 0.8, over those seeds ({crawl})")
     out["worst_margin"] = figure(round(min(margins), 3), "precision", "the smallest loop minus random mean held-out "
                                  f"precision over the rounds ({crawl} crawl)")
     covered = [p["kept_covered"] for p in points if p["arm"] == "loop" and p["kept_covered"] is not None]
     out["kept_coverage"] = figure(round(sum(covered) / max(len(covered), 1), 3), "share",
                                   "share of the loop's (seed, round) fits whose 95% interval for the kept set's "
                                   f"precision, from the batches' random share, holds the truth ({crawl} crawl)")
+    last = [p["kept_covered"] for p in points if p["arm"] == "loop" and p["round"] == rounds]
+    out["kept_coverage_last"] = figure(sum(bool(c) for c in last), "seeds", "seeds whose 95% interval for the kept "
+                                       f"set's precision after the last round holds the truth ({crawl} crawl)")
     out["kept_estimates"] = figure(len(covered), "fits", "loop fits with a kept-set precision estimate")
     out["whole_pool_held_precision"] = figure(round(full["held_precision"], 3), "precision",
                                               f"held-out precision of the judge fitted on the whole pool ({crawl})")
@@ -283,13 +326,13 @@ def result_figures(points: list[dict[str, Any]], rounds: int, seeds: int, full: 
 def doc_table(crawl: str, rounds: int) -> str:
     """The markdown table the docs carry, each cell a marker rendered from the results file."""
     name = f"labelling_loop_{crawl}"
-    lines = ["| labels | loop: held-out precision | random: held-out precision | loop: held-out recall "
-             "| random: held-out recall |", "|---:|---:|---:|---:|---:|"]
+    lines = ["| labels | held-out precision: loop | random | held-out recall: loop | random "
+             "| precision at held-out recall 0.8: loop | random |", "|---:|---:|---:|---:|---:|---:|---:|"]
     for k in range(rounds + 1):
         cells = [f"<!--fig {name}.labels_r{k}-->?<!--/fig-->"] + [
-            f"<!--fig {name}.{arm}_{key}_r{k}:.3f-->?<!--/fig-->" for key in ("held_precision", "held_recall")
-            for arm in ("loop", "random")]
-        lines.append("| " + " | ".join(cells[:1] + [cells[1], cells[3], cells[2], cells[4]]) + " |")
+            f"<!--fig {name}.{arm}_{key}_r{k}:.3f-->?<!--/fig-->"
+            for key in ("held_precision", "held_recall", "ranking_precision") for arm in ("loop", "random")]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -303,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step", type=int, default=20)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--random-share", type=float, default=RANDOM_SHARE)
-    p.add_argument("--random-rows", choices=("calibrate", "train"), default="calibrate",
-                   help="the loop's judge.random_rows (the recipe's default: calibrate)")
+    p.add_argument("--random-rows", choices=("train", "calibrate"), default="train",
+                   help="the loop's judge.random_rows (the recipe's default: train)")
     p.add_argument("--cache", default=str(ROOT / "lake" / "cache" / "embeddings"))
     p.add_argument("--png", default=None, help="default: docs/figures/labelling_loop_<crawl>.png")
     p.add_argument("--doc-table", action="store_true", help="print the docs' table of markers and stop")
@@ -333,8 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwhole pool ({full['labels']} labels): held-out precision {full['held_precision']:.3f}, recall "
           f"{full['held_recall']:.3f}. Target: held-out precision >= P = {target:.3f} at recall >= 0.8\n")
     print("| labels | loop held-out P | random held-out P | loop held-out R | random held-out R "
-          "| loop out-of-fold P | random out-of-fold P | loop threshold | random threshold | loop kept P (truth) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| loop out-of-fold P | random out-of-fold P | loop threshold | random threshold | loop kept P (truth) "
+          "| loop P at held-out R 0.8 | random (same) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
     def cell(v: tuple[float, float, float]) -> str:
         return f"{v[0]:.3f} ({v[1]:.2f}–{v[2]:.2f})"
@@ -344,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {lo['labels']} | {cell(lo['held_precision'])} | {cell(ra['held_precision'])} | "
               f"{cell(lo['held_recall'])} | {cell(ra['held_recall'])} | {cell(lo['oof_precision'])} | "
               f"{cell(ra['oof_precision'])} | {cell(lo['threshold'])} | {cell(ra['threshold'])} | "
-              f"{cell(lo['kept_true_precision'])} |")
+              f"{cell(lo['kept_true_precision'])} | {cell(lo['held_precision_at_r80'])} | "
+              f"{cell(ra['held_precision_at_r80'])} |")
     needed = {f"{arm} {how}": [reached([q for q in points if q["arm"] == arm and q["seed"] == s], target,
                                        stays=how == "and stays")
                                for s in range(args.seeds)] for arm in ("loop", "random") for how in ("first", "and stays")}

@@ -66,10 +66,11 @@ class LinearJudge(BaseModel):
         "train (the held-out set stays the rows the split picks among the labels the team started with, so it is "
         "fixed when the judge is declared and every round is measured on the same rows), or split (`held_out` "
         "cuts them too, moving some of every batch into the held-out set).")
-    random_rows: Literal["calibrate", "train"] = Field(
-        "calibrate", description="The rows of a labelling batch's random share (`share: random`): calibrate (never "
-        "fitted on, so the final model scores them as it scores the crawl: the threshold and the kept set's "
-        "precision and recall estimates are set on them), or train (fitted on too; they count out of fold).")
+    random_rows: Literal["train", "calibrate"] = Field(
+        "train", description="The rows of a labelling batch's random share (`share: random`): train (fitted on, "
+        "and their out-of-fold scores set the threshold and the kept set's estimates), or calibrate (never fitted "
+        "on: the final model's scores of them set both; costs the fit half its labels, which on the benchmark "
+        "costs more precision than it gains, docs/tutorials/your_crawl.md).")
     threshold_on: Literal["representative", "all"] = Field(
         "representative", description="Whose out-of-fold scores set the threshold and the out-of-fold figures: "
         "representative (the labels the team started with and each batch's random share, not the rows a batch "
@@ -434,22 +435,27 @@ def _labels_to_halve(k: int, n: int, rate: float) -> int | None:
 
 def kept_estimate(samples: dict[str, Any], threshold: float) -> dict[str, Any] | None:
     """The kept set's precision and recall at `threshold` with 95% Wilson intervals, and how many more labels of
-    that kind would halve each interval, from the out-of-fold scores of the rows drawn at random: a batch's random
-    share of the crawl (precision and recall) or, without one, an audit sample of the kept rows (precision);
-    None without either. `samples` is a fit's `cv["samples"]`."""
-    for share, what in (("random", "the random share of the labelling batches"),
-                        ("audit", "audit batches of the kept rows")):
-        got = samples.get(share)
-        if not got or not got["labels"]:
-            continue
+    that kind would halve each interval, from the out-of-fold scores of the rows drawn at random; None without any.
+    `samples` is a fit's `cv["samples"]`. From a batch's random share of the crawl: precision and recall; from
+    audit batches (kept rows drawn at random, `label export --audit`), without a random share: precision, the
+    share of them that is positive. Each out-of-fold score comes from a model fitted on 4/5 of the labels, so with
+    few labels the estimate leans low; and the rows the loop takes near the threshold leave the unlabelled rest
+    easier than the random share drawn before them (docs/tutorials/your_crawl.md measures both)."""
+    got = samples.get("random")
+    if got and got["labels"]:
         s, y = np.asarray(got["scores"], dtype=np.float64), np.asarray(got["labels"], dtype=bool)
-        kept = s >= threshold
-        n, nk, tp, npos = len(y), int(kept.sum()), int((kept & y).sum()), int(y.sum())
-        out: dict[str, Any] = {"from": share, "what": what, "labels": n, "kept_labels": nk,
-                               "precision": tp / nk if nk else None, "precision_interval": wilson(tp, nk),
-                               "precision_labels_to_halve": _labels_to_halve(tp, nk, nk / n)}
-        if share == "random":  # a sample of the crawl also says how many of its positives the threshold keeps
-            out.update(recall=tp / npos if npos else None, recall_interval=wilson(tp, npos),
-                       recall_labels_to_halve=_labels_to_halve(tp, npos, npos / n), positives=npos)
-        return out
+        n, kept = len(y), s >= threshold
+        nk, tp, npos = int(kept.sum()), int((kept & y).sum()), int(y.sum())
+        return {"from": "random", "what": "the random share of the labelling batches", "labels": n,
+                "kept_labels": nk, "precision": tp / nk if nk else None, "precision_interval": wilson(tp, nk),
+                "precision_labels_to_halve": _labels_to_halve(tp, nk, nk / n), "positives": npos,
+                "recall": tp / npos if npos else None, "recall_interval": wilson(tp, npos),
+                "recall_labels_to_halve": _labels_to_halve(tp, npos, npos / n)}
+    got = samples.get("audit")
+    if got and got["labels"]:
+        y = np.asarray(got["labels"], dtype=bool)
+        n, tp = len(y), int(y.sum())
+        return {"from": "audit", "what": "audit batches of the kept rows", "labels": n, "kept_labels": n,
+                "precision": tp / n, "precision_interval": wilson(tp, n),
+                "precision_labels_to_halve": _labels_to_halve(tp, n, 1.0)}
     return None
