@@ -173,23 +173,41 @@ def forecast(measured: list[dict[str, Any]], crawl: int, prefilter_pass: float, 
     return out
 
 
-def write_rates(path: Path, measured: list[dict[str, Any]]) -> None:
-    """The measured rates into `piqaforge plan`'s seed file (jobs/plan.py), keeping its keep shares."""
+def write_seed(path: Path, measured: list[dict[str, Any]], shares_from: Path, *, rows: int, embed_rows: int,
+               load_start: list[float]) -> None:
+    """`piqaforge plan`'s seed (jobs/plan.py `seed_runs`) as a results file: each stage's rows per CPU-second
+    measured here, on `rows` generated rows, and the keep shares of the finished run whose manifest is
+    `shares_from` (a `piqaforge run ko-piqa` of the bundled sample): nothing typed."""
     from jobs.plan import identity
-    from transforms.core.machine import machine_info
+    from transforms.core.manifest import RunManifest
+    from transforms.core.results import figure, write_result
 
-    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"recipe": "ko-piqa", "runs": {}}
-    stages = data.setdefault("runs", {}).setdefault("crawl", {})
-    for m in measured:
-        if m.get("cpu_s"):
-            entry = stages.setdefault(m["stage"], {})
-            entry["rows_per_cpu_second"] = round(m["rows_in"] / m["cpu_s"], 1)
-            entry["identity"] = identity(m.get("config") or {})
-    data.update(measured_at=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), machine=machine_info(),
-                rates_command=" ".join([".venv/bin/python", *sys.argv]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"rates written to {path}")
+    run = RunManifest.load(shares_from)
+    if run.status not in ("succeeded", "awaiting_review"):
+        raise SystemExit(f"{shares_from}: the run's status is {run.status!r}; the seed's shares need a finished run")
+    rates = {m["stage"]: m for m in measured if m.get("cpu_s")}
+    stages: dict[str, dict[str, Any]] = {}
+    for st in run.stages:
+        entry: dict[str, Any] = {"rows_in": st.rows_in, "rows_kept": st.rows_kept}
+        m = rates.get(st.name)
+        if m is not None:
+            entry.update(rows_per_cpu_second=round(m["rows_in"] / m["cpu_s"], 1), identity=identity(m.get("config") or {}),
+                         rate_rows=m["rows_in"], startup="excluded")
+        stages[st.name] = entry
+    inputs = [str(i["path"]) for i in run.inputs if i.get("path")]
+    figures = {f"{name}_rows_per_cpu_second": figure(e["rows_per_cpu_second"], "rows/CPU-s",
+                                                    f"{name}: rows per CPU-second, one process, start-up excluded")
+               for name, e in stages.items() if "rows_per_cpu_second" in e}
+    figures.update({f"{name}_kept": figure(e["rows_kept"], "rows", f"{name}: rows kept of {e['rows_in']} in run "
+                                           f"{run.run_id}") for name, e in stages.items() if e.get("rows_in")})
+    write_result(path.stem, figures, benchmark="benchmarks/bench_crawl_cost.py", load_start=load_start,
+                 directory=path.parent,
+                 data={"recipe": "ko-piqa", "language": "ko", "inputs": inputs,
+                       "rates_from": f"{rows} generated crawl rows (the prefilter: {embed_rows}), this process",
+                       "shares_from": f"run {run.run_id} ({run.status}, {run.started_at}; "
+                                      f"input {', '.join(inputs)}): its manifest",
+                       "runs": {"crawl": stages}})
+    print(f"seed written to {path} (shares: run {run.run_id})")
 
 
 def main() -> int:
@@ -205,18 +223,24 @@ def main() -> int:
     parser.add_argument("--efficiency", type=float, default=0.7)
     parser.add_argument("--price", action="append", default=[], metavar="NODE_TYPE=USD_PER_HOUR")
     parser.add_argument("--shared", default=str(ROOT.parent / "shared" / "data"))
-    parser.add_argument("--write-rates", type=Path, metavar="JSON", help="record the rates measured here in the seed "
-                        "of `piqaforge plan` (e.g. benchmarks/rates/ko-piqa.json): each stage's rows per CPU-second, "
-                        "the machine and this command; the keep shares already there (the bundled sample's) stay")
+    parser.add_argument("--write-seed", type=Path, metavar="JSON", help="write the seed of `piqaforge plan` "
+                        "(benchmarks/rates/ko-piqa.json) as a results file: the rates measured here and the keep "
+                        "shares of the finished run --shares-from names")
+    parser.add_argument("--shares-from", type=Path, metavar="MANIFEST", help="with --write-seed: the manifest.json of a "
+                        "finished `piqaforge run ko-piqa` crawl run on the bundled sample (LAKE/runs/ID-crawl/)")
     args = parser.parse_args()
     gpu = json.loads(GPU_FIGURES.read_text(encoding="utf-8"))
     prices = {k: float(v) for k, v in (p.split("=", 1) for p in args.price)}
     import yaml
 
     extra = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
+    if args.write_seed and not args.shares_from:
+        parser.error("--write-seed needs --shares-from MANIFEST (a finished crawl run's manifest.json)")
+    load_start = list(os.getloadavg())
     measured, _ = measure(args.rows, args.embed_rows, Path(args.shared), extra)
-    if args.write_rates:
-        write_rates(args.write_rates, measured)
+    if args.write_seed:
+        write_seed(args.write_seed, measured, args.shares_from, rows=args.rows, embed_rows=args.embed_rows,
+                   load_start=load_start)
     types = node_types()
     rows = forecast(measured, args.crawl, args.prefilter_pass if args.prefilter_pass is not None
                     else gpu["prefilter_pass_real_sample"], gpu, types, args.efficiency, prices)
