@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests, each tier against its budget.
 #   scripts/test.sh            the default tier: ruff, mypy, lint-imports, pytest (budget 10 min)
-#   scripts/test.sh --slow     the default tier, then the slow tier (SIGKILL + resume, node loss, a real Jobs API head,
-#                              real-model runs, the device check from an empty carry, every recipe on the cluster path:
-#                              the rehearsal's CI tier), then the float-sensitive tests playing another CPU twice;
-#                              .ci/run uses it
+#   scripts/test.sh --slow     the default tier with the slow tests that may share the machine, in one pytest run;
+#                              then the slow tests that run alone (SIGKILL + resume, node loss, every recipe on the
+#                              cluster path: the rehearsal's CI tier, the storm's fixed points); then the
+#                              float-sensitive tests playing another CPU twice; .ci/run uses it
 #   scripts/test.sh --other-cpu only the float-sensitive tests playing another CPU (both directions)
 #   scripts/test.sh --all      the default tier, then the slow, recipes and rehearsal tiers (whole recipe jobs on the
 #                              local Qwen 1.5B; the cluster rehearsal with the images' venvs and vLLM's CPU build)
@@ -83,6 +83,8 @@ if [[ "$MODE" == default || "$MODE" == slow || "$MODE" == all ]]; then
   start=$SECONDS
   (set -e; lint) || keep_first_failure $?
   .venv/bin/python scripts/tier_budget.py lint "$((SECONDS - start))"
+fi
+if [[ "$MODE" == default || "$MODE" == all ]]; then
   start=$SECONDS
   echo "== pytest -m '$DEFAULT_MARK'${PARALLEL:+ on $WORKERS workers}"
   .venv/bin/python -m pytest -m "$DEFAULT_MARK" "${PARALLEL[@]}" --durations=20 \
@@ -90,19 +92,31 @@ if [[ "$MODE" == default || "$MODE" == slow || "$MODE" == all ]]; then
   keep_first_failure $?
   budget default "$start" "$REPORTS/default.xml"
 fi
-
-if [[ "$MODE" == slow || "$MODE" == all ]]; then
-  # The slow tests marked `alone` (whole Ray clusters, SIGKILLed drivers and nodes, a measured process) run after
-  # the others and never beside another test, whatever PIQAFORGE_TEST_WORKERS says.
+if [[ "$MODE" == slow ]]; then
+  # CI's tier: the default tier and the slow tests that may share the machine in one pytest run, so that a module's
+  # fixtures (a model's embeddings, a fitted judge) are made once for its fast and its slow tests
+  start=$SECONDS
+  echo "== pytest -m '($DEFAULT_MARK) or ($SLOW_MARK and not alone)'${PARALLEL:+ on $WORKERS workers}"
+  .venv/bin/python -m pytest -m "($DEFAULT_MARK) or ($SLOW_MARK and not alone)" "${PARALLEL[@]}" --durations=30 \
+    --junitxml="$REPORTS/default-slow.xml"
+  keep_first_failure $?
+  budget default+slow "$start" "$REPORTS/default-slow.xml"
+elif [[ "$MODE" == all ]]; then
   start=$SECONDS
   echo "== pytest -m '$SLOW_MARK and not alone'${PARALLEL:+ on $WORKERS workers}"
   .venv/bin/python -m pytest -m "$SLOW_MARK and not alone" "${PARALLEL[@]}" --durations=20 \
     --junitxml="$REPORTS/slow-shared.xml"
   keep_first_failure $?
+fi
+if [[ "$MODE" == slow || "$MODE" == all ]]; then
+  # The slow tests marked `alone` (whole Ray clusters, SIGKILLed drivers and nodes, a measured process) run after
+  # the others and never beside another test, whatever PIQAFORGE_TEST_WORKERS says.
+  [[ "$MODE" == slow ]] && start=$SECONDS
   echo "== pytest -m '$SLOW_MARK and alone', one at a time"
   .venv/bin/python -m pytest -m "$SLOW_MARK and alone" --durations=20 --junitxml="$REPORTS/slow-alone.xml"
   keep_first_failure $?
-  budget slow "$start" "$REPORTS/slow-shared.xml" "$REPORTS/slow-alone.xml"
+  if [[ "$MODE" == slow ]]; then budget slow-alone "$start" "$REPORTS/slow-alone.xml"
+  else budget slow "$start" "$REPORTS/slow-shared.xml" "$REPORTS/slow-alone.xml"; fi
 fi
 
 if [[ "$MODE" == all ]]; then
