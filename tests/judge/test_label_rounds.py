@@ -18,11 +18,17 @@ import numpy as np
 import pytest
 
 from transforms.flow.recipe import load_recipe
+from transforms.judge import rounds
 from transforms.judge.gate import SupervisedPrefilter
 from transforms.judge.labels import LabelledRow
 from transforms.judge.linear import LinearJudge, train
-from transforms.judge import rounds
-from transforms.judge.rounds import curve_cache_dir, judge_figures, judge_section, learning_curve, round_figures
+from transforms.judge.rounds import (
+    curve_cache_dir,
+    judge_figures,
+    judge_section,
+    learning_curve,
+    round_figures,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "lake" / "samples"
