@@ -379,7 +379,10 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None, up_to_round:
         trains=shares != "random" if config.random_rows == "calibrate" else None)
     # the out-of-fold scores of the rows drawn at random (from the crawl, or from its kept rows): what the kept
     # set's precision and recall are estimated from (kept_estimate), at whatever threshold the run applies
-    report["samples"] = {share: {"scores": oof[shares == share].tolist(), "labels": labels[shares == share].tolist()}
+    # (a text the guard flags scores 0 in a run, so it does here)
+    run_scores = np.where([config.guard and bool(injection_flags(sanitize(r.text))) for r in rows], 0.0, oof)
+    report["samples"] = {share: {"scores": run_scores[shares == share].tolist(),
+                                 "labels": labels[shares == share].tolist()}
                          for share in ("random", "audit") if (shares == share).any()}
     report.update(seed_rows=len(rows), views=config.views, view_min_chars=config.view_min_chars,
                   parts=config.views and config.parts, part_min_chars=config.part_min_chars, guard=config.guard,
