@@ -24,6 +24,8 @@ from transforms.judge.labels import (
 )
 from transforms.judge.linear import LinearJudge, checking_rows, training_rows
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def write(path: Path, rows: list[dict]) -> str:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
@@ -140,3 +142,24 @@ def test_min_labels_refuses_training_and_says_how_many_more(tmp_path: Path) -> N
     (key, problem), = labels_file_problems({"labels": seeds, "label": "everyday", "min_labels": 40,
                                             "held_out": {"fraction": 0.5, "seed": 1}})
     assert key == "min_labels" and "more rows" in problem
+
+
+def test_min_labels_counts_imported_rows_the_split_would_have_held_out(tmp_path: Path) -> None:
+    """Imported rows (`round` > 0) always train (`imported_rows: train`): the check before a run counts them, as the
+    fit does; with `imported_rows: split` the split applies to them and the count falls."""
+    from transforms.judge.labels import LabelledRow, read_rows
+
+    base = ROOT / "lake" / "samples" / "ja_everyday_labels.jsonl"
+    lines = base.read_text(encoding="utf-8").splitlines()
+    split = FractionSplit(fraction=0.2, seed=0)
+    extra = [json.loads(x) | {"id": f"imported-{i}", "round": 1} for i, x in enumerate(lines[:60])]
+    picked = [r for _, r in read_rows(str(write(tmp_path / "extra.jsonl", extra)), "everyday")]
+    would = sum(split.holds_out(r) for r in picked if isinstance(r, LabelledRow))
+    assert would > 0  # the rows below include some the split would hold out
+    labels = write(tmp_path / "labels.jsonl", [json.loads(x) for x in lines] + extra)
+    kept = sum(not split.holds_out(r) for _, r in read_rows(str(base), "everyday"))
+    judge = {"labels": labels, "label": "everyday", "held_out": {"fraction": 0.2, "seed": 0},
+             "min_labels": kept + len(extra)}
+    assert labels_file_problems(judge) == []
+    (key, problem), = labels_file_problems(judge | {"imported_rows": "split"})
+    assert key == "min_labels" and f"hold {kept + len(extra) - would} rows to train on" in problem

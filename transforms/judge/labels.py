@@ -273,7 +273,13 @@ def labels_file_problems(judge: dict[str, Any]) -> list[tuple[str, str]]:
             split = TypeAdapter(HeldOut).validate_python(judge["held_out"]) if judge.get("held_out") else None
         except ValidationError:
             return problems  # the model's own validation names it
-        have = sum(1 for row in read if split is None or not split.holds_out(row))
+        imported_train = judge.get("imported_rows", "train") == "train"  # imported rows never join the held-out set
+
+        def imported(row: LabelledRow) -> bool:
+            value = row.column("round")
+            return value not in (None, "") and int(value) > 0
+
+        have = sum(1 for row in read if split is None or (imported_train and imported(row)) or not split.holds_out(row))
         if have < need:
             problems.append(("min_labels", f"the labels files hold {have} rows to train on, fewer than the "
                              f"recipe's minimum of {need}: label {need - have} more rows (held-out rows do not "
