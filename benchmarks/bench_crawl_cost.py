@@ -178,7 +178,7 @@ def write_seed(path: Path, measured: list[dict[str, Any]], shares_from: Path, *,
     """`piqaforge plan`'s seed (jobs/plan.py `seed_runs`) as a results file: each stage's rows per CPU-second
     measured here, on `rows` generated rows, and the keep shares of the finished run whose manifest is
     `shares_from` (a `piqaforge run ko-piqa` of the bundled sample): nothing typed."""
-    from jobs.plan import identity
+    from jobs.plan import identity, rate_config
     from transforms.core.manifest import RunManifest
     from transforms.core.results import figure, write_result
 
@@ -187,8 +187,10 @@ def write_seed(path: Path, measured: list[dict[str, Any]], shares_from: Path, *,
         raise SystemExit(f"{shares_from}: the run's status is {run.status!r}; the seed's shares need a finished run")
     rates = {m["stage"]: m for m in measured if m.get("cpu_s")}
     stages: dict[str, dict[str, Any]] = {}
-    for st in run.stages:
-        entry: dict[str, Any] = {"rows_in": st.rows_in, "rows_kept": st.rows_kept}
+    for st in run.stages:  # a source stage's rows in are the rows it read
+        entry: dict[str, Any] = {"rows_in": st.rows_in or st.rows_created, "rows_kept": st.rows_kept}
+        if st.config:
+            entry["config"] = rate_config(st.config)
         m = rates.get(st.name)
         if m is not None:
             entry.update(rows_per_cpu_second=round(m["rows_in"] / m["cpu_s"], 1), identity=identity(m.get("config") or {}),

@@ -17,7 +17,7 @@ from jobs.plan import GPU_PEAK_FLOPS, MIN_RATE_ROWS, PROMPT_TOKENS, UTILISATION,
 from jobs.plan_cli import render
 from transforms.flow.recipe import load_recipe
 
-KO_SEED = json.loads((ROOT / "benchmarks" / "rates" / "ko-piqa.json").read_text(encoding="utf-8"))
+KO_SEED = json.loads((ROOT / "benchmarks" / "rates" / "ko-piqa.json").read_text(encoding="utf-8"))["data"]
 
 
 def _seed(folder: Path, recipe: str, stages: dict, **top) -> Path:
@@ -132,7 +132,7 @@ def test_shared_stages_reuse_the_rates_another_recipe_measured_for_the_same_stag
     assert "recipe ko-piqa measured it with another config (min_chars: 10, not 4)" in plans["length_filter"].note
 
 
-def test_the_seed_says_it_is_hand_written_and_a_results_file_seed_says_its_command(tmp_path):
+def test_a_results_file_seed_says_its_command_and_the_bundled_seed_is_one(tmp_path):
     recipe = load_recipe(str(_recipe_file(tmp_path)))
     seeds = tmp_path / "seeds"
     seeds.mkdir()
@@ -146,8 +146,8 @@ def test_the_seed_says_it_is_hand_written_and_a_results_file_seed_says_its_comma
     assert first.rate == 300_000.0 and first.rate_from.machine.startswith("Bench CPU")
     assert "measured: python benchmarks/bench_crawl_cost.py --rows 200000" in first.rate_from.source
     assert not first.rate_from.hand_written
-    ko = plan(load_recipe("ko-piqa"), 1000, tmp_path / "lake", CLUSTER)[0]
-    assert "seed: hand-written, not measured" in ko.rate_from.source
+    ko = plan(load_recipe("ko-piqa"), 1000, tmp_path / "lake", CLUSTER)[0]  # the bundled seed: its benchmark wrote it
+    assert not ko.rate_from.hand_written and "measured: python benchmarks/bench_crawl_cost.py" in ko.rate_from.source
 
 
 def test_a_gpu_stage_without_a_measured_rate_is_modelled_and_counted_in_the_totals(tmp_path):
