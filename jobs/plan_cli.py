@@ -9,7 +9,10 @@ from typing import Any
 
 MEASURE = ("measure it: `piqaforge run {recipe} --set ...` on a sample on a machine like the workers (the manifest "
            "records every stage's rate; plan reads the lake's last finished run), or `benchmarks/bench_crawl_cost.py "
-           "--write-rates benchmarks/rates/{recipe}.json`; a GPU rate needs a run with the stage on a GPU")
+           "--write-seed benchmarks/rates/{recipe}.json --shares-from MANIFEST`; a GPU rate needs a run with the "
+           "stage on a GPU")
+# the crawl sizes `--plot` draws, as multiples of --rows
+PLOT_SCALES = (0.25, 0.5, 1, 2, 4, 8)
 
 
 def add_parser(sub: Any) -> None:
@@ -32,6 +35,8 @@ def add_parser(sub: Any) -> None:
                    help=f"refuse a run's rate resting on fewer rows (its start-up, not its rows; default "
                    f"{MIN_RATE_ROWS:,})")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--plot", metavar="PNG", help="also draw CPU-hours, GPU-hours, wall hours (and USD when priced) "
+                   "against input rows, from a quarter of --rows to eight times it, into this PNG file")
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -137,4 +142,58 @@ def run(args: argparse.Namespace) -> int:
                           for p in plans], indent=1, default=str))
     else:
         print(render(plans, recipe.recipe, args.rows, args.efficiency, bool(prices), args.min_rate_rows))
+    if args.plot:
+        curve = cost_curve(lambda n: plan(recipe, n, Path(args.lake), cluster, prices, args.efficiency,
+                                          floor=args.min_rate_rows), args.rows)
+        print(plot_curve(curve, Path(args.plot), recipe.recipe, args.rows))
     return 0
+
+
+COST_KEYS = (("cpu_h", "CPU-hours"), ("gpu_h", "GPU-hours"), ("wall_h", "wall hours"), ("usd", "USD"))
+
+
+def cost_curve(plan_for: Any, rows: int) -> list[dict[str, Any]]:
+    """The plan's totals at each of PLOT_SCALES x `rows` (a total is None where no stage is measured)."""
+    out = []
+    for scale in PLOT_SCALES:
+        n = max(int(rows * scale), 1)
+        plans = plan_for(n)
+        point: dict[str, Any] = {"rows": n}
+        for key, _ in COST_KEYS:
+            have = [getattr(p, key) for p in plans if getattr(p, key) is not None]
+            point[key] = sum(have) if have else None
+        point["left_out"] = sorted({f"{p.run}.{p.stage}" for p in plans if p.cpu_h is None and p.gpu_h is None})
+        out.append(point)
+    return out
+
+
+def plot_curve(curve: list[dict[str, Any]], path: Path, recipe: str, rows: int) -> str:
+    """Draw `curve` into `path`; the line printed says what doubling --rows costs, per total."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    keys = [(k, label) for k, label in COST_KEYS if any(p[k] for p in curve)]
+    for key, label in keys:
+        pts = [(p["rows"], p[key]) for p in curve if p[key]]
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.axvline(rows, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("input rows")
+    ax.set_ylabel("plan total")
+    left = sorted({s for p in curve for s in p["left_out"]})
+    ax.set_title(f"piqaforge plan {recipe}: cost against rows" + (f" ({len(left)} stage(s) unmeasured)" if left else ""),
+                 fontsize=10)
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    here = next(p for p in curve if p["rows"] == max(int(rows), 1))
+    double = next(p for p in curve if p["rows"] == max(int(rows * 2), 1))
+    factors = [f"{label} x{double[k] / here[k]:.2f}" for k, label in keys if here[k] and double[k]]
+    return f"plot: {path} (doubling {rows:,} rows: " + ", ".join(factors) + ")"

@@ -189,3 +189,25 @@ def test_runs_of_several_sizes_separate_the_fixed_cost_from_the_per_row_cost(tmp
     assert read.rate == pytest.approx(1_000.0) and read.rate_from.fixed_cpu_seconds == pytest.approx(11.0)
     assert read.cpu_h == pytest.approx((11.0 + 1_000_000 / 1_000) / 3600)
     assert "fitted" in read.rate_from.source and "11.0 CPU-s fixed" in read.note
+
+
+def test_plot_draws_cost_against_rows_and_says_what_doubling_the_crawl_costs(tmp_path, capsys):
+    """`plan --plot`: the totals from a quarter to eight times --rows, in a PNG; the printed factor for doubling is
+    the plan's own totals at 2 x rows over those at rows, with a run's fixed cost making it less than 2."""
+    lake = tmp_path / "lake"
+    # two runs of another size: a fixed cost of 10 CPU-s and 1 ms a row, fitted by the plan
+    _manifest(lake, "small", [_record(0, "read_crawl", 60_000, 60_000, 70.0)])
+    _manifest(lake, "larger", [_record(0, "read_crawl", 160_000, 160_000, 170.0)])
+    recipe_file = _recipe_file(tmp_path)
+    png = tmp_path / "cost.png"
+    assert main(["plan", str(recipe_file), "--rows", "100000", "--lake", str(lake), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    line = next(x for x in out.splitlines() if x.startswith("plot: "))
+    recipe = load_recipe(str(recipe_file))
+
+    def cpu(rows: int) -> float:
+        return sum(p.cpu_h for p in plan(recipe, rows, lake, CLUSTER) if p.cpu_h is not None)
+
+    assert f"CPU-hours x{cpu(200_000) / cpu(100_000):.2f}" in line
+    assert cpu(200_000) / cpu(100_000) < 2  # the fixed cost is paid once
