@@ -23,14 +23,14 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from transforms.llm.answers import match_choice
 from transforms.llm.asking import call_chat, call_option_logprobs
 from transforms.llm.base import ChatMessage, EngineConfig, GenerationParams
 from transforms.llm.cache import answer_key, recorded_question
 from transforms.llm.call import PromptRef
-from transforms.llm.prompts import PromptTemplate
+from transforms.llm.prompts import PromptTemplate, prompt_variables
 from transforms.llm.stage import LLMStage
 from transforms.text.views import llm_views
 
@@ -54,6 +54,9 @@ class Classifier(BaseModel):
                              "engine's short name. Must be unique within the ensemble.")
     engine: EngineConfig = Field(default_factory=EngineConfig)
     prompt: str = Field("classify_piqa/ko", description="Prompt id under prompts/ ('id' or 'id@version').")
+    prompt_vars: dict[str, str] = Field(
+        default_factory=dict, description="Values of the prompt's variables other than the row's `text`, the same "
+        "for every row: e.g. {language: Thai} for classify_piqa/any, which names the crawl's language.")
     mode: Literal["logprob", "generate"] = Field(
         "logprob", description="logprob: compare the options' log-probabilities; generate: parse a reply.")
     threshold: float = Field(0.5, ge=0, le=1, description="logprob mode: yes when P(positive option) >= this.")
@@ -76,7 +79,18 @@ class Classifier(BaseModel):
         return self.engine.params_b if self.engine.params_b is not None else math.inf
 
     def load_prompt(self) -> PromptTemplate:
-        return PromptRef.model_validate(self.prompt).load()
+        prompt = PromptRef.model_validate(self.prompt).load()
+        missing = sorted(prompt_variables(prompt) - {"text"} - set(self.prompt_vars))
+        if missing:
+            raise ValueError(f"classifier {self.short_name!r}: prompt {self.prompt} uses "
+                             f"{', '.join(missing)}, which its prompt_vars do not give "
+                             f"(prompt_vars: {{{', '.join(f'{m}: ...' for m in missing)}}})")
+        return prompt
+
+    @model_validator(mode="after")
+    def _prompt_vars_given(self) -> Classifier:
+        self.load_prompt()  # a missing variable is refused when the recipe loads, not on the first row
+        return self
 
     def cache_key(self, prompt: PromptTemplate) -> str:
         """The folder of this classifier's answers (one per model, prompt version and mode)."""
@@ -127,7 +141,7 @@ class Classifier(BaseModel):
         """One answer per text as given, from `stage`'s answer cache or this classifier's engine."""
         prompt = self.load_prompt()
         cache = stage.answer_cache(self.cache_key(prompt), ANSWER_SCHEMA)
-        convs = [prompt.render(text=t).messages for t in texts]
+        convs = [prompt.render(**self.prompt_vars, text=t).messages for t in texts]
         params = self.gen_params(retry_temperature) | {"options": prompt.options}
         keys = [answer_key(c, self.engine, params, 0) for c in convs]
         stage.counters.cache_hits += sum(k in cache for k in keys)

@@ -107,6 +107,15 @@ class PromptTemplate(BaseModel):
         return None
 
 
+def prompt_variables(prompt: PromptTemplate) -> set[str]:
+    """The variables a prompt's system text and template read (a few-shot turn brings its own)."""
+    import jinja2.meta
+
+    env = _env()
+    return {name for source in (prompt.system, prompt.template) if source
+            for name in jinja2.meta.find_undeclared_variables(env.parse(source))}
+
+
 @functools.cache
 def _env() -> Any:
     import jinja2
