@@ -36,7 +36,8 @@ def test_the_seed_is_a_results_file_of_measured_rates_and_a_real_runs_shares(tmp
     run = RunManifest.load(manifest)
     stages = data["data"]["runs"]["crawl"]
     assert [(n, s["rows_in"], s["rows_kept"]) for n, s in stages.items()] == \
-        [(s.name, s.rows_in, s.rows_kept) for s in run.stages]  # the shares are the run's, stage for stage
+        [(s.name, s.rows_in or s.rows_created, s.rows_kept) for s in run.stages]  # the run's shares, stage for stage
+    assert stages["read_crawl"]["rows_in"] == run.stages[0].rows_created > 0  # a source's rows in are the rows it read
     rates = {m["stage"]: m["rows_in"] / m["cpu_s"] for m in measured if m.get("cpu_s")}
     assert rates and {n: s["rows_per_cpu_second"] for n, s in stages.items() if "rows_per_cpu_second" in s} == \
         {n: round(r, 1) for n, r in rates.items()}
