@@ -1,5 +1,5 @@
 """The labelling loop against random labelling at equal label budgets, on crawl-filter's bundled Japanese example
-and on a Korean crawl built from ../shared/data (issue 51).
+and on a Korean crawl built from ../shared/data.
 
 Crawls (all real text; `everyday` is each question's source, the label the recipe's judge learns):
   ja  the 400 rows of lake/samples/ja_everyday_labels.jsonl and the 600 plain crawl rows of
@@ -23,12 +23,13 @@ labels file); then `rounds` rounds of `step` labels each, chosen
   random  uniformly from the unlabelled pool rows (seed s), appended with `share: random`.
 After every round the judge is refitted with the product's code (transforms/judge/linear.train, the recipe's
 judge config), which reports precision and recall on the held-out rows at its threshold; for the loop, the kept
-set's precision estimate from the random share (linear.kept_estimate) is compared with the truth: the precision
-of the pool rows the judge keeps.
+set's precision estimate from the random share (linear.kept_estimate, weighted to the pool's scores as a run weights
+it to its crawl's) is compared with the truth: the precision of the pool rows the run keeps (final judge, its
+threshold, labelled rows included).
 The reference: the judge fitted on the whole pool. P = its held-out precision - 0.02; an arm reaches the target
 at the first budget where held-out precision >= P and held-out recall >= 0.8.
 
-Run: .venv/bin/python benchmarks/bench_labelling_loop.py --crawl ja   (--seeds 5 --seed-labels 40 --step 20
+Run: .venv/bin/python benchmarks/bench_labelling_loop.py --crawl ja   (--seeds 10 --seed-labels 40 --step 20
 --rounds 10; --crawl ko --step 40 --rounds 5); writes benchmarks/results/labelling_loop_<crawl>.json
 (transforms/core/results.py) and the plot docs/figures/labelling_loop_<crawl>.png
 """
@@ -148,18 +149,21 @@ def fit(judge: Any, labels: Path, cache: str, pool: list[dict[str, Any]]) -> dic
     held_truth = np.array([r.value(config.label) for r in checking], dtype=bool)
     held_scores = fitted.score_texts([r.text for r in checking], embedder_for(config, cache))
     at_r80 = float(held_truth[held_scores >= threshold_for_recall(held_scores, held_truth, 0.8)].mean())
-    # the truth the estimate is for: the pool rows the judge decides on without a label of theirs
+    # the truth the estimate is for: the rows the run keeps (the pool rows the final judge scores at or above its
+    # threshold, labelled ones included: a run keeps them too), as the run's report estimates it from its scores
     done = {json.loads(x)["id"] for x in labels.read_text(encoding="utf-8").splitlines()}
     unlabelled = np.array([r["id"] not in done for r in pool])
-    truth = np.array([r["everyday"] for r in pool], dtype=bool)[unlabelled]
-    kept = (scores >= fitted.threshold)[unlabelled]
-    estimate = kept_estimate(cv.get("samples") or {}, fitted.threshold)
+    truth = np.array([r["everyday"] for r in pool], dtype=bool)
+    kept = scores >= fitted.threshold
+    estimate = kept_estimate(cv.get("samples") or {}, fitted.threshold, scores)
     true_p = float(truth[kept].mean()) if kept.any() else float("nan")
+    unlabelled_p = float(truth[kept & unlabelled].mean()) if (kept & unlabelled).any() else float("nan")
     interval = (estimate or {}).get("precision_interval")
     return {"labels": cv["seed_rows"], "positives": cv["positives"], "oof_precision": cv["precision"],
             "oof_recall": cv["recall"], "held_precision": held["precision"], "held_recall": held["recall"],
             "held_auc": held["auc"], "held_precision_at_r80": at_r80, "oof_auc": cv["auc"], "threshold": fitted.threshold, "held_rows": held["rows"],
             "threshold_rows": cv.get("threshold_rows"), "kept_true_precision": true_p,
+            "kept_true_precision_unlabelled": unlabelled_p,
             "kept_true_recall": float(kept[truth].mean()) if truth.any() else float("nan"), "kept_estimate": estimate,
             "kept_covered": None if not interval else bool(interval[0] <= true_p <= interval[1]),
             "_fitted": fitted, "_scores": scores}
@@ -310,6 +314,16 @@ def result_figures(points: list[dict[str, Any]], rounds: int, seeds: int, full: 
     out["kept_coverage"] = figure(round(sum(covered) / max(len(covered), 1), 3), "share",
                                   "share of the loop's (seed, round) fits whose 95% interval for the kept set's "
                                   f"precision, from the batches' random share, holds the truth ({crawl} crawl)")
+    for k in range(1, rounds + 1):  # per budget: round 0 has no random share
+        at = [p for p in points if p["arm"] == "loop" and p["round"] == k and p["kept_covered"] is not None]
+        out[f"kept_covered_r{k}"] = figure(sum(p["kept_covered"] for p in at), "seeds", "seeds whose 95% interval "
+                                           f"for the kept set's precision after round {k} holds the truth ({crawl})")
+        out[f"kept_estimate_r{k}"] = figure(round(float(np.mean([p["kept_estimate"]["precision"] for p in at])), 3)
+                                            if at else None, "precision", f"round {k}: the mean estimate of the "
+                                            f"kept set's precision ({crawl} crawl)")
+        out[f"kept_truth_r{k}"] = figure(round(float(np.mean([p["kept_true_precision"] for p in at])), 3)
+                                         if at else None, "precision", f"round {k}: the mean true precision of the "
+                                         f"rows the run keeps ({crawl} crawl)")
     last = [p["kept_covered"] for p in points if p["arm"] == "loop" and p["round"] == rounds]
     out["kept_coverage_last"] = figure(sum(bool(c) for c in last), "seeds", "seeds whose 95% interval for the kept "
                                        f"set's precision after the last round holds the truth ({crawl} crawl)")
@@ -341,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--crawl", choices=("ja", "ko"), default="ja")
-    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--seed-labels", type=int, default=40)
     p.add_argument("--step", type=int, default=20)
     p.add_argument("--rounds", type=int, default=10)

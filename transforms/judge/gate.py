@@ -29,8 +29,8 @@ from pydantic import Field, PrivateAttr
 from transforms.core import columns as C
 from transforms.core.drop_reasons import DropReason
 from transforms.core.stage import GlobalStage, note_placement, put_column
-from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, train
-from transforms.judge.rounds import learning_curve
+from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, kept_estimate, train
+from transforms.judge.rounds import kept_line, learning_curve
 
 log = logging.getLogger("piqaforge.prefilter")
 
@@ -115,7 +115,9 @@ class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
                           cv_recall_at_threshold=recall)
             threshold = float(cap)
         kept = int((scores >= threshold).sum())
-        report.update(rows_kept=kept, pass_rate=kept / len(scores) if len(scores) else None)
+        # the kept set's precision and recall from the labels drawn at random, weighted to this crawl's kept scores
+        estimate = kept_estimate(cv.get("samples") or {}, threshold, scores)
+        report.update(rows_kept=kept, pass_rate=kept / len(scores) if len(scores) else None, kept_estimate=estimate)
         self._report, self._fitted = report, fitted
         print(f"prefilter: threshold {threshold:.3f} (cross-validated recall {report.get('cv_recall_at_threshold', cv.get('recall')):.2f}"
               f"{_interval(cv.get('recall_interval'))}, precision {cv.get('precision'):.2f}"
@@ -127,6 +129,8 @@ class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
             print(f"prefilter: on {held['rows']} held-out labelled rows ({held['positives']} positive): recall "
                   f"{held['recall']:.2f}{_interval(held.get('recall_interval'))}, precision {held['precision']:.2f}"
                   f"{_interval(held.get('precision_interval'))}", file=sys.stderr, flush=True)
+        if estimate:
+            print(f"prefilter: {kept_line(estimate)}", file=sys.stderr, flush=True)
         for p in report["label_rounds"]:
             print(f"prefilter: labels of rounds <= {p['round']} ({p['labels']} rows): "
                   + (p["error"] if "error" in p else f"out of fold precision {p['cv_precision']:.2f}, recall "

@@ -274,6 +274,39 @@ def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: flo
     return final.coef_[0].tolist(), float(final.intercept_[0]), threshold, report, oof
 
 
+# Folds the random share is cut into for its unseen scores: each scored by the judge refitted on every other label,
+# so on nearly the labels the final judge learns (an out-of-fold score sees 4/5 of them and leans low)
+CROSS_FIT_FOLDS = 10
+
+
+def cross_fit_scores(embeddings: np.ndarray, labels: np.ndarray, rows: np.ndarray, *, C: float = 1.0, seed: int = 0,
+                     views: tuple[np.ndarray, np.ndarray] | None = None, train_on_views: bool = False,
+                     folds: int = CROSS_FIT_FOLDS) -> np.ndarray:
+    """The scores of `rows` (indices), each from the model fitted as `fit_linear` fits the final one on every
+    labelled row but the `1/folds` of `rows` it falls in: the score the final judge would give it unseen."""
+    from sklearn.linear_model import LogisticRegression
+
+    y = np.asarray(labels, dtype=bool)
+    out = np.zeros(len(rows))
+    order = np.random.default_rng(seed).permutation(len(rows))
+    for part in (order[f::folds] for f in range(min(folds, len(rows)))):
+        held = rows[part]
+        train_rows = np.setdiff1d(np.arange(len(y)), held)
+        X, t = embeddings[train_rows], y[train_rows]
+        if views is not None and train_on_views and len(views[1]):
+            extra = np.isin(views[1], train_rows)
+            X, t = np.vstack([X, views[0][extra]]), np.concatenate([t, y[views[1][extra]]])
+        model = LogisticRegression(C=C, class_weight="balanced", max_iter=5000, random_state=seed).fit(X, t)
+        got = model.predict_proba(embeddings[held])[:, 1]
+        if views is not None and len(views[1]):  # the minimum over the row's views, as a run scores it
+            for j, i in enumerate(held):
+                mine = views[1] == i
+                if mine.any():
+                    got[j] = min(got[j], float(model.predict_proba(views[0][mine])[:, 1].min()))
+        out[part] = got
+    return out
+
+
 def bundle_path(config: LinearJudge, labels: str | None = None) -> Path:
     """The bundled embeddings of a labels file's texts: `<labels>.<backend>.parquet` beside it."""
     return Path(labels or config.labels_path).with_suffix(f".{config.embedder.backend}.parquet")
@@ -380,10 +413,16 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None, up_to_round:
     # the out-of-fold scores of the rows drawn at random (from the crawl, or from its kept rows): what the kept
     # set's precision and recall are estimated from (kept_estimate), at whatever threshold the run applies
     # (a text the guard flags scores 0 in a run, so it does here)
-    run_scores = np.where([config.guard and bool(injection_flags(sanitize(r.text))) for r in rows], 0.0, oof)
+    flagged = np.array([config.guard and bool(injection_flags(sanitize(r.text))) for r in rows], dtype=bool)
+    run_scores = np.where(flagged, 0.0, oof)
     report["samples"] = {share: {"scores": run_scores[shares == share].tolist(),
                                  "labels": labels[shares == share].tolist()}
                          for share in ("random", "audit") if (shares == share).any()}
+    if "random" in report["samples"]:  # scored as the final judge scores a crawl row it never saw (kept_estimate)
+        drawn = np.flatnonzero(shares == "random")
+        unseen = oof[drawn] if config.random_rows == "calibrate" else cross_fit_scores(
+            emb, labels, drawn, C=config.C, seed=config.seed, views=extra, train_on_views=config.train_on_views)
+        report["samples"]["random"]["unseen_scores"] = np.where(flagged[drawn], 0.0, unseen).tolist()
     report.update(seed_rows=len(rows), views=config.views, view_min_chars=config.view_min_chars,
                   parts=config.views and config.parts, part_min_chars=config.part_min_chars, guard=config.guard,
                   guard_flagged_positives=sum(bool(injection_flags(r.text)) for r, y in zip(rows, labels, strict=True)
@@ -436,23 +475,61 @@ def _labels_to_halve(k: int, n: int, rate: float) -> int | None:
     return math.ceil((m - n) / rate)
 
 
-def kept_estimate(samples: dict[str, Any], threshold: float) -> dict[str, Any] | None:
+# At most this many score strata for the kept set's precision, each holding at least MIN_STRATUM_LABELS kept labels
+KEPT_STRATA, MIN_STRATUM_LABELS = 4, 5
+
+
+def _kept_strata(sample: np.ndarray, run: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """(weight of each kept random row, effective labels, strata): the run's kept rows cut into the most equal-count score
+    strata (up to KEPT_STRATA) that each hold MIN_STRATUM_LABELS of the kept random rows, each stratum weighted by
+    its share of the run's kept rows and shared among its random rows; one stratum: equal weights, n labels."""
+    for strata in range(KEPT_STRATA, 0, -1):
+        edges = np.quantile(run, np.arange(1, strata) / strata) if strata > 1 else np.zeros(0)
+        where = np.searchsorted(edges, sample, side="right")
+        labels = np.bincount(where, minlength=strata)
+        if strata == 1 or labels.min() >= MIN_STRATUM_LABELS:
+            share = np.bincount(np.searchsorted(edges, run, side="right"), minlength=strata) / len(run)
+            weights = share[where] / labels[where]
+            weights = weights / weights.sum()
+            return weights, max(1, round(1.0 / float((weights ** 2).sum()))), strata  # Kish's effective size
+    raise AssertionError("unreachable: one stratum always fits")
+
+
+def kept_estimate(samples: dict[str, Any], threshold: float, run_scores: Sequence[float] | np.ndarray | None = None,
+                  ) -> dict[str, Any] | None:
     """The kept set's precision and recall at `threshold` with 95% Wilson intervals, and how many more labels of
-    that kind would halve each interval, from the out-of-fold scores of the rows drawn at random; None without any.
-    `samples` is a fit's `cv["samples"]`. From a batch's random share of the crawl: precision and recall; from
-    audit batches (kept rows drawn at random, `label export --audit`), without a random share: precision, the
-    share of them that is positive. Each out-of-fold score comes from a model fitted on 4/5 of the labels, so with
-    few labels the estimate leans low; and the rows the loop takes near the threshold leave the unlabelled rest
-    easier than the random share drawn before them (docs/tutorials/your_crawl.md measures both)."""
+    that kind would halve each interval, from the labelled rows drawn at random; None without any. `samples` is a
+    fit's `cv["samples"]`; `run_scores` the run's scores of the crawl it judged.
+
+    From a batch's random share of the crawl: each random row is scored as the final judge would score it unseen
+    (`unseen_scores`: refitted on every other label, CROSS_FIT_FOLDS folds; out-of-fold scores come from models
+    that saw 4/5 of the labels and lean low). The random shares were drawn from the crawl as it was in their round,
+    before later rounds took the rows nearest the threshold, so they hold more kept rows just above the threshold
+    than the kept set does, and those are the least precise: with `run_scores` the precision is post-stratified,
+    the kept random rows weighted to the run's kept rows' score distribution (strata: `_kept_strata`), its interval
+    the Wilson one at Kish's effective number of labels. What stays: the loop also takes the near-threshold rows
+    whose label a score does not tell, which leaves every stratum of the unlabelled rows a little purer than the
+    random share (docs/tutorials/your_crawl.md measures it). From audit batches (kept rows drawn at random,
+    `label export --audit`), without a random share: precision, the share of them that is positive."""
     got = samples.get("random")
     if got and got["labels"]:
-        s, y = np.asarray(got["scores"], dtype=np.float64), np.asarray(got["labels"], dtype=bool)
+        s = np.asarray(got.get("unseen_scores", got["scores"]), dtype=np.float64)
+        y = np.asarray(got["labels"], dtype=bool)
         n, kept = len(y), s >= threshold
         nk, tp, npos = int(kept.sum()), int((kept & y).sum()), int(y.sum())
+        precision, interval, effective, strata = (tp / nk if nk else None), wilson(tp, nk), nk, 1
+        run = None if run_scores is None else np.asarray(run_scores, dtype=np.float64)
+        run = None if run is None else run[run >= threshold]
+        if nk and run is not None and len(run):
+            weights, effective, strata = _kept_strata(s[kept], run)
+            precision = float((weights * y[kept]).sum())
+            interval = wilson(round(precision * effective), effective)
         return {"from": "random", "what": "the random share of the labelling batches", "labels": n,
-                "kept_labels": nk, "precision": tp / nk if nk else None, "precision_interval": wilson(tp, nk),
-                "precision_labels_to_halve": _labels_to_halve(tp, nk, nk / n), "positives": npos,
-                "recall": tp / npos if npos else None, "recall_interval": wilson(tp, npos),
+                "kept_labels": nk, "precision": precision, "precision_interval": interval,
+                "precision_strata": strata, "precision_effective_labels": effective,
+                "precision_labels_to_halve": _labels_to_halve(round(precision * effective), effective, effective / n)
+                if precision is not None else None,
+                "positives": npos, "recall": tp / npos if npos else None, "recall_interval": wilson(tp, npos),
                 "recall_labels_to_halve": _labels_to_halve(tp, npos, npos / n)}
     got = samples.get("audit")
     if got and got["labels"]:

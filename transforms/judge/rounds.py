@@ -108,8 +108,23 @@ def judge_figures(manifest: Any, lake: Any, folder: str) -> dict[str, Any] | Non
     model = Path(folder) / "model.json"  # the fit's scores of the rows drawn at random, at the threshold applied
     samples = (json.loads(model.read_text(encoding="utf-8")).get("cv") or {}).get("samples") if model.exists() else None
     threshold = report.get("threshold")
-    figures["kept_estimate"] = kept_estimate(samples or {}, float(threshold)) if threshold is not None else None
+    # the run's estimate (weighted to its crawl's kept scores); a report written without one: from the samples alone
+    figures["kept_estimate"] = report["kept_estimate"] if "kept_estimate" in report else (
+        kept_estimate(samples or {}, float(threshold)) if threshold is not None else None)
     return figures
+
+
+def kept_line(estimate: dict[str, Any]) -> str:
+    """The kept-set estimate in one line of text (the console's and the Markdown report's)."""
+    def more(key: str) -> str:
+        m = estimate.get(key)
+        return "" if m is None else f", ~{m} more labels halve it"
+
+    line = (f"kept set estimated from {estimate['labels']} labels drawn at random ({estimate['what']}): precision "
+            f"{_f(estimate['precision'])}{_ci(estimate['precision_interval'])}{more('precision_labels_to_halve')}")
+    if "recall" in estimate:
+        line += f"; recall {_f(estimate['recall'])}{_ci(estimate['recall_interval'])}{more('recall_labels_to_halve')}"
+    return line + " (95% intervals)"
 
 
 def kept_html(estimate: dict[str, Any] | None) -> str:
@@ -128,6 +143,10 @@ def kept_html(estimate: dict[str, Any] | None) -> str:
             f"({escape(estimate['what'])})</h3><p>Precision {_f(estimate['precision'])}"
             f"{_ci(estimate['precision_interval'])} on the {estimate['kept_labels']} of them the judge keeps"
             f"{more('precision_labels_to_halve')}.")
+    if (estimate.get("precision_strata") or 1) > 1:
+        html += (f" Weighted to the run's kept rows in {estimate['precision_strata']} score strata (the random shares "
+                 "of earlier rounds hold more rows just above the threshold than the kept set does): as sure as "
+                 f"{estimate['precision_effective_labels']} unweighted labels.")
     if "recall" in estimate:
         html += (f" Recall {_f(estimate['recall'])}{_ci(estimate['recall_interval'])} of their "
                  f"{estimate['positives']} positives{more('recall_labels_to_halve')}.")
