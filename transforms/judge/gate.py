@@ -94,6 +94,8 @@ class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
             "held_out": cv.get("held_out"), "label_rounds": cv.get("label_rounds") or [],
             "cv_pass_rate_by_source": cv.get("pass_rate_by_source"), "folds": self.judge.folds,
             "embedder": fitted.embedder.model_dump(), "embed_chars": fitted.embed_chars,
+            # the first tier's out-of-fold figures, or why it stood aside (`dropped`)
+            "first_tier": cv.get("first_tier"),
             "rows": len(scores), "rows_at_target_recall": passing,
             "pass_rate_at_target_recall": passing / len(scores) if len(scores) else None,
             "llm_budget_rows": self.llm_budget_rows, "budget_capped": False}

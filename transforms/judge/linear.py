@@ -436,6 +436,13 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None, up_to_round:
         tier = fit_tier(config.first_tier, [v[-1] for v in per_row], flat, owner, labels, oof, threshold,
                         folds=config.folds, seed=config.seed)
         report["first_tier"] = tier.cv
+        through = tier.cv.get("negatives_passing_tier")
+        if through is not None and 1 - through < config.first_tier.min_negatives_spared:
+            report["first_tier"] = tier.cv | {"dropped": (
+                f"out of fold the tier keeps {1 - through:.0%} of the labelled negatives from the embedder, under "
+                f"first_tier.min_negatives_spared {config.first_tier.min_negatives_spared:.0%}: every row is "
+                f"embedded")}
+            tier = None
     sha = hashlib.sha256(b"".join(Path(f.path).read_bytes() for f in config.files())).hexdigest()
     fitted = FittedLinear(first_tier=tier, coef=coef, intercept=intercept, threshold=threshold, embedder=config.embedder,
                         embed_chars=config.embed_chars, views=config.views, view_min_chars=config.view_min_chars,

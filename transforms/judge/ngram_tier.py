@@ -92,8 +92,12 @@ class NgramTier(BaseModel):
                                 "place the cut (null: 1 for char_ngrams, 5 for static_e5; docs/front_half.md, "
                                 "'Static first tier').")
     static: StaticDistillation | None = Field(None, description="static_e5: how the weights are distilled "
-                                              "(null: the bundled multilingual-e5-small, 256 PCA dimensions, "
-                                              "SIF 1e-4, the whole vocabulary).")
+                                              "(null: the bundled multilingual-e5-small, SIF 1e-4, the table "
+                                              "grown with the tokens the labels and the crawl hold).")
+    min_negatives_spared: float = Field(0.25, ge=0, lt=1, description="The tier stands aside where it does not "
+                                        "pay: when, out of fold, it keeps fewer than this share of the labelled "
+                                        "negatives from the embedder, the judge embeds every row and its report "
+                                        "says why (`first_tier.dropped`).")
 
     def fold_repeats(self) -> int:
         return self.repeats or self.kind().repeats
