@@ -1,0 +1,148 @@
+"""`piqaforge plan`'s forecast against a real run ten to a hundred times larger, stage by stage, and what the crawl
+costs per million rows by default (crawl-filter as it ships: front half, then the judge with its static first tier).
+
+    .venv/bin/python benchmarks/bench_forecast.py                        # 10k + 50k rows planned, 1M rows measured
+    .venv/bin/python benchmarks/bench_forecast.py --rows 200000 --small 5000,20000 --name forecast_check
+
+1. Builds the crawls with benchmarks/common.build_crawl (real Korean question pieces, 10% near and 3% exact
+   copies), each size on its own seed, cached as JSONL under lake/bench/.
+2. Warms the caches a team's second run finds warm (the judge's seed embeddings, the static table's tokens of
+   the labels) with a run of `--warm` rows in a throwaway lake, and copies that lake's cache folder into the
+   measured lake: the small runs then cost what any later run of the recipe costs.
+3. Runs crawl-filter (Korean: the bundled ko-piqa seed labels, `physical`) on each `--small` crawl with
+   `piqaforge run` in its own process, then `piqaforge plan --rows ROWS --json` from that lake alone (no seed):
+   per stage a CPU rate fitted with its fixed cost over the small runs.
+4. Runs the `--rows` crawl the same way and reads each stage's CPU-seconds from its manifest (the driver and its
+   local Ray workers: `cpu_scope`).
+5. Writes benchmarks/results/<name>.json: per stage the forecast against the measured CPU-seconds, their ratio,
+   each stage's share of the total, and the CPU-hours per million rows of the measured run.
+
+Run it on a quiet machine: nothing else may share the cores while it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PIQAFORGE = [str(Path(sys.executable).parent / "piqaforge")]
+RECIPE = "crawl-filter"
+KOREAN = ["language.code=ko", "language.name=Korean", "data.labels=lake/samples/ko_seed_labels.jsonl",
+          "label=physical"]
+
+
+def crawl_file(rows: int, seed: int, folder: Path) -> Path:
+    path = folder / f"forecast-crawl-{rows}-s{seed}.jsonl"
+    if not path.exists():
+        code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[3]); "
+                "from benchmarks.bench_scale import build_crawl_file; "
+                "build_crawl_file(int(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[4]))")
+        subprocess.run([sys.executable, "-c", code, str(rows), str(path), str(ROOT), str(seed)], check=True)
+    return path
+
+
+def sets(extra: list[str]) -> list[str]:
+    return [a for kv in KOREAN + extra for a in ("--set", kv)]
+
+
+def run(crawl: Path, lake: Path, run_id: str, extra: list[str]) -> tuple[dict[str, Any], float]:
+    """One `piqaforge run` in its own process; (its crawl run's manifest, wall seconds)."""
+    start = time.perf_counter()
+    subprocess.run([*PIQAFORGE, "run", RECIPE, "--lake", str(lake), "--run-id", run_id, "--input", str(crawl),
+                    *sets(extra)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    manifest = json.loads((lake / "runs" / f"{run_id}-crawl" / "manifest.json").read_text(encoding="utf-8"))
+    return manifest, wall
+
+
+def forecast(rows: int, lake: Path, extra: list[str]) -> list[dict[str, Any]]:
+    out = subprocess.run([*PIQAFORGE, "plan", RECIPE, "--rows", str(rows), "--lake", str(lake), "--json",
+                          *sets(extra)], check=True, cwd=ROOT, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transforms.core.results import figure, write_result
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000, help="the measured run's crawl rows")
+    ap.add_argument("--small", default="10000,50000", help="the planned-from runs' crawl rows (at most 50,000)")
+    ap.add_argument("--warm", type=int, default=2000, help="rows of the cache-warming run (not planned from)")
+    ap.add_argument("--lake", type=Path, default=ROOT / "lake" / "bench" / "forecast")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--name", default="forecast_1m", help="results file name (benchmarks/results/NAME.json)")
+    args = ap.parse_args(argv)
+    small = [int(x) for x in args.small.split(",")]
+    if max(small) > 50_000:
+        raise SystemExit("--small: plan from runs of at most 50,000 rows")
+    load_start = list(os.getloadavg())
+    data_dir = ROOT / "lake" / "bench"
+    shutil.rmtree(args.lake, ignore_errors=True)
+    warm_lake = args.lake.with_name(args.lake.name + "-warm")
+    shutil.rmtree(warm_lake, ignore_errors=True)
+    run(crawl_file(args.warm, 7, data_dir), warm_lake, "warm", args.sets)
+    shutil.copytree(warm_lake / "cache", args.lake / "cache")
+    shutil.rmtree(warm_lake, ignore_errors=True)
+
+    runs: dict[str, Any] = {}
+    for i, n in enumerate(small):
+        manifest, wall = run(crawl_file(n, 1 + i, data_dir), args.lake, f"small{n}", args.sets)
+        runs[f"small{n}"] = {"rows": n, "wall_s": round(wall, 1)}
+        print(f"run of {n:,} rows: {wall:.0f} s", file=sys.stderr)
+    planned = forecast(args.rows, args.lake, args.sets)
+    manifest, wall = run(crawl_file(args.rows, 0, data_dir), args.lake, "measured", args.sets)
+    runs["measured"] = {"rows": args.rows, "wall_s": round(wall, 1)}
+    print(f"run of {args.rows:,} rows: {wall:.0f} s", file=sys.stderr)
+
+    measured = {s["name"]: s for s in manifest["stages"]}
+    table, total_measured = [], sum(s.get("cpu_seconds") or 0 for s in measured.values())
+    for p in planned:
+        if p["run"] != "crawl" or p["stage"] not in measured:
+            continue
+        s = measured[p["stage"]]
+        got = s.get("cpu_seconds")
+        want = p["cpu_h"] * 3600 if p.get("cpu_h") is not None else None
+        table.append({"stage": p["stage"], "forecast_cpu_s": round(want, 1) if want is not None else None,
+                      "measured_cpu_s": round(got, 1) if got else None, "cpu_scope": s.get("cpu_scope"),
+                      "ratio": round(want / got, 3) if want and got else None,
+                      "share": round(got / total_measured, 3) if got and total_measured else None,
+                      "rows_in": s.get("rows_in") or s.get("rows_created"), "rows_kept": s.get("rows_kept"),
+                      "forecast_rows_in": p.get("rows_in"), "rate_from": (p.get("rate_from") or {}).get("source"),
+                      "note": p.get("note")})
+    costly = [r for r in table if (r["share"] or 0) > 0.05]
+    worst = max((abs(r["ratio"] - 1) for r in costly if r["ratio"]), default=None)
+    per_million = total_measured / 3600 / (args.rows / 1e6)
+    figures = {
+        "cpu_hours_per_million": figure(round(per_million, 3), "CPU-hours per million crawl rows",
+                                        f"crawl-filter as it ships (front half, static tier, judge) on {args.rows:,} "
+                                        f"generated Korean crawl rows, measured"),
+        "forecast_worst_error": figure(round(worst, 3) if worst is not None else "none", "share",
+                                       f"largest |forecast / measured - 1| over the stages costing more than 5% "
+                                       f"(planned from runs of {', '.join(f'{n:,}' for n in small)} rows)"),
+        "measured_wall_s": figure(round(wall, 1), "s", f"wall time of the {args.rows:,}-row run"),
+    }
+    path = write_result(args.name, figures, benchmark="benchmarks/bench_forecast.py", load_start=load_start,
+                        data={"recipe": RECIPE, "sets": KOREAN + args.sets, "rows": args.rows, "small": small,
+                              "runs": runs, "stages": table, "measured_cpu_s": round(total_measured, 1)})
+    print(f"\n{RECIPE} on {args.rows:,} rows, planned from {', '.join(f'{n:,}' for n in small)}-row runs")
+    print(f"{'stage':22} {'forecast CPU-s':>14} {'measured':>10} {'ratio':>6} {'share':>6}")
+    for r in table:
+        fc = f"{r['forecast_cpu_s']:,.0f}" if r["forecast_cpu_s"] is not None else "-"
+        me = f"{r['measured_cpu_s']:,.0f}" if r["measured_cpu_s"] is not None else "-"
+        print(f"{r['stage']:22} {fc:>14} {me:>10} {r['ratio'] or '-':>6} {r['share'] or '-':>6}")
+    print(f"CPU-hours per million rows: {per_million:.3f}; written {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
