@@ -124,3 +124,32 @@ def test_the_labelling_loop_exports_imports_and_the_next_fit_learns_from_it(craw
     would = sum(judge.held_out.holds_out(r) for r in load_labels(labels, label="everyday")[400:])
     fitted = train(judge, lake.root / "cache" / "embeddings")
     assert fitted.cv["seed_rows"] == 334 + 12, f"{would} of the 12 imported rows would have been held out"
+
+
+VOTE = {"llm_vote": True, "language.code": "th", "language.name": "Thai"}
+
+
+def test_the_llm_vote_is_one_switch_asks_in_the_crawls_language_and_plan_prices_it(tmp_path):
+    """`--set llm_vote=true` (docs/tutorials/your_crawl.md, "Add the LLM vote") adds a unanimous vote of the
+    profile's `classifier` and `judge` after the judge, each asked with classify_piqa/any naming the recipe's
+    language; `plan` prices it on the cluster config (modelled from the members' sizes until a run measures it)."""
+    from jobs.plan import plan
+    from transforms.flow.placement import recipe_stages
+    from transforms.llm.prompts import load_prompt
+
+    off = load_recipe("crawl-filter")
+    assert "ensemble" not in [name for _, name, _ in recipe_stages(off)]
+    recipe = load_recipe("crawl-filter", VOTE | {"engines": "vllm-cluster"},
+                         config_file=str(ROOT / "jobs" / "configs" / "crawl-filter-cluster.yaml"))
+    stages = {name: stage for _, name, stage in recipe_stages(recipe)}
+    vote = stages["ensemble"]
+    assert vote.vote.rule == "unanimous" and [m.name for m in vote.classifiers] == ["vote-small", "vote-judge"]
+    assert {m.engine.model for m in vote.classifiers} == {"Qwen/Qwen3-4B", "Qwen/Qwen3-32B"}
+    member = vote.classifiers[0]
+    system = load_prompt(member.prompt).render(text="x", **member.prompt_vars).messages[0]["content"]
+    assert "questions written in Thai" in system
+
+    planned = {p.stage: p for p in plan(recipe, 20_000_000, tmp_path / "empty-lake", ROOT / "cluster.yaml")}
+    p = planned["ensemble"]
+    assert p.modelled and p.unit == "GPU" and p.rate and p.node == "gpu_h100x1_vllm"
+    assert "Qwen/Qwen3-32B" in p.note and "Qwen/Qwen3-4B" in p.note
