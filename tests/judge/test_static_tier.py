@@ -243,3 +243,6 @@ def test_the_tier_stands_aside_where_it_would_spare_few_negatives(tmp_path):
     strict = train(judge.model_copy(update={"first_tier": judge.first_tier.model_copy(
         update={"min_negatives_spared": 0.0})}), tmp_path)
     assert strict.first_tier is not None and "dropped" not in strict.cv["first_tier"]  # 0: the tier always runs
+    few = train(judge.model_copy(update={"first_tier": judge.first_tier.model_copy(
+        update={"min_labels": fitted.cv["seed_rows"] + 1, "min_negatives_spared": 0.0})}), tmp_path)
+    assert few.first_tier is None and "min_labels" in few.cv["first_tier"]["dropped"]  # too few labels to cut on

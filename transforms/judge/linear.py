@@ -430,7 +430,11 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None, up_to_round:
                   train_on_views=config.train_on_views, embedded=embedder.misses,
                   embeddings_from_cache=embedder.hits)
     tier = None
-    if config.first_tier is not None:
+    if config.first_tier is not None and len(rows) < config.first_tier.min_labels:
+        report["first_tier"] = {"dropped": (f"the judge learns from {len(rows)} labelled rows, under "
+                                            f"first_tier.min_labels {config.first_tier.min_labels}: every row is "
+                                            f"embedded")}
+    elif config.first_tier is not None:
         owner = extra[1] if extra is not None else np.zeros(0, dtype=np.int64)
         flat = [x for v in per_row for x in v[:-1]] if config.views else []
         tier = fit_tier(config.first_tier, [v[-1] for v in per_row], flat, owner, labels, oof, threshold,

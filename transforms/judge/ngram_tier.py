@@ -94,6 +94,9 @@ class NgramTier(BaseModel):
     static: StaticDistillation | None = Field(None, description="static_e5: how the weights are distilled "
                                               "(null: the bundled multilingual-e5-small, SIF 1e-4, the table "
                                               "grown with the tokens the labels and the crawl hold).")
+    min_labels: int = Field(300, ge=0, description="The tier stands aside when the judge learns from fewer "
+                            "labelled rows than this: its cut and what it spares rest on them, and on a couple of "
+                            "hundred it sets both badly (the report says so: `first_tier.dropped`).")
     min_negatives_spared: float = Field(0.25, ge=0, lt=1, description="The tier stands aside where it does not "
                                         "pay: when, out of fold, it keeps fewer than this share of the labelled "
                                         "negatives from the embedder, the judge embeds every row and its report "
