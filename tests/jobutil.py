@@ -67,7 +67,10 @@ def log_tail(log: Path, lines: int = 60) -> str:
 
 
 def assert_same_rows(got: pa.Table, want: pa.Table) -> None:
-    """Equal tables; model scores may differ in the last bits when a rerun batches rows differently."""
+    """Equal tables; model scores may differ a little when a rerun batches rows differently: a language model's
+    P(yes) moves with the padding of its batch (Gemma 3 270M on an Intel Xeon with AMX: up to 2.3e-4 between a
+    clean run and a resumed one of the same rows, 7e-5 between two clean runs), so floats agree to 1e-3; every
+    verdict, id and text is compared exactly."""
     assert got.schema.names == want.schema.names and got.num_rows == want.num_rows
     assert got.column(C.ID).to_pylist() == want.column(C.ID).to_pylist()
     for name in got.schema.names:
@@ -75,7 +78,7 @@ def assert_same_rows(got: pa.Table, want: pa.Table) -> None:
         if pa.types.is_floating(a.type):
             x = a.to_numpy(zero_copy_only=False).astype(float)
             y = b.to_numpy(zero_copy_only=False).astype(float)
-            assert np.allclose(x, y, rtol=0, atol=1e-4, equal_nan=True), name
+            assert np.allclose(x, y, rtol=0, atol=1e-3, equal_nan=True), name
         else:
             assert a.equals(b), name
 
