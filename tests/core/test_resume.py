@@ -255,7 +255,7 @@ def test_killed_ko_piqa_driver_resumes_to_the_same_output(shrunk_clean_lake, kil
     # ... and for every answer a classifier gave, the prefilter's labelled sample included
     (options, scores), (options_clean, scores_clean) = _answers(lake, run_id), _answers(lake, SHRUNK_CLEAN_RUN)
     assert options == options_clean
-    assert scores == pytest.approx(scores_clean, abs=1e-4)
+    assert scores == pytest.approx(scores_clean, abs=1e-3)  # the batch's padding moves P(yes): assert_same_rows
 
     # the resumed run did not redo finished work
     assert manifest.stages[0].resumed  # `read` had finished before the kill
