@@ -71,8 +71,91 @@ def forecast(rows: int, lake: Path, extra: list[str]) -> list[dict[str, Any]]:
     return json.loads(out.stdout)
 
 
-def main(argv: list[str] | None = None) -> int:
+def forecast_figures(table: list[dict[str, Any]], total_measured: float, rows: int, small: list[int],
+                     wall: float) -> dict[str, Any]:
+    """The quotable figures of one forecast check: per stage its forecast, its measured CPU-seconds, their
+    ratio and its share; the worst ratio among the stages costing more than 5%; the CPU-hours per million rows."""
+    from transforms.core.results import figure
+
+    planned_from = ", ".join(f"{n:,}" for n in small)
+    costly = [r for r in table if (r["share"] or 0) > 0.05]
+    worst = max((abs(r["ratio"] - 1) for r in costly if r["ratio"]), default=None)
+    out = {
+        "cpu_hours_per_million": figure(round(total_measured / 3600 / (rows / 1e6), 3),
+                                        "CPU-hours per million crawl rows",
+                                        f"crawl-filter as it ships (front half, static tier, judge) on {rows:,} "
+                                        f"generated Korean crawl rows, measured"),
+        "forecast_worst_error": figure(round(worst, 3) if worst is not None else "none", "share",
+                                       f"largest |forecast / measured - 1| over the stages costing more than 5% "
+                                       f"(planned from runs of {planned_from} rows)"),
+        "costly_stages": figure(len(costly), "stages", "stages costing more than 5% of the measured run"),
+        "measured_wall_s": figure(round(wall, 1), "s", f"wall time of the {rows:,}-row run"),
+        "measured_cpu_s": figure(round(total_measured, 1), "CPU-s", f"CPU-seconds of the {rows:,}-row run"),
+    }
+    for r in table:
+        name = r["stage"]
+        if r["forecast_cpu_s"] is not None:
+            out[f"{name}_forecast_cpu_s"] = figure(r["forecast_cpu_s"], "CPU-s",
+                                                   f"{name}: the plan's CPU-seconds for {rows:,} rows")
+        if r["measured_cpu_s"] is not None:
+            out[f"{name}_measured_cpu_s"] = figure(r["measured_cpu_s"], "CPU-s",
+                                                   f"{name}: CPU-seconds measured on {rows:,} rows")
+        if r["ratio"] is not None:
+            out[f"{name}_ratio"] = figure(r["ratio"], "forecast / measured", f"{name}: forecast over measured")
+        if r["share"] is not None:
+            out[f"{name}_share"] = figure(r["share"], "share", f"{name}: its share of the run's CPU-seconds")
+    return out
+
+
+def refigure(name: str) -> Path:
+    """Rewrite a results file's figures from its own `data` (the measurement is not repeated: its command,
+    commit, machine and date stay those of the run that measured it)."""
+    from transforms.core.results import results_dir
+
+    path = results_dir() / f"{name}.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    d = doc["data"]
+    doc["figures"] = forecast_figures(d["stages"], d["measured_cpu_s"], d["rows"], d["small"],
+                                      d["runs"]["measured"]["wall_s"])
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def write_seed(lake: Path, out: Path) -> Path:
+    """crawl-filter's seed of `piqaforge plan` (jobs/plan.py `seed_runs`) from the measured run this benchmark
+    left in `lake`: each stage's keep share and its rows per CPU-second on that run's rows (start-up included,
+    which a million rows make small), the language and input it was measured on. Nothing typed."""
+    from jobs.plan import identity, rate_config
+    from transforms.core.manifest import RunManifest
     from transforms.core.results import figure, write_result
+
+    run = RunManifest.load(lake / "runs" / "measured-crawl" / "manifest.json")
+    if run.status != "succeeded":
+        raise SystemExit(f"{lake}: the measured run's status is {run.status!r}; run the benchmark first")
+    stages: dict[str, dict[str, Any]] = {}
+    for st in run.stages:
+        processed = st.rows_in or st.rows_created  # a source stage's rows in are the rows it read
+        entry: dict[str, Any] = {"rows_in": processed, "rows_kept": st.rows_kept}
+        if st.config:
+            entry["config"] = rate_config(st.config)
+        if st.cpu_seconds and processed:
+            entry.update(rows_per_cpu_second=round(processed / st.cpu_seconds, 1),
+                         identity=identity(st.config or {}), rate_rows=processed, startup="included")
+        stages[st.name] = entry
+    inputs = [str(i["path"]) for i in run.inputs if i.get("path")]
+    figures = {f"{name}_rows_per_cpu_second": figure(e["rows_per_cpu_second"], "rows/CPU-s",
+                                                    f"{name}: rows per CPU-second of run {run.run_id}, start-up "
+                                                    f"included") for name, e in stages.items()
+               if "rows_per_cpu_second" in e}
+    return write_result(out.stem, figures, benchmark="benchmarks/bench_forecast.py", directory=out.parent,
+                        data={"recipe": RECIPE, "language": "ko", "inputs": inputs,
+                              "rates_from": f"run {run.run_id} of {run.stages[0].rows_created:,} generated Korean "
+                                            f"crawl rows ({run.started_at})",
+                              "shares_from": f"run {run.run_id}: its manifest", "runs": {"crawl": stages}})
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transforms.core.results import write_result
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000, help="the measured run's crawl rows")
@@ -81,7 +164,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lake", type=Path, default=ROOT / "lake" / "bench" / "forecast")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--name", default="forecast_1m", help="results file name (benchmarks/results/NAME.json)")
+    ap.add_argument("--write-seed", type=Path, default=ROOT / "benchmarks" / "rates" / f"{RECIPE}.json",
+                    metavar="JSON", help="where the measured run's rates and shares go as plan's seed "
+                    "(default benchmarks/rates/crawl-filter.json)")
+    ap.add_argument("--write-seed-only", action="store_true",
+                    help="write the seed from the measured run already in --lake, measuring nothing")
+    ap.add_argument("--refigure", action="store_true",
+                    help="rewrite NAME.json's figures from its data, measuring nothing")
     args = ap.parse_args(argv)
+    if args.refigure:
+        print(f"rewritten {refigure(args.name)}")
+        return 0
+    if args.write_seed_only:
+        print(f"seed written to {write_seed(args.lake, args.write_seed)}")
+        return 0
     small = [int(x) for x in args.small.split(",")]
     if max(small) > 50_000:
         raise SystemExit("--small: plan from runs of at most 50,000 rows")
@@ -119,28 +215,19 @@ def main(argv: list[str] | None = None) -> int:
                       "rows_in": s.get("rows_in") or s.get("rows_created"), "rows_kept": s.get("rows_kept"),
                       "forecast_rows_in": p.get("rows_in"), "rate_from": (p.get("rate_from") or {}).get("source"),
                       "note": p.get("note")})
-    costly = [r for r in table if (r["share"] or 0) > 0.05]
-    worst = max((abs(r["ratio"] - 1) for r in costly if r["ratio"]), default=None)
-    per_million = total_measured / 3600 / (args.rows / 1e6)
-    figures = {
-        "cpu_hours_per_million": figure(round(per_million, 3), "CPU-hours per million crawl rows",
-                                        f"crawl-filter as it ships (front half, static tier, judge) on {args.rows:,} "
-                                        f"generated Korean crawl rows, measured"),
-        "forecast_worst_error": figure(round(worst, 3) if worst is not None else "none", "share",
-                                       f"largest |forecast / measured - 1| over the stages costing more than 5% "
-                                       f"(planned from runs of {', '.join(f'{n:,}' for n in small)} rows)"),
-        "measured_wall_s": figure(round(wall, 1), "s", f"wall time of the {args.rows:,}-row run"),
-    }
+    figures = forecast_figures(table, total_measured, args.rows, small, wall)
     path = write_result(args.name, figures, benchmark="benchmarks/bench_forecast.py", load_start=load_start,
                         data={"recipe": RECIPE, "sets": KOREAN + args.sets, "rows": args.rows, "small": small,
                               "runs": runs, "stages": table, "measured_cpu_s": round(total_measured, 1)})
+    if args.rows >= 1_000_000:  # a seed rests on a run large enough that its start-up is small
+        print(f"seed written to {write_seed(args.lake, args.write_seed)}", file=sys.stderr)
     print(f"\n{RECIPE} on {args.rows:,} rows, planned from {', '.join(f'{n:,}' for n in small)}-row runs")
     print(f"{'stage':22} {'forecast CPU-s':>14} {'measured':>10} {'ratio':>6} {'share':>6}")
     for r in table:
         fc = f"{r['forecast_cpu_s']:,.0f}" if r["forecast_cpu_s"] is not None else "-"
         me = f"{r['measured_cpu_s']:,.0f}" if r["measured_cpu_s"] is not None else "-"
         print(f"{r['stage']:22} {fc:>14} {me:>10} {r['ratio'] or '-':>6} {r['share'] or '-':>6}")
-    print(f"CPU-hours per million rows: {per_million:.3f}; written {path}")
+    print(f"CPU-hours per million rows: {figures['cpu_hours_per_million']['value']}; written {path}")
     return 0
 
 

@@ -118,10 +118,14 @@ def test_a_tiny_runs_rate_is_refused_with_the_reason_and_a_large_runs_is_used(tm
 
 
 def test_shared_stages_reuse_the_rates_another_recipe_measured_for_the_same_stage_and_config(tmp_path):
-    # crawl-filter has no seed; ko-piqa's seed measured the same front-half stages
+    # crawl-filter without its own seed (a seeds folder holding only ko-piqa's): ko-piqa's seed measured the same
+    # front-half stages
     recipe = load_recipe("crawl-filter")
-    assert not (ROOT / "benchmarks" / "rates" / "crawl-filter.json").exists()
-    plans = {p.stage: p for p in plan(recipe, 1_000_000, tmp_path / "empty-lake", CLUSTER)}
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    (seeds / "ko-piqa.json").write_text((ROOT / "benchmarks" / "rates" / "ko-piqa.json").read_text(encoding="utf-8"),
+                                        encoding="utf-8")
+    plans = {p.stage: p for p in plan(recipe, 1_000_000, tmp_path / "empty-lake", CLUSTER, seeds=seeds)}
     seeded = KO_SEED["runs"]["crawl"]
     for stage in ("read_crawl", "normalize", "exact_dedup", "minhash_dedup"):
         assert plans[stage].rate == seeded[stage]["rows_per_cpu_second"], stage
@@ -211,3 +215,21 @@ def test_plot_draws_cost_against_rows_and_says_what_doubling_the_crawl_costs(tmp
 
     assert f"CPU-hours x{cpu(200_000) / cpu(100_000):.2f}" in line
     assert cpu(200_000) / cpu(100_000) < 2  # the fixed cost is paid once
+
+
+def test_crawl_filter_plans_from_an_empty_lake_with_its_benchmark_written_seed(tmp_path):
+    """benchmarks/bench_forecast.py wrote crawl-filter's seed from its million-row run: every stage of the crawl run
+    gets a measured rate and a share from an empty lake, the totals leave nothing out, and the Korean shares are
+    warned about for the recipe's Japanese default."""
+    seed_path = ROOT / "benchmarks" / "rates" / "crawl-filter.json"
+    seed = json.loads(seed_path.read_text(encoding="utf-8"))
+    assert seed["format"] == "piqaforge-result/1" and seed["benchmark"] == "benchmarks/bench_forecast.py"
+    stages = seed["data"]["runs"]["crawl"]
+    planned = [p for p in plan(load_recipe("crawl-filter"), 20_000_000, tmp_path / "empty-lake", CLUSTER)
+               if p.run == "crawl"]
+    assert [p.stage for p in planned] == list(stages)
+    for p in planned:
+        assert p.cpu_h is not None and p.rate == stages[p.stage]["rows_per_cpu_second"], p.stage
+        assert p.rate_from.recipe == "crawl-filter" and "measured: " in p.rate_from.source, p.stage
+        assert p.rate_from.rate_rows >= MIN_RATE_ROWS
+    assert all(any("measured on language ko, the recipe's is ja" in w for w in p.warnings) for p in planned)
