@@ -307,13 +307,14 @@ def model_params(name: str) -> float | None:
     return float(number) * (1e9 if unit in "bB" else 1e6)
 
 
-def _max_tokens(config: Any) -> int | None:
+def _largest(config: Any, name: str) -> int | None:
+    """The largest integer value of key `name` anywhere in a stage's config (None when none)."""
     found: list[int] = []
 
     def walk(node: Any) -> None:
         if isinstance(node, dict):
             for key, value in node.items():
-                if key == "max_tokens" and isinstance(value, int):
+                if key == name and isinstance(value, int) and not isinstance(value, bool):
                     found.append(value)
                 walk(value)
         elif isinstance(node, list):
@@ -322,6 +323,10 @@ def _max_tokens(config: Any) -> int | None:
 
     walk(config)
     return max(found) if found else None
+
+
+def _max_tokens(config: Any) -> int | None:
+    return _largest(config, "max_tokens")
 
 
 def modelled_rate(config: dict[str, Any], node: dict[str, Any]) -> tuple[float | None, str]:
@@ -336,7 +341,13 @@ def modelled_rate(config: dict[str, Any], node: dict[str, Any]) -> tuple[float |
     if accel not in GPU_PEAK_FLOPS:
         return None, f"no GPU peak known for accelerator {accel or '(none named)'}"
     params = sum(p for p in sizes.values() if p is not None)
-    tokens = PROMPT_TOKENS + (_max_tokens(config) or OUTPUT_TOKENS)
+    chars = _largest(config, "embed_chars")
+    if chars and all(m.rsplit("/", 1)[-1] in KNOWN_PARAMS for m in sizes):
+        # an embedder reads a window of embed_chars characters and writes nothing: at most a token a character,
+        # with its <s> and </s>
+        tokens = chars + 2
+    else:
+        tokens = PROMPT_TOKENS + (_max_tokens(config) or OUTPUT_TOKENS)
     rate = UTILISATION * GPU_PEAK_FLOPS[accel] / (2 * params * tokens)
     how = (f"modelled: {UTILISATION:.0%} x {accel} peak {GPU_PEAK_FLOPS[accel]:.3g} FLOP/s / (2 x {params:.3g} "
            f"params ({', '.join(sizes)}) x {tokens} tokens a row)")

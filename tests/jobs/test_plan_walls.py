@@ -167,8 +167,14 @@ def test_a_gpu_stage_without_a_measured_rate_is_modelled_and_counted_in_the_tota
     out = render(list(plans.values()), "ko-piqa", 3_010_000, 0.7, False)
     assert "ensemble" in out and "m" in next(line for line in out.splitlines() if " ensemble " in line).split()
     assert "modelled (m): no GPU rate measured" in out
-    # the prefilter on its GPU is modelled too, not planned on 4 CPUs at the laptop's rate
-    assert plans["supervised_prefilter"].modelled and plans["supervised_prefilter"].node == "gpu_h100x1_vllm"
+    # the prefilter on its GPU is modelled too, not planned on 4 CPUs at the laptop's rate: an embedder reads its
+    # window of embed_chars characters (at most a token each, with <s> and </s>) and writes nothing
+    prefilter = plans["supervised_prefilter"]
+    assert prefilter.modelled and prefilter.node == "gpu_h100x1_vllm"
+    stage = next(s for r in recipe.runs if r.name == "crawl" for s in r.stages if s.get("stage") == "supervised_prefilter")
+    window = stage["judge"]["embed_chars"] + 2
+    assert f"x {window} tokens a row" in prefilter.note
+    assert prefilter.rate == pytest.approx(UTILISATION * GPU_PEAK_FLOPS["H100"] / (2 * 118e6 * window))
 
 
 def test_a_measured_gpu_rate_replaces_the_modelled_one(tmp_path):
