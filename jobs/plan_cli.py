@@ -91,7 +91,7 @@ def render(plans: list[Any], recipe: str, rows: int, efficiency: float, priced: 
     if modelled:
         lines.append(f"modelled (m): no GPU rate measured; rows per GPU-second = {UTILISATION:.0%} (assumed) x the "
                      "GPU's peak FLOP/s / (2 x the parameters of every model the stage runs on a row x tokens a row: "
-                     f"{PROMPT_TOKENS} read + its max_tokens, else {OUTPUT_TOKENS}); peaks used: "
+                     f"{PROMPT_TOKENS} read + its max_tokens, else {OUTPUT_TOKENS}; an embedder: its embed_chars + 2); peaks used: "
                      + ", ".join(f"{k} {v:.3g}" for k, v in GPU_PEAK_FLOPS.items()))
     lines.append("sources (share: the keep share; rate: rows per CPU- or GPU-second; on rows: the rows the rate "
                  "rests on):")
