@@ -178,24 +178,19 @@ def write_seed(path: Path, measured: list[dict[str, Any]], shares_from: Path, *,
     """`piqaforge plan`'s seed (jobs/plan.py `seed_runs`) as a results file: each stage's rows per CPU-second
     measured here, on `rows` generated rows, and the keep shares of the finished run whose manifest is
     `shares_from` (a `piqaforge run ko-piqa` of the bundled sample): nothing typed."""
-    from jobs.plan import identity, rate_config
+    from benchmarks.common import seed_shares
+    from jobs.plan import identity
     from transforms.core.manifest import RunManifest
     from transforms.core.results import figure, write_result
 
     run = RunManifest.load(shares_from)
-    if run.status not in ("succeeded", "awaiting_review"):
-        raise SystemExit(f"{shares_from}: the run's status is {run.status!r}; the seed's shares need a finished run")
     rates = {m["stage"]: m for m in measured if m.get("cpu_s")}
-    stages: dict[str, dict[str, Any]] = {}
-    for st in run.stages:  # a source stage's rows in are the rows it read
-        entry: dict[str, Any] = {"rows_in": st.rows_in or st.rows_created, "rows_kept": st.rows_kept}
-        if st.config:
-            entry["config"] = rate_config(st.config)
-        m = rates.get(st.name)
+    stages = seed_shares(run)
+    for name, entry in stages.items():
+        m = rates.get(name)
         if m is not None:
             entry.update(rows_per_cpu_second=round(m["rows_in"] / m["cpu_s"], 1), identity=identity(m.get("config") or {}),
                          rate_rows=m["rows_in"], startup="excluded")
-        stages[st.name] = entry
     inputs = [str(i["path"]) for i in run.inputs if i.get("path")]
     figures = {f"{name}_rows_per_cpu_second": figure(e["rows_per_cpu_second"], "rows/CPU-s",
                                                     f"{name}: rows per CPU-second, one process, start-up excluded")

@@ -125,23 +125,18 @@ def write_seed(lake: Path, out: Path) -> Path:
     """crawl-filter's seed of `piqaforge plan` (jobs/plan.py `seed_runs`) from the measured run this benchmark
     left in `lake`: each stage's keep share and its rows per CPU-second on that run's rows (start-up included,
     which a million rows make small), the language and input it was measured on. Nothing typed."""
-    from jobs.plan import identity, rate_config
+    from benchmarks.common import seed_shares
+    from jobs.plan import identity
     from transforms.core.manifest import RunManifest
     from transforms.core.results import figure, write_result
 
     run = RunManifest.load(lake / "runs" / "measured-crawl" / "manifest.json")
-    if run.status != "succeeded":
-        raise SystemExit(f"{lake}: the measured run's status is {run.status!r}; run the benchmark first")
-    stages: dict[str, dict[str, Any]] = {}
+    stages = seed_shares(run)
     for st in run.stages:
-        processed = st.rows_in or st.rows_created  # a source stage's rows in are the rows it read
-        entry: dict[str, Any] = {"rows_in": processed, "rows_kept": st.rows_kept}
-        if st.config:
-            entry["config"] = rate_config(st.config)
+        processed = stages[st.name]["rows_in"]
         if st.cpu_seconds and processed:
-            entry.update(rows_per_cpu_second=round(processed / st.cpu_seconds, 1),
-                         identity=identity(st.config or {}), rate_rows=processed, startup="included")
-        stages[st.name] = entry
+            stages[st.name].update(rows_per_cpu_second=round(processed / st.cpu_seconds, 1),
+                                   identity=identity(st.config or {}), rate_rows=processed, startup="included")
     inputs = [str(i["path"]) for i in run.inputs if i.get("path")]
     figures = {f"{name}_rows_per_cpu_second": figure(e["rows_per_cpu_second"], "rows/CPU-s",
                                                     f"{name}: rows per CPU-second of run {run.run_id}, start-up "

@@ -214,3 +214,20 @@ def score_clusters(crawl: Crawl, duplicate_of: dict[str, str], threshold: float,
         "false_positives": len(fp_pairs),
         "false_positives_true_near": fp_true_near,
     }
+
+
+def seed_shares(run) -> dict[str, dict]:  # noqa: ANN001 (a transforms.core.manifest.RunManifest)
+    """`piqaforge plan`'s seed entry per stage of a finished run (jobs/plan.py `seed_runs`): the rows it
+    processed (a source stage's rows in are the rows it read), the rows it kept and the config its rate belongs to;
+    a benchmark adds the stage's rate."""
+    from jobs.plan import rate_config
+
+    if run.status not in ("succeeded", "awaiting_review"):
+        raise SystemExit(f"run {run.run_id}: its status is {run.status!r}; a seed's shares need a finished run")
+    out: dict[str, dict] = {}
+    for st in run.stages:
+        entry: dict = {"rows_in": st.rows_in or st.rows_created, "rows_kept": st.rows_kept}
+        if st.config:
+            entry["config"] = rate_config(st.config)
+        out[st.name] = entry
+    return out

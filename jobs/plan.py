@@ -325,10 +325,6 @@ def _largest(config: Any, name: str) -> int | None:
     return max(found) if found else None
 
 
-def _max_tokens(config: Any) -> int | None:
-    return _largest(config, "max_tokens")
-
-
 def modelled_rate(config: dict[str, Any], node: dict[str, Any]) -> tuple[float | None, str]:
     """(rows per GPU-second, how) for a GPU stage nobody measured: utilisation x the node's GPU peak /
     (2 x parameters x tokens per row), the parameters summed over every model the stage runs on a row."""
@@ -347,7 +343,7 @@ def modelled_rate(config: dict[str, Any], node: dict[str, Any]) -> tuple[float |
         # with its <s> and </s>
         tokens = chars + 2
     else:
-        tokens = PROMPT_TOKENS + (_max_tokens(config) or OUTPUT_TOKENS)
+        tokens = PROMPT_TOKENS + (_largest(config, "max_tokens") or OUTPUT_TOKENS)
     rate = UTILISATION * GPU_PEAK_FLOPS[accel] / (2 * params * tokens)
     how = (f"modelled: {UTILISATION:.0%} x {accel} peak {GPU_PEAK_FLOPS[accel]:.3g} FLOP/s / (2 x {params:.3g} "
            f"params ({', '.join(sizes)}) x {tokens} tokens a row)")

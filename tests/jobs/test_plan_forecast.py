@@ -32,14 +32,11 @@ SMALL, BIG = (2_000, 5_000), 20_000
 
 
 def _crawl(tmp: Path, rows: int, seed: int) -> Path:
-    import polars as pl
-
-    from benchmarks.common import build_crawl
+    from benchmarks.bench_scale import build_crawl_file
 
     path = tmp / f"crawl-{rows}-s{seed}.jsonl"
-    frame = pl.from_arrow(build_crawl(rows, seed=seed).table.select(["id", "text", "source"]))
-    assert isinstance(frame, pl.DataFrame)
-    frame.write_ndjson(path)
+    if not path.exists():  # the run and the plan read the same file
+        build_crawl_file(rows, path, seed)
     return path
 
 

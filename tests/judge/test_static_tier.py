@@ -214,6 +214,22 @@ def test_a_grown_table_distils_each_token_once_and_serves_the_next_process(tmp_p
     assert cos.min() > 0.9999  # other batches, the same rows (last digits at most)
 
 
+def test_two_embedders_of_one_grown_table_in_a_process_distil_a_token_once(tmp_path, monkeypatch):
+    """Embedders whose configs share a key share the process's table: what one grows the other uses, and the table
+    never holds a token twice (batch_size is not part of the key)."""
+    texts = [json.loads(x)["text"] for x in (SAMPLES / "ja_crawl_sample.jsonl").read_text("utf-8").splitlines()][:20]
+    monkeypatch.setattr(static, "_tables", {})
+    a = StaticEmbedder(StaticDistillation(), tmp_path)
+    b = StaticEmbedder(StaticDistillation(batch_size=256), tmp_path)
+    assert a.key == b.key and a.table is b.table
+    x, _ = a.encode(texts)
+    y, _ = b.encode(texts)
+    assert b.grown_tokens == 0 and len(np.unique(b.table.ids)) == len(b.table.ids) == a.grown_tokens
+    assert np.array_equal(x, y)
+    b.encode(texts + ["全く新しい言葉の行"])
+    assert len(np.unique(a.table.ids)) == len(a.table.ids) and b.grown_tokens > 0
+
+
 def test_a_grown_table_takes_no_pca_dims():
     with pytest.raises(ValueError, match="grown table has no PCA"):
         StaticDistillation(dims=128)

@@ -313,7 +313,11 @@ class StaticEmbedder:
         """Distil the tokens `ids` (none of them in the table yet) and append their rows, here and in the cache."""
         f, _, _ = _loaded(self.config.model)
         start = time.perf_counter()
-        ids = np.unique(np.asarray(ids, np.int64))
+        # the table is shared by this process's embedders of the same key: another may have grown it meanwhile
+        ids = np.setdiff1d(np.asarray(ids, np.int64), self.table.ids)
+        if not len(ids):
+            self._rows = self.table.rows()
+            return
         vectors = post_process(token_outputs(f, ids, self.config.batch_size), ids, f.vocab, None,
                                self.config.sif_coefficient)
         _write_part(self.directory / f"e5-static-{self.key}", ids, vectors)
@@ -334,6 +338,8 @@ class StaticEmbedder:
         if self.config.vocabulary == "grown" and token_ids:
             f, _, _ = _loaded(self.config.model)
             every = np.unique(np.concatenate(token_ids))
+            if len(self.table.ids) != int((self._rows >= 0).sum()):  # grown by another embedder of this key
+                self._rows = self.table.rows()
             new = every[(self._rows[every] < 0) & (every != f.bos) & (every != f.eos)]
             if len(new):
                 self.grow(new)
