@@ -351,7 +351,8 @@ def doc_table(crawl: str, rounds: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The bench's arguments; tests parse theirs with it, so a new flag reaches them with its default."""
     from transforms.review.labelling import RANDOM_SHARE
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -368,7 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", default=str(ROOT / "lake" / "cache" / "embeddings"))
     p.add_argument("--png", default=None, help="default: docs/figures/labelling_loop_<crawl>.png")
     p.add_argument("--doc-table", action="store_true", help="print the docs' table of markers and stop")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.doc_table:
         print(doc_table(args.crawl, args.rounds))
         return 0

@@ -10,7 +10,6 @@ and its "Judge" section) says it."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -66,8 +65,9 @@ def test_the_interval_holds_the_true_precision_of_the_kept_rows_in_nine_of_ten_s
 
     judge = bench.recipe_judge()
     pool, evaluation = bench.rows_and_split(judge, "ja")
-    args = argparse.Namespace(seed_labels=40, step=20, rounds=5, random_share=RANDOM_SHARE, random_rows="train",
-                              cache=str(tmp_path.parent / "cache" / "embeddings"))
+    args = bench.parser().parse_args(["--seed-labels", "40", "--step", "20", "--rounds", "5",
+                                      "--cache", str(tmp_path.parent / "cache" / "embeddings")])
+    assert (args.random_share, args.random_rows, args.threshold_on) == (RANDOM_SHARE, "train", "representative")
     curves = []
     for seed in range(10):
         work = tmp_path / f"seed{seed}"
