@@ -262,3 +262,96 @@ def test_the_tier_stands_aside_where_it_would_spare_few_negatives(tmp_path):
     few = train(judge.model_copy(update={"first_tier": judge.first_tier.model_copy(
         update={"min_labels": fitted.cv["seed_rows"] + 1, "min_negatives_spared": 0.0})}), tmp_path)
     assert few.first_tier is None and "min_labels" in few.cv["first_tier"]["dropped"]  # too few labels to cut on
+
+
+def test_the_audit_embeds_a_hashed_share_of_the_spared_rows_and_changes_no_verdict(fitted, distillation, crawl):
+    """`first_tier.audit_share`: the spared rows whose window hashes under the share are embedded anyway and their
+    judge-alone score recorded; every row's score is what it is without the audit; the audit's figures count what
+    the two arrays hold. Over every 6th crawl row (~650), a share of 0.3 so that dozens are checked."""
+    from transforms.judge.gate import AUDIT, SupervisedPrefilter
+    from transforms.judge.linear import drawn_for_audit, tier_audit
+
+    texts = crawl[::6]
+    embedder = OneVectorPerText(embedder_for(judge_of(distillation), None))
+    tier = fitted.first_tier
+    audited = fitted.model_copy(update={"first_tier": tier.model_copy(
+        update={"config": tier.config.model_copy(update={"audit_share": 0.3})})})
+    unaudited = fitted.model_copy(update={"first_tier": tier.model_copy(
+        update={"config": tier.config.model_copy(update={"audit_share": 0.0})})})
+    assert audited.key() == unaudited.key() == fitted.key()  # the share is no part of what scores
+    scores, audit = audited.score_and_audit(texts, embedder, lazy_below=fitted.threshold)
+    plain, none = unaudited.score_and_audit(texts, embedder, lazy_below=fitted.threshold)
+    # the audit changes no score (the judge's dot products, batched with other rows, may move in the last bit)
+    assert np.allclose(scores, plain, rtol=0, atol=1e-12) and np.array_equal(scores == 0, plain == 0)
+    through = tier_passes(fitted, texts)
+    assert np.array_equal(np.isnan(audit), through) and np.array_equal(np.isnan(none), through)
+    assert set(none[~through]) == {-1.0}  # share 0: spared, none checked
+    drawn = ~through & drawn_for_audit([prepare(sanitize(t), fitted.embed_chars) for t in texts], 0.3)
+    assert np.array_equal(audit >= 0, drawn) and 20 <= drawn.sum() < (~through).sum()
+    alone = fitted.model_copy(update={"first_tier": None}).score_texts(
+        [t for t, d in zip(texts, drawn, strict=True) if d], embedder, lazy_below=fitted.threshold)
+    assert np.allclose(audit[drawn], alone, rtol=0, atol=1e-12)
+
+    kept = int((scores >= fitted.threshold).sum())
+    figures = tier_audit(audit, fitted.threshold, kept, 0.3)
+    k = int((alone >= fitted.threshold).sum())
+    assert (figures["rows_spared"], figures["audited"], figures["judge_would_keep"]) == (
+        int((~through).sum()), int(drawn.sum()), k)
+    low, high = figures["recall_vs_judge_interval"]
+    assert low <= figures["recall_vs_judge"] <= high <= 1.0
+    assert figures["recall_vs_judge"] == pytest.approx(kept / (kept + figures["rows_spared"] * k / drawn.sum()))
+
+    # the stage: the audit column is read into the report and never reaches the rows it writes
+    import pyarrow as pa
+
+    stage = SupervisedPrefilter(judge=judge_of(distillation))
+    stage._fitted = audited
+    out = stage.process_table(pa.table({"id": [f"r{i}" for i in range(len(texts))], "text": texts}))
+    assert AUDIT not in out.schema.names
+    assert stage.report["first_tier_audit"]["rows_spared"] == figures["rows_spared"]
+    assert stage.report["first_tier_audit"]["audited"] == figures["audited"]
+
+
+def test_the_audit_line_says_when_the_tier_costs_more_than_it_may_on_this_crawl():
+    """tier_audit and its console line on audit columns built by hand: 900 spared rows unchecked, 100 checked."""
+    from transforms.judge.gate import audit_line
+    from transforms.judge.linear import tier_audit
+    from transforms.judge.ngram_tier import FittedTier, NgramTier
+
+    tier = FittedTier(config=NgramTier(features="static_e5", max_recall_loss=0.0), coef=[0.0], intercept=0.0,
+                      threshold=0.5)
+    through = [np.nan] * 200  # let through: not the audit's business
+    costly = np.array(through + [-1.0] * 900 + [0.9] * 10 + [0.1] * 90)
+    figures = tier_audit(costly, 0.5, kept=100, share=0.1)
+    assert (figures["rows_spared"], figures["audited"], figures["judge_would_keep"], figures["rows_lost"]) == (
+        1000, 100, 10, 100)
+    assert figures["recall_vs_judge"] == pytest.approx(100 / 200)
+    assert "judge alone keeps 10" in audit_line(figures, tier) and "first_tier: null" in audit_line(figures, tier)
+    cheap = tier_audit(np.array(through + [-1.0] * 900 + [0.1] * 100), 0.5, kept=100, share=0.1)
+    assert cheap["recall_vs_judge"] == 1.0 and "first_tier: null" not in audit_line(cheap, tier)
+    unchecked = tier_audit(np.array(through + [-1.0] * 5), 0.5, kept=100, share=0.1)
+    assert unchecked["audited"] == 0 and "not known" in audit_line(unchecked, tier)
+
+
+@pytest.mark.ray
+@pytest.mark.slow  # a fit in a Ray task and an actor's model load: ~40 s
+def test_on_ray_the_audit_is_gathered_over_the_batches_into_the_report(ray_local, fitted, distillation, crawl,
+                                                                       tmp_path):
+    """The Ray path (run_dataset): the audit column of every scoring batch reaches the report, and no output row
+    carries it. The fit in the Ray task is the module's fit (same labels, folds and seeds, same machine)."""
+    import pyarrow as pa
+    import ray
+
+    from transforms.judge.gate import AUDIT, SupervisedPrefilter
+
+    texts = crawl[::6]
+    judge = judge_of(distillation)
+    judge = judge.model_copy(update={"first_tier": judge.first_tier.model_copy(update={"audit_share": 0.3})})
+    stage = SupervisedPrefilter(judge=judge, output_dir=str(tmp_path / "prefilter"),
+                                resources={"batch_size": 100})
+    ds = ray.data.from_arrow(pa.table({"id": [f"r{i}" for i in range(len(texts))], "text": texts}))
+    out = pa.concat_tables(ray.get(stage.run_dataset(ds).to_arrow_refs()))
+    assert out.num_rows == len(texts) and AUDIT not in out.schema.names
+    audit = json.loads((tmp_path / "prefilter" / "report.json").read_text(encoding="utf-8"))["first_tier_audit"]
+    assert audit["rows_spared"] == int((~tier_passes(fitted, texts)).sum())
+    assert 20 <= audit["audited"] < audit["rows_spared"]

@@ -29,10 +29,11 @@ from pydantic import Field, PrivateAttr
 from transforms.core import columns as C
 from transforms.core.drop_reasons import DropReason
 from transforms.core.stage import GlobalStage, note_placement, put_column
-from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, kept_estimate, train
+from transforms.judge.linear import FittedLinear, LinearJudge, embedder_for, kept_estimate, tier_audit, train
 from transforms.judge.rounds import kept_line, learning_curve
 
 log = logging.getLogger("piqaforge.prefilter")
+AUDIT = "prefilter_tier_audit"  # the first tier's audit (FittedLinear.score_and_audit), read by decide, dropped by mark
 
 
 class OverBudgetError(ValueError):
@@ -76,11 +77,13 @@ class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
         """`prefilter_score`; with views, the minimum over a row's prefix views for the rows whose
         window reaches the threshold (the others keep their window's score: they are rejected anyway)."""
         embedder = embedder or embedder_for(self.judge, self.embed_cache_dir)
-        scores = fitted.score_texts(table.column(C.TEXT).to_pylist(), embedder, lazy_below=fitted.threshold)
-        return put_column(table, "prefilter_score", pa.array(scores, pa.float64()))
+        scores, audit = fitted.score_and_audit(table.column(C.TEXT).to_pylist(), embedder, lazy_below=fitted.threshold)
+        table = put_column(table, "prefilter_score", pa.array(scores, pa.float64()))
+        return put_column(table, AUDIT, pa.array(audit, pa.float64())) if fitted.first_tier is not None else table
 
-    def decide(self, fitted: FittedLinear, scores: np.ndarray) -> float:
-        """The threshold to apply: the recall one, unless it breaks the budget. Prints the pass rate."""
+    def decide(self, fitted: FittedLinear, scores: np.ndarray, audit: np.ndarray | None = None) -> float:
+        """The threshold to apply: the recall one, unless it breaks the budget. Prints the pass rate, and with the
+        first tier's `audit` (score's column) what the tier cost on these rows."""
         threshold = fitted.threshold
         passing = int((scores >= threshold).sum())
         cv = fitted.cv
@@ -120,6 +123,8 @@ class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
         # the kept set's precision and recall from the labels drawn at random, weighted to this crawl's kept scores
         estimate = kept_estimate(cv.get("samples") or {}, threshold, scores)
         report.update(rows_kept=kept, pass_rate=kept / len(scores) if len(scores) else None, kept_estimate=estimate)
+        if audit is not None and fitted.first_tier is not None:
+            report["first_tier_audit"] = tier_audit(audit, threshold, kept, fitted.first_tier.config.audit_share)
         self._report, self._fitted = report, fitted
         print(f"prefilter: threshold {threshold:.3f} (cross-validated recall {report.get('cv_recall_at_threshold', cv.get('recall')):.2f}"
               f"{_interval(cv.get('recall_interval'))}, precision {cv.get('precision'):.2f}"
@@ -133,6 +138,8 @@ class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
                   f"{_interval(held.get('precision_interval'))}", file=sys.stderr, flush=True)
         if estimate:
             print(f"prefilter: {kept_line(estimate)}", file=sys.stderr, flush=True)
+        if report.get("first_tier_audit"):
+            print(f"prefilter: {audit_line(report['first_tier_audit'], fitted.first_tier)}", file=sys.stderr, flush=True)
         for p in report["label_rounds"]:
             print(f"prefilter: labels of rounds <= {p['round']} ({p['labels']} rows): "
                   + (p["error"] if "error" in p else f"out of fold precision {p['cv_precision']:.2f}, recall "
@@ -143,6 +150,8 @@ class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
         return threshold
 
     def mark(self, table: pa.Table, threshold: float) -> pa.Table:
+        if AUDIT in table.schema.names:
+            table = table.drop_columns([AUDIT])
         keep = pc.greater_equal(table.column("prefilter_score"), pa.scalar(threshold, pa.float64()))
         return self.drop_where(table, pc.invert(keep), SupervisedDrops.PREFILTER_REJECTED)
 
@@ -158,7 +167,8 @@ class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
     def process_table(self, table: pa.Table) -> pa.Table:
         fitted = self._fitted or self.fit()
         scored = self.score(table, fitted)
-        return self.mark(scored, self.decide(fitted, scored.column("prefilter_score").to_numpy()))
+        audit = scored.column(AUDIT).to_numpy() if AUDIT in scored.schema.names else None
+        return self.mark(scored, self.decide(fitted, scored.column("prefilter_score").to_numpy(), audit))
 
     # -- Ray path: one fitting task → scoring actors → threshold → marking -----------------------------
     def run_dataset(self, ds: Any) -> Any:
@@ -169,12 +179,33 @@ class SupervisedPrefilter(GlobalStage[SupervisedDrops]):
                                 concurrency=self.resources.concurrency or 1, batch_format="pyarrow",
                                 batch_size=self.resources.batch_size, **self.resources.ray_remote_args())
         scored = scored.materialize()
-        parts = list(scored.select_columns(["prefilter_score"]).iter_batches(batch_format="pyarrow",
-                                                                              batch_size=None))
+        read = ["prefilter_score"] + ([AUDIT] if fitted.first_tier is not None else [])
+        parts = list(scored.select_columns(read).iter_batches(batch_format="pyarrow", batch_size=None))
         scores = np.concatenate([b.column(0).to_numpy() for b in parts] or [np.zeros(0)])
-        threshold = self.decide(fitted, scores)
+        audit = (np.concatenate([b.column(1).to_numpy(zero_copy_only=False) for b in parts] or [np.zeros(0)])
+                 if fitted.first_tier is not None else None)
+        threshold = self.decide(fitted, scores, audit)
         stage = self
         return scored.map_batches(lambda b: stage.mark(b, threshold), batch_format="pyarrow")
+
+
+def audit_line(audit: dict[str, Any], tier: Any) -> str:
+    """The first tier's audit in one line: what it spared, what the judge says of the spared rows it checked."""
+    head = (f"the first tier spared {audit['rows_spared']} rows from the embedder; ")
+    if not audit["audited"]:
+        return head + (f"none was drawn for its check (first_tier.audit_share {audit['audit_share']:g}): what it "
+                       f"cost on this crawl is not known")
+    line = (head + f"of the {audit['audited']} of them embedded to check, the judge alone keeps "
+            f"{audit['judge_would_keep']}: the tier keeps about {audit['recall_vs_judge']:.2f}"
+            f"{_interval(audit['recall_vs_judge_interval'])} of the rows the judge alone would keep"
+            if audit["recall_vs_judge"] is not None else
+            head + f"of the {audit['audited']} of them embedded to check, the judge alone keeps none")
+    allowed = max(tier.config.max_recall_loss, 0.01)
+    hi = audit["recall_vs_judge_interval"][1] if audit["recall_vs_judge_interval"] else None
+    if hi is not None and hi < 1 - allowed:
+        line += (f"; more than its max_recall_loss {tier.config.max_recall_loss:g} on this crawl: set "
+                 f"first_tier: null to embed every row, or add labelled rows like the spared ones")
+    return line
 
 
 def _interval(bounds: Any) -> str:

@@ -163,28 +163,42 @@ class FittedLinear(BaseModel):
     def score_texts(self, texts: Sequence[Any], embedder: Any, lazy_below: float | None = None) -> np.ndarray:
         """P(positive) of raw texts: of their window, or with `views` the minimum over its prefix views
         (only for rows whose window scores >= `lazy_below`: under it the verdict cannot change)."""
+        return self.score_and_audit(texts, embedder, lazy_below)[0]
+
+    def score_and_audit(self, texts: Sequence[Any], embedder: Any, lazy_below: float | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
+        """`score_texts`' scores, and the first tier's audit: NaN for a row the tier let through (or with no tier),
+        -1 for a row it spared, and for the spared rows its `audit_share` draws (a hash of the window) the judge's
+        own score, embedded only to measure what the tier costs: their score stays 0."""
+        audit = np.full(len(texts), np.nan)
         if not len(texts):
-            return np.zeros(0)
+            return np.zeros(0), audit
         if self.guard:  # text addressing the judge is not a question, whatever it would score: 0, not embedded
             texts = [sanitize(t) for t in texts]
             talk = np.array([bool(injection_flags(t)) for t in texts])
             out = np.zeros(len(texts))
             if (~talk).any():
-                out[~talk] = self.model_copy(update={"guard": False}).score_texts(
+                out[~talk], audit[~talk] = self.model_copy(update={"guard": False}).score_and_audit(
                     [t for t, f in zip(texts, talk, strict=True) if not f], embedder, lazy_below)
-            return out
+            return out, audit
         if self.first_tier is not None:  # only the rows the n-gram tier lets through are embedded
             tier, plain = self.first_tier, self.model_copy(update={"first_tier": None})
-            through = tier.scores([prepare(t, self.embed_chars) for t in texts]) >= tier.threshold
+            windows = [prepare(t, self.embed_chars) for t in texts]
+            through = tier.scores(windows) >= tier.threshold
             if through.any():  # the minimum over the views, as the judge reads them, for the rows still in
                 idx = np.flatnonzero(through)
                 through[idx] = self._over_views(tier.scores, [texts[i] for i in idx], tier.threshold) >= tier.threshold
+            checked = ~through & drawn_for_audit(windows, tier.config.audit_share)
+            audit[~through] = -1.0
             out = np.zeros(len(texts))
-            if through.any():
-                out[through] = plain.score_texts([t for t, f in zip(texts, through, strict=True) if f], embedder,
-                                                 lazy_below)
-            return out
-        return self._over_views(lambda batch: self.scores(embedder.encode(batch)), texts, lazy_below)
+            embed = through | checked
+            if embed.any():  # the rows through and the spared rows drawn for the audit, in one pass
+                idx = np.flatnonzero(embed)
+                got = plain.score_texts([texts[i] for i in idx], embedder, lazy_below)
+                out[idx[through[idx]]] = got[through[idx]]
+                audit[idx[checked[idx]]] = got[checked[idx]]
+            return out, audit
+        return self._over_views(lambda batch: self.scores(embedder.encode(batch)), texts, lazy_below), audit
 
     def _over_views(self, score: Any, texts: Sequence[Any], lazy_below: float | None) -> np.ndarray:
         """`score` (prepared texts -> P) of each text, or the minimum over its views when the judge has them."""
@@ -204,6 +218,39 @@ class FittedLinear(BaseModel):
 
 # Fewest representative positives the threshold is set on; under it every labelled row sets it.
 MIN_CALIBRATION_POSITIVES = 5
+
+
+def drawn_for_audit(windows: Sequence[str], share: float) -> np.ndarray:
+    """Which windows the first tier's audit embeds: a hash of the text under `share` (the same rows in every run
+    and every batching, whatever the order)."""
+    if share <= 0:
+        return np.zeros(len(windows), dtype=bool)
+    cut = share * 2**64
+    return np.array([int.from_bytes(hashlib.blake2b(w.encode("utf-8"), digest_size=8).digest(), "big") < cut
+                     for w in windows], dtype=bool)
+
+
+def tier_audit(audit: np.ndarray, threshold: float, kept: int, share: float) -> dict[str, Any]:
+    """What the first tier cost on this crawl, from its audit column (score_and_audit): of the spared rows drawn,
+    how many the judge alone keeps at `threshold`; from that share, the rows the tier cost and its recall against
+    the judge alone (the `kept` rows over them plus the estimated lost), each with a 95% Wilson interval."""
+    audit = np.asarray(audit, dtype=np.float64)
+    spared = int((~np.isnan(audit)).sum())
+    drawn = audit[audit >= 0]
+    n, k = len(drawn), int((drawn >= threshold).sum())
+    out: dict[str, Any] = {"audit_share": share, "rows_spared": spared, "audited": n, "judge_would_keep": k,
+                           "lost_share": k / n if n else None, "lost_share_interval": wilson(k, n) if n else None,
+                           "rows_lost": None, "rows_lost_interval": None, "recall_vs_judge": None,
+                           "recall_vs_judge_interval": None}
+    if n:
+        lo, hi = wilson(k, n) or (0.0, 1.0)
+
+        def recall(rate: float) -> float | None:
+            return kept / (kept + spared * rate) if kept + spared * rate else None
+
+        out.update(rows_lost=round(spared * k / n), rows_lost_interval=[round(spared * lo), round(spared * hi)],
+                   recall_vs_judge=recall(k / n), recall_vs_judge_interval=[recall(hi), recall(lo)])
+    return out
 
 
 def threshold_for_recall(scores: np.ndarray, labels: np.ndarray, target: float) -> float:

@@ -101,6 +101,11 @@ class NgramTier(BaseModel):
                                         "pay: when, out of fold, it keeps fewer than this share of the labelled "
                                         "negatives from the embedder, the judge embeds every row and its report "
                                         "says why (`first_tier.dropped`).")
+    audit_share: float = Field(0.02, ge=0, le=1, description="The share of the rows the tier spares that are "
+                               "embedded anyway, drawn by a hash of their text, so the run measures what the tier "
+                               "costs on this crawl: of them, how many the judge alone would keep (their verdict "
+                               "stays the tier's). The report gives the tier's recall against the judge with a 95% "
+                               "interval (`first_tier_audit`); 0: no check.")
 
     def fold_repeats(self) -> int:
         return self.repeats or self.kind().repeats
@@ -124,7 +129,9 @@ class FittedTier(BaseModel):
     def key(self) -> str:
         # the n-gram tier's key stays what it was before `features` existed
         plain = not self.config.kind().distilled and self.config.fold_repeats() == 1
-        config = self.config.model_dump(mode="json", exclude={"features", "static", "repeats"} if plain else None)
+        # `audit_share` decides which spared rows are checked, never a score: it is no part of the key
+        config = self.config.model_dump(mode="json", exclude={"features", "static", "repeats", "audit_share"} if plain
+                                        else {"audit_share"})
         ident = json.dumps([config, self.intercept, self.threshold,
                             hashlib.sha256(np.asarray(self.coef, np.float64).tobytes()).hexdigest()]
                            + ([self.cv.get(TABLE)] if self.config.kind().distilled else []))

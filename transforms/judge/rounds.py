@@ -103,7 +103,7 @@ def judge_figures(manifest: Any, lake: Any, folder: str) -> dict[str, Any] | Non
     report = json.loads(path.read_text(encoding="utf-8"))
     keep = ("labels", "label", "labels_sha", "seed_rows", "seed_positives", "target_recall", "threshold",
             "cv_recall", "cv_precision", "cv_auc", "cv_recall_interval", "cv_precision_interval", "held_out",
-            "rows", "rows_kept", "label_rounds")
+            "rows", "rows_kept", "label_rounds", "first_tier_audit")
     figures = {k: report.get(k) for k in keep}
     model = Path(folder) / "model.json"  # the fit's scores of the rows drawn at random, at the threshold applied
     samples = (json.loads(model.read_text(encoding="utf-8")).get("cv") or {}).get("samples") if model.exists() else None
@@ -196,6 +196,20 @@ def curve_svg(curve: list[dict[str, Any]], width: int = 520, height: int = 220) 
             "<p class='meta'>blue: out of fold; red: held out; solid: precision; dashed: recall</p>")
 
 
+def tier_audit_html(audit: dict[str, Any] | None) -> str:
+    """What the first tier cost on this crawl (linear.tier_audit): '' for a run without a first tier."""
+    if not audit:
+        return ""
+    head = (f"<p>First tier: {_f(audit['rows_spared'])} rows spared from the embedder; {_f(audit['audited'])} of "
+            f"them (a {audit['audit_share']:g} share, drawn by a hash of the text) embedded to check")
+    if not audit["audited"]:
+        return head + ": none drawn, so what the tier cost on this crawl is not known.</p>"
+    return (head + f", of which the judge alone keeps {_f(audit['judge_would_keep'])}: about "
+            f"{_f(audit['rows_lost'])} <span class='meta'>({audit['rows_lost_interval'][0]}–"
+            f"{audit['rows_lost_interval'][1]})</span> rows lost to the tier, its recall against "
+            f"the judge alone {_f(audit['recall_vs_judge'])}{_ci(audit['recall_vs_judge_interval'])}.</p>")
+
+
 def judge_section(figures: dict[str, Any]) -> str:
     """The run report's section: the judge's figures, then its learning curve over labelling rounds."""
     held = figures.get("held_out") or {}
@@ -210,6 +224,7 @@ def judge_section(figures: dict[str, Any]) -> str:
                f"{_ci(held.get('precision_interval'))}." if held else "")
             + f" Kept {_f(figures.get('rows_kept'))} of {_f(figures.get('rows'))} rows (95% Wilson intervals).</p>")
     html += kept_html(figures.get("kept_estimate"))
+    html += tier_audit_html(figures.get("first_tier_audit"))
     curve = figures.get("label_rounds") or []
     if not curve:
         return html + ("<p class='meta'>The labels carry one labelling round: <code>piqaforge label export</code> "
