@@ -72,9 +72,10 @@ def forecast(rows: int, lake: Path, extra: list[str]) -> list[dict[str, Any]]:
 
 
 def forecast_figures(table: list[dict[str, Any]], total_measured: float, rows: int, small: list[int],
-                     wall: float) -> dict[str, Any]:
+                     wall: float, audit: dict[str, Any] | None = None) -> dict[str, Any]:
     """The quotable figures of one forecast check: per stage its forecast, its measured CPU-seconds, their
-    ratio and its share; the worst ratio among the stages costing more than 5%; the CPU-hours per million rows."""
+    ratio and its share; the worst ratio among the stages costing more than 5%; the CPU-hours per million rows;
+    with the measured run's first-tier audit, what the tier spared and its recall against the judge alone."""
     from transforms.core.results import figure
 
     planned_from = ", ".join(f"{n:,}" for n in small)
@@ -92,6 +93,18 @@ def forecast_figures(table: list[dict[str, Any]], total_measured: float, rows: i
         "measured_wall_s": figure(round(wall, 1), "s", f"wall time of the {rows:,}-row run"),
         "measured_cpu_s": figure(round(total_measured, 1), "CPU-s", f"CPU-seconds of the {rows:,}-row run"),
     }
+    if audit and audit.get("recall_vs_judge") is not None:
+        into = next((r["rows_in"] for r in table if r["stage"] == "supervised_prefilter"), None)
+        if into:
+            out["tier_spared_share"] = figure(round(audit["rows_spared"] / into, 3), "share",
+                                              f"share of the judge's {into:,} rows the static tier kept from the "
+                                              f"embedder")
+        lo, hi = audit["recall_vs_judge_interval"]
+        out["tier_recall_vs_judge"] = figure(round(audit["recall_vs_judge"], 3), "recall",
+                                             f"the tier's recall against the judge alone, from {audit['audited']:,} "
+                                             f"spared rows embedded to check ({audit['judge_would_keep']} kept)")
+        out["tier_recall_vs_judge_low"] = figure(round(lo, 3), "recall", "its 95% interval's lower bound")
+        out["tier_recall_vs_judge_high"] = figure(round(hi, 3), "recall", "its 95% interval's upper bound")
     for r in table:
         name = r["stage"]
         if r["forecast_cpu_s"] is not None:
@@ -116,7 +129,7 @@ def refigure(name: str) -> Path:
     doc = json.loads(path.read_text(encoding="utf-8"))
     d = doc["data"]
     doc["figures"] = forecast_figures(d["stages"], d["measured_cpu_s"], d["rows"], d["small"],
-                                      d["runs"]["measured"]["wall_s"])
+                                      d["runs"]["measured"]["wall_s"], d.get("first_tier_audit"))
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
@@ -210,10 +223,14 @@ def main(argv: list[str] | None = None) -> int:
                       "rows_in": s.get("rows_in") or s.get("rows_created"), "rows_kept": s.get("rows_kept"),
                       "forecast_rows_in": p.get("rows_in"), "rate_from": (p.get("rate_from") or {}).get("source"),
                       "note": p.get("note")})
-    figures = forecast_figures(table, total_measured, args.rows, small, wall)
+    # the static tier's audit of the measured run (first_tier.audit_share of the rows it spared, judged alone)
+    report = args.lake / "runs" / "measured-crawl" / "prefilter" / "report.json"
+    audit = json.loads(report.read_text(encoding="utf-8")).get("first_tier_audit") if report.exists() else None
+    figures = forecast_figures(table, total_measured, args.rows, small, wall, audit)
     path = write_result(args.name, figures, benchmark="benchmarks/bench_forecast.py", load_start=load_start,
                         data={"recipe": RECIPE, "sets": KOREAN + args.sets, "rows": args.rows, "small": small,
-                              "runs": runs, "stages": table, "measured_cpu_s": round(total_measured, 1)})
+                              "runs": runs, "stages": table, "measured_cpu_s": round(total_measured, 1),
+                              "first_tier_audit": audit})
     if args.rows >= 1_000_000:  # a seed rests on a run large enough that its start-up is small
         print(f"seed written to {write_seed(args.lake, args.write_seed)}", file=sys.stderr)
     print(f"\n{RECIPE} on {args.rows:,} rows, planned from {', '.join(f'{n:,}' for n in small)}-row runs")
