@@ -188,7 +188,9 @@ class FittedLinear(BaseModel):
             if through.any():  # the minimum over the views, as the judge reads them, for the rows still in
                 idx = np.flatnonzero(through)
                 through[idx] = self._over_views(tier.scores, [texts[i] for i in idx], tier.threshold) >= tier.threshold
-            checked = ~through & drawn_for_audit(windows, tier.config.audit_share)
+            checked = ~through
+            checked[checked] = drawn_for_audit([w for w, c in zip(windows, checked, strict=True) if c],
+                                               tier.config.audit_share)
             audit[~through] = -1.0
             out = np.zeros(len(texts))
             embed = through | checked
