@@ -98,8 +98,19 @@ def judges(tmp_path_factory):
 
 
 def _verdicts(judges, name):
+    """One judge's keep verdicts, each text scored once: the cascade and flip_rate ask again for the attacks each
+    judge has already scored (a judge's verdict on a text is a function of the text alone)."""
     fitted, embedder = judges[name]
-    return lambda texts: fitted.score_texts(texts, embedder, lazy_below=fitted.threshold) >= fitted.threshold
+    seen: dict[str, bool] = {}
+
+    def verdict(texts: list[str]) -> np.ndarray:
+        new = list(dict.fromkeys(t for t in texts if t not in seen))
+        if new:
+            kept = fitted.score_texts(new, embedder, lazy_below=fitted.threshold) >= fitted.threshold
+            seen.update(zip(new, kept.tolist(), strict=True))
+        return np.array([seen[t] for t in texts], dtype=bool)
+
+    return verdict
 
 
 @pytest.mark.floats

@@ -41,7 +41,9 @@ def _judges(dtype: str) -> dict[str, LinearJudge]:
     return out
 
 
-NEGATIVES = 96  # every held-out positive, and this many of the 507 negatives (seeded): the test's cost is embedding
+# every held-out positive, and this many of the 507 negatives (seeded): the test's cost is embedding them, in
+# bfloat16 by conversion on the other-CPU passes
+NEGATIVES = 48
 
 
 def _held_out() -> tuple[list[str], np.ndarray]:
@@ -80,5 +82,5 @@ def test_bfloat16_keeps_each_judges_held_out_positives_within_one_of_float32(ver
     a, b = (int((v & positive).sum()) for v in both)
     print("; ".join(lines) + f"; all three: {a} -> {b}")
     assert abs(a - b) <= 1
-    # and bfloat16 passes no flood of negatives the float32 judges refuse (at most 2 of the 96)
+    # and bfloat16 passes no flood of negatives the float32 judges refuse (at most 2 of the NEGATIVES)
     assert int((both[1] & ~both[0] & ~positive).sum()) <= 2
