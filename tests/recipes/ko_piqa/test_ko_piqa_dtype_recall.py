@@ -8,9 +8,9 @@ float32 run within one, in bfloat16 as in float32. The tolerance is the one-posi
 Intel figure: exactly one); this machine's own floats are not compared with anything stored.
 
 In the slow tier (CI's, `.ci/run`), not the default one: it fits three judges in both dtypes, and on a CPU without
-bfloat16 instructions bfloat16 runs by conversion (~90 s here, the default tier's largest item). scripts/test.sh's
-two other-CPU passes (also in `--slow` and `--other-cpu`) run it again with the vectors of another CPU and torch on
-other kernels (tests/other_cpu/), so CI runs it on three kernel paths."""
+bfloat16 instructions bfloat16 runs by conversion. scripts/test.sh's AVX2-kernel other-CPU pass (in `--slow` and
+`--other-cpu`; marked `floats_heavy`, so not the plain-kernel pass, where it takes minutes) runs it again with the
+bundles' vectors moved as on another CPU and torch on AVX2 kernels, so CI runs it on two kernel paths."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from conftest import SAMPLES
 from jobutil import ko_piqa_judges
 
 pytest.importorskip("torch")
-pytestmark = [pytest.mark.slow, pytest.mark.floats]
+pytestmark = [pytest.mark.slow, pytest.mark.floats, pytest.mark.floats_heavy]
 
 from transforms.judge.linear import LinearJudge, embedder_for, train  # noqa: E402
 
