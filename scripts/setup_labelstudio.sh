@@ -11,7 +11,7 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 VENV="$ROOT/.venv-labelstudio"
 STAMP="$VENV/.piqaforge-labelstudio-setup"
 LS_VERSION="${LABEL_STUDIO_VERSION:-1.23.0}"
-WANT="$(sha256sum < scripts/setup_labelstudio.sh | cut -c1-16)-$LS_VERSION"
+WANT="$(cat scripts/setup_labelstudio.sh scripts/constraints-labelstudio.txt | sha256sum | cut -c1-16)-$LS_VERSION"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
   echo "setup_labelstudio: .venv-labelstudio is up to date"
@@ -23,7 +23,16 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 FIND=()
 [[ -d /opt/wheels ]] && FIND=(--find-links /opt/wheels)
 "${PIP[@]}" --upgrade pip wheel
-"${PIP[@]}" "${FIND[@]}" "label-studio==$LS_VERSION"
+# uv with scripts/constraints-labelstudio.txt (the versions a fresh pip set-up resolved) where it installs, else pip with them
+UV=()
+if [[ "${PIQAFORGE_INSTALLER:-uv}" == uv ]] && "${PIP[@]}" uv >/dev/null 2>&1; then
+  UV=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python")
+fi
+install() {
+  if [[ ${#UV[@]} -gt 0 ]] && "${UV[@]}" -c scripts/constraints-labelstudio.txt "$@"; then return 0; fi
+  "${PIP[@]}" -c scripts/constraints-labelstudio.txt "$@"
+}
+install "${FIND[@]}" "label-studio==$LS_VERSION"
 # not `label-studio --version`: it creates a database in ~/.local/share and asks pypi.org for news
 "$VENV/bin/python" -c "import label_studio, label_studio_sdk; print('label-studio', label_studio.__version__)"
 echo "$WANT" > "$STAMP"

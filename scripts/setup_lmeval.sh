@@ -14,7 +14,7 @@ VENV="$ROOT/.venv-lmeval"
 STAMP="$VENV/.piqaforge-lmeval-setup"
 LM_EVAL_VERSION="${LM_EVAL_VERSION:-0.4.13}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
-WANT="$(sha256sum < scripts/setup_lmeval.sh | cut -c1-16)-$LM_EVAL_VERSION-$TORCH_VERSION"
+WANT="$(cat scripts/setup_lmeval.sh scripts/constraints-lmeval.txt | sha256sum | cut -c1-16)-$LM_EVAL_VERSION-$TORCH_VERSION"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
   echo "setup_lmeval: .venv-lmeval is up to date"
@@ -26,9 +26,18 @@ PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 FIND=()
 [[ -d /opt/wheels ]] && FIND=(--find-links /opt/wheels)
 "${PIP[@]}" --upgrade pip wheel
+# uv with scripts/constraints-lmeval.txt (the versions a fresh pip set-up resolved) where it installs, else pip with them
+UV=()
+if [[ "${PIQAFORGE_INSTALLER:-uv}" == uv ]] && "${PIP[@]}" uv >/dev/null 2>&1; then
+  UV=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python")
+fi
+install() {
+  if [[ ${#UV[@]} -gt 0 ]] && "${UV[@]}" -c scripts/constraints-lmeval.txt "$@"; then return 0; fi
+  "${PIP[@]}" -c scripts/constraints-lmeval.txt "$@"
+}
 # The CPU torch first, pinned again on every later install, so no resolver swaps in a CUDA build.
-"${PIP[@]}" "${FIND[@]}" "torch==$TORCH_VERSION"
-"${PIP[@]}" "${FIND[@]}" "lm-eval==$LM_EVAL_VERSION" transformers accelerate "torch==$TORCH_VERSION"
+install "${FIND[@]}" "torch==$TORCH_VERSION"
+install "${FIND[@]}" "lm-eval==$LM_EVAL_VERSION" transformers accelerate "torch==$TORCH_VERSION"
 "$VENV/bin/python" -c "import lm_eval, torch, transformers; print('setup_lmeval: lm_eval', \
 lm_eval.__version__ if hasattr(lm_eval, '__version__') else '?', 'torch', torch.__version__, \
 'transformers', transformers.__version__, 'cuda', torch.version.cuda)"
