@@ -8,29 +8,19 @@ PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 VENV="$ROOT/.venv"
 STAMP="$VENV/.piqaforge-setup"
-WANT="$(cat pyproject.toml scripts/setup.sh scripts/constraints.txt | sha256sum | cut -c1-16)"
+WANT="$(cat pyproject.toml scripts/setup.sh scripts/installer.sh scripts/constraints.txt | sha256sum | cut -c1-16)"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
   echo "setup: .venv is up to date"
 else
   echo "setup: creating $VENV (this takes a few minutes the first time)"
   [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
-  PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+  # uv with scripts/constraints.txt: every package at the version CI last passed with (`pip freeze` of a fresh
+  # pip set-up; regenerate it when pyproject.toml's dependencies change); pip with it where uv fails
+  source scripts/installer.sh
+  installer "$VENV" scripts/constraints.txt
   FIND=()
   [[ -d /opt/wheels ]] && FIND=(--find-links /opt/wheels)
-  "${PIP[@]}" --upgrade pip wheel setuptools
-  # uv installs what pip would (the same versions: compared with `pip freeze` on this project's machines) in a
-  # fraction of pip's time, most of a fresh clone's set-up; PIQAFORGE_INSTALLER=pip, or uv failing, uses pip.
-  UV=()
-  if [[ "${PIQAFORGE_INSTALLER:-uv}" == uv ]] && "${PIP[@]}" uv >/dev/null 2>&1; then
-    UV=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python")
-  fi
-  # scripts/constraints.txt pins every package to the version CI last passed with (`pip freeze` of a fresh set-up;
-  # regenerate it when pyproject.toml's dependencies change), so pip and uv install the same set
-  install() {
-    if [[ ${#UV[@]} -gt 0 ]] && "${UV[@]}" -c scripts/constraints.txt "$@"; then return 0; fi
-    "${PIP[@]}" -c scripts/constraints.txt "$@"
-  }
   # The CPU build of torch first: an unpinned torch would pull several GB of CUDA packages.
   install "${FIND[@]}" "torch==${TORCH_VERSION:-2.13.0}"
   install "${FIND[@]}" -e ".[llm,embed,quality,bench,dev,cluster,fast,llamacpp,mt,review,lang,hub]"

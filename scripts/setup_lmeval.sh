@@ -14,7 +14,7 @@ VENV="$ROOT/.venv-lmeval"
 STAMP="$VENV/.piqaforge-lmeval-setup"
 LM_EVAL_VERSION="${LM_EVAL_VERSION:-0.4.13}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
-WANT="$(cat scripts/setup_lmeval.sh scripts/constraints-lmeval.txt | sha256sum | cut -c1-16)-$LM_EVAL_VERSION-$TORCH_VERSION"
+WANT="$(cat scripts/setup_lmeval.sh scripts/installer.sh scripts/constraints-lmeval.txt | sha256sum | cut -c1-16)-$LM_EVAL_VERSION-$TORCH_VERSION"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
   echo "setup_lmeval: .venv-lmeval is up to date"
@@ -22,19 +22,11 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
 fi
 echo "setup_lmeval: creating $VENV (lm-eval==$LM_EVAL_VERSION, torch==$TORCH_VERSION CPU)"
 [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+# uv with scripts/constraints-lmeval.txt (the versions a fresh pip set-up resolved), pip with it where uv fails
+source scripts/installer.sh
+installer "$VENV" scripts/constraints-lmeval.txt
 FIND=()
 [[ -d /opt/wheels ]] && FIND=(--find-links /opt/wheels)
-"${PIP[@]}" --upgrade pip wheel
-# uv with scripts/constraints-lmeval.txt (the versions a fresh pip set-up resolved) where it installs, else pip with them
-UV=()
-if [[ "${PIQAFORGE_INSTALLER:-uv}" == uv ]] && "${PIP[@]}" uv >/dev/null 2>&1; then
-  UV=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python")
-fi
-install() {
-  if [[ ${#UV[@]} -gt 0 ]] && "${UV[@]}" -c scripts/constraints-lmeval.txt "$@"; then return 0; fi
-  "${PIP[@]}" -c scripts/constraints-lmeval.txt "$@"
-}
 # The CPU torch first, pinned again on every later install, so no resolver swaps in a CUDA build.
 install "${FIND[@]}" "torch==$TORCH_VERSION"
 install "${FIND[@]}" "lm-eval==$LM_EVAL_VERSION" transformers accelerate "torch==$TORCH_VERSION"
