@@ -150,10 +150,7 @@ def submit(job: str, run_args: list[str], *, address: str, client: JobsClient | 
         print(f"piqaforge: forwarding secret(s) {names} and {len(secret_sets)} --set item(s) holding one "
               "outside Ray's job record (docs/secrets.md)", file=out, flush=True)
     request = build_request(job, run_args, **request_options)
-    try:
-        job_id = client.submit_job(**request)
-    except (ConnectionError, OSError) as err:  # the head went away between the check and the upload
-        raise unreachable(address, err) from None
+    job_id = _submit_job(client, request, address, out)
     print(f"piqaforge: submitted {job_id} to {address}", file=out, flush=True)
     print(f"piqaforge: entrypoint {scrub_text(request['entrypoint'])}", file=out, flush=True)
     if not follow:
@@ -166,6 +163,34 @@ def submit(job: str, run_args: list[str], *, address: str, client: JobsClient | 
         status = _status(client, job_id)
     print(f"piqaforge: job {job_id} {status}", file=out, flush=True)
     return job_id, status
+
+
+# A head that has just started answers 500 "No available agent to submit job, please try again later" until its
+# dashboard agent registers (seconds on an idle head, longer on a loaded one): asked again, not failed.
+AGENT_NOT_READY = "No available agent to submit job"
+AGENT_WAIT_S = 120.0
+
+
+def _submit_job(client: JobsClient, request: dict[str, Any], address: str, out: TextIO,
+                wait_s: float = AGENT_WAIT_S, pause_s: float = 2.0) -> str:
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            return client.submit_job(**request)
+        except (ConnectionError, OSError) as err:  # the head went away between the check and the upload
+            raise unreachable(address, err) from None
+        except RuntimeError as err:
+            if AGENT_NOT_READY not in str(err):
+                raise
+            if time.monotonic() >= deadline:
+                raise SubmitError(f"the Ray head at {address} has no job agent after {wait_s:.0f} s ({AGENT_NOT_READY}): "
+                                  "check `ray status` on the head and its dashboard_agent.log") from None
+            if not told:
+                print(f"piqaforge: the Ray head at {address} has no job agent yet (it is starting); "
+                      f"asking again for up to {wait_s:.0f} s", file=out, flush=True)
+                told = True
+            time.sleep(pause_s)
 
 
 def _status(client: JobsClient, job_id: str) -> str:

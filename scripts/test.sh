@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests, each tier against its budget.
 #   scripts/test.sh            the default tier: ruff, mypy, lint-imports, pytest (budget 10 min)
-#   scripts/test.sh --slow     the default tier with the slow tests that may share the machine, in one pytest run;
-#                              then the slow tests that run alone (SIGKILL + resume, node loss, every recipe on the
-#                              cluster path: the rehearsal's CI tier, the storm's fixed points); then the
-#                              float-sensitive tests playing another CPU twice; .ci/run uses it
+#   scripts/test.sh --slow     CI's tier (.ci/run): the default tier with the slow tests that may share the machine,
+#                              in one pytest run; then the slow tests that run alone (SIGKILL + resume, node loss);
+#                              then the float-sensitive tests playing another CPU twice. Not the `extended` tests.
+#   scripts/test.sh --extended the slow tests CI leaves out (marker `extended`: whole real-model runs, the second kill
+#                              point of a guarantee CI holds at another, every recipe on the cluster path: the
+#                              rehearsal's CI tier, the storm's fixed points, the forecast against a larger run), the
+#                              shared ones on two workers, then the `alone` ones, then their float-sensitive ones
+#                              playing another CPU; run it before resolving anything touching stages, the
+#                              orchestrator or a recipe
 #   scripts/test.sh --other-cpu only the float-sensitive tests playing another CPU (both directions)
-#   scripts/test.sh --all      the default tier, then the slow, recipes and rehearsal tiers (whole recipe jobs on the
+#   scripts/test.sh --all      the default tier, then the slow (extended included), recipes and rehearsal tiers (whole recipe jobs on the
 #                              local Qwen 1.5B; the cluster rehearsal with the images' venvs and vLLM's CPU build)
 #   scripts/test.sh --vllm     the vLLM-on-CPU tier, in its own environment (.venv-vllm)
 #   scripts/test.sh --rehearsal the cluster rehearsal with the images' venvs and vLLM's CPU build
@@ -26,11 +31,14 @@ cd "$ROOT"
 export PIQAFORGE_TIER_COMMAND="bash scripts/test.sh${*:+ $*}"  # what a recorded run's results file says ran
 DEFAULT_MARK="not slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
 SLOW_MARK="slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
+CI_SLOW_MARK="$SLOW_MARK and not extended"
+EXT_MARK="$SLOW_MARK and extended"
 MODE=default
 EXTRA=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --slow) MODE=slow; shift ;;
+    --extended) MODE=extended; shift ;;
     --other-cpu) MODE=other-cpu; shift ;;
     --rehearsal) MODE=rehearsal; shift ;;
     --all) MODE=all; shift ;;
@@ -51,9 +59,10 @@ trap 'rm -rf "$REPORTS"' EXIT
 
 t0=$SECONDS
 bash scripts/setup.sh
-# The slow tier's Label Studio round trip runs a real server from its own venv (it pins many packages), and the
-# lm-eval comparison runs lm-evaluation-harness from .venv-lmeval.
-if [[ "$MODE" == slow || "$MODE" == all ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
+# The extended tier's Label Studio round trip runs a real server from its own venv (it pins many packages), and the
+# lm-eval comparisons run lm-evaluation-harness from .venv-lmeval (one of them is in CI's slow tier).
+if [[ "$MODE" == extended || "$MODE" == all ]]; then bash scripts/setup_labelstudio.sh; fi
+if [[ "$MODE" == slow || "$MODE" == extended || "$MODE" == all ]]; then bash scripts/setup_lmeval.sh; fi
 .venv/bin/python scripts/tier_budget.py set-up "$((SECONDS - t0))"
 
 rc=0
@@ -72,7 +81,8 @@ lint() {
 if [[ ${#EXTRA[@]} -gt 0 ]]; then
   lint
   case "$MODE" in
-    default) mark="$DEFAULT_MARK" ;; slow) mark="not recipes and not vllm and not gpu and not storm and not rehearsal" ;;
+    default) mark="$DEFAULT_MARK" ;; slow) mark="($DEFAULT_MARK) or ($CI_SLOW_MARK)" ;;
+    extended) mark="$EXT_MARK" ;;
     all) mark="not vllm and not gpu and not storm" ;; *) mark="$MODE" ;;
   esac
   [[ "$MODE" == other-cpu ]] && mark=""
@@ -82,7 +92,7 @@ if [[ ${#EXTRA[@]} -gt 0 ]]; then
 fi
 
 set +e
-if [[ "$MODE" == default || "$MODE" == slow || "$MODE" == all ]]; then
+if [[ "$MODE" == default || "$MODE" == slow || "$MODE" == extended || "$MODE" == all ]]; then
   start=$SECONDS
   (set -e; lint) || keep_first_failure $?
   .venv/bin/python scripts/tier_budget.py lint "$((SECONDS - start))"
@@ -99,11 +109,26 @@ if [[ "$MODE" == slow ]]; then
   # CI's tier: the default tier and the slow tests that may share the machine in one pytest run, so that a module's
   # fixtures (a model's embeddings, a fitted judge) are made once for its fast and its slow tests
   start=$SECONDS
-  echo "== pytest -m '($DEFAULT_MARK) or ($SLOW_MARK and not alone)'${PARALLEL:+ on $WORKERS workers}"
-  .venv/bin/python -m pytest -m "($DEFAULT_MARK) or ($SLOW_MARK and not alone)" "${PARALLEL[@]}" --durations=30 \
+  echo "== pytest -m '($DEFAULT_MARK) or ($CI_SLOW_MARK and not alone)'${PARALLEL:+ on $WORKERS workers}"
+  .venv/bin/python -m pytest -m "($DEFAULT_MARK) or ($CI_SLOW_MARK and not alone)" "${PARALLEL[@]}" --durations=30 \
     --junitxml="$REPORTS/default-slow.xml"
   keep_first_failure $?
   budget default+slow "$start" "$REPORTS/default-slow.xml"
+elif [[ "$MODE" == extended ]]; then
+  ext_start=$SECONDS
+  echo "== pytest -m '$EXT_MARK and not alone'${PARALLEL:+ on $WORKERS workers}"
+  .venv/bin/python -m pytest -m "$EXT_MARK and not alone" "${PARALLEL[@]}" --durations=20 \
+    --junitxml="$REPORTS/extended-shared.xml"
+  keep_first_failure $?
+  echo "== pytest -m '$EXT_MARK and alone', one at a time"
+  .venv/bin/python -m pytest -m "$EXT_MARK and alone" --durations=20 --junitxml="$REPORTS/extended-alone.xml"
+  keep_first_failure $?
+  echo "== pytest -m '$EXT_MARK and floats', playing another CPU: bundle vectors moved, ATEN_CPU_CAPABILITY=avx2"
+  PYTHONPATH="$ROOT/tests/other_cpu:$ROOT" PIQAFORGE_TEST_OTHER_CPU=bundle ATEN_CPU_CAPABILITY=avx2 \
+    .venv/bin/python -m pytest -m "$EXT_MARK and floats" -q -p no:cacheprovider "${PARALLEL[@]}" \
+    --junitxml="$REPORTS/extended-other-cpu.xml"
+  keep_first_failure $?
+  budget extended "$ext_start" "$REPORTS"/extended-*.xml
 elif [[ "$MODE" == all ]]; then
   start=$SECONDS
   echo "== pytest -m '$SLOW_MARK and not alone'${PARALLEL:+ on $WORKERS workers}"
@@ -115,8 +140,10 @@ if [[ "$MODE" == slow || "$MODE" == all ]]; then
   # The slow tests marked `alone` (whole Ray clusters, SIGKILLed drivers and nodes, a measured process) run after
   # the others and never beside another test, whatever PIQAFORGE_TEST_WORKERS says.
   [[ "$MODE" == slow ]] && start=$SECONDS
-  echo "== pytest -m '$SLOW_MARK and alone', one at a time"
-  .venv/bin/python -m pytest -m "$SLOW_MARK and alone" --durations=20 --junitxml="$REPORTS/slow-alone.xml"
+  alone_mark="$SLOW_MARK and alone"
+  [[ "$MODE" == slow ]] && alone_mark="$CI_SLOW_MARK and alone"
+  echo "== pytest -m '$alone_mark', one at a time"
+  .venv/bin/python -m pytest -m "$alone_mark" --durations=20 --junitxml="$REPORTS/slow-alone.xml"
   keep_first_failure $?
   if [[ "$MODE" == slow ]]; then budget slow-alone "$start" "$REPORTS/slow-alone.xml"
   else budget slow "$start" "$REPORTS/slow-shared.xml" "$REPORTS/slow-alone.xml"; fi
@@ -142,6 +169,7 @@ if [[ "$MODE" == slow || "$MODE" == other-cpu ]]; then
   [[ "$MODE" == other-cpu ]] && { (set -e; lint) || keep_first_failure $?; }
   start=$SECONDS
   FLOAT_MARK="floats and not recipes and not vllm and not gpu and not storm and not rehearsal"
+  [[ "$MODE" == slow ]] && FLOAT_MARK="$FLOAT_MARK and not extended"  # CI: the extended ones play it in --extended
   # The tests marked `floats_heavy` (e5-torch over hundreds of texts: several minutes each on torch's plain kernels,
   # where bfloat16 also runs by conversion) play another CPU in the AVX2-kernel pass only; every other `floats` test
   # runs in both.

@@ -303,6 +303,7 @@ def llm_clean_run(shrunk_clean_lake) -> tuple[Path, tuple[pa.Table, pa.Table, Ru
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("three_nodes", [{"llm_worker": 1}], indirect=True, ids=["llm-on-workers"])
 @pytest.mark.parametrize("victim_of", list(VICTIMS))
+@pytest.mark.extended
 def test_killing_a_node_while_the_llm_ensemble_answers_loses_and_reasks_nothing(three_nodes, llm_clean_run,
                                                                                 victim_of):
     """A worker node dies while the ensemble stage runs (VICTIMS)."""

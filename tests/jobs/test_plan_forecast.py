@@ -6,7 +6,7 @@ generated Korean crawls (benchmarks/common.build_crawl: real question pieces fro
 exact copies, each run on its own seed). Two runs of 500 and 1,250 rows go into one lake, from which `plan` fits
 each stage's fixed cost and cost per row; a run of 5,000 rows, ten times the smaller and four times the larger, goes
 into another lake and is forecast (sizes kept small: on a 2-core CPU without bfloat16 instructions the judge embeds
-a few dozen rows a second, and this test runs in CI's alone tier). A second 1,250-row run on another crawl measures how
+a few dozen rows a second; this test runs alone, in the extended tier). A second 1,250-row run on another crawl measures how
 far two runs of one size differ (sigma), and the
 band follows from it: a forecast through two points extrapolated by k times their distance moves by
 sqrt((1 + k)^2 + k^2) sigma when each point moves by sigma. A stage costing more than 5% of the large run (the judge,
@@ -58,6 +58,7 @@ def _run(tmp: Path, lake: Path, rows: int, seed: int, run_id: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.alone
 @pytest.mark.ray
+@pytest.mark.extended
 def test_a_forecast_from_two_small_runs_holds_for_a_run_ten_times_the_smaller(ray_local, tmp_path):
     fit_lake, spare_lake, big_lake = tmp_path / "fit", tmp_path / "spare", tmp_path / "big"
     _run(tmp_path, spare_lake, 300, 9, "warm")  # fastText, numba, the model and the static table loaded once

@@ -22,7 +22,7 @@ import pytest
 from jobutil import FRONT_HALF_ONLY
 from netutil import free_ports
 
-from jobs.submit import EXCLUDES, build_request, submit
+from jobs.submit import EXCLUDES, SubmitError, build_request, submit
 from transforms.core.manifest import RunManifest
 from transforms.core.runner import conservation_errors
 
@@ -71,6 +71,49 @@ def test_submit_prints_the_job_id_and_streams_logs():
     assert client.requests[0]["entrypoint"].endswith("run ko-piqa --lake /mnt/lake")
 
 
+class StartingHeadClient(RecordingClient):
+    """A head whose job agent registers after `ready_after` refusals (Ray's 500 while it starts)."""
+
+    def __init__(self, ready_after):
+        super().__init__()
+        self.ready_after, self.refused = ready_after, 0
+
+    def submit_job(self, **kwargs):
+        if self.refused < self.ready_after:
+            self.refused += 1
+            raise RuntimeError("Request failed with status code 500: No available agent to submit job, "
+                               "please try again later..")
+        return super().submit_job(**kwargs)
+
+
+def test_a_head_still_starting_is_asked_again_until_its_agent_answers(monkeypatch):
+    monkeypatch.setattr("jobs.submit.time.sleep", lambda s: None)
+    out = io.StringIO()
+    client = StartingHeadClient(ready_after=3)
+    job_id, status = submit("ko-piqa", [], address="http://head:8265", client=client, out=out)
+    assert (job_id, status, client.refused, len(client.requests)) == ("raysubmit_1", "SUCCEEDED", 3, 1)
+    assert out.getvalue().count("no job agent yet") == 1
+
+
+def test_a_head_whose_agent_never_answers_is_one_line_naming_the_address(monkeypatch):
+    clock = iter(range(0, 10_000, 5))
+    monkeypatch.setattr("jobs.submit.time.monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr("jobs.submit.time.sleep", lambda s: None)
+    with pytest.raises(SubmitError) as err:
+        submit("ko-piqa", [], address="http://head:8265", client=StartingHeadClient(ready_after=10**6),
+               out=io.StringIO())
+    assert "http://head:8265" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_another_refusal_is_not_asked_again():
+    class Refusing(RecordingClient):
+        def submit_job(self, **kwargs):
+            raise RuntimeError("Request failed with status code 400: bad entrypoint")
+
+    with pytest.raises(RuntimeError, match="bad entrypoint"):
+        submit("ko-piqa", [], address="http://head:8265", client=Refusing(), out=io.StringIO())
+
+
 @pytest.fixture
 def ray_head(monkeypatch):
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # head, client and job driver share ~/.ray/auth_token
@@ -115,6 +158,7 @@ def ray_head(monkeypatch):
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.extended
 def test_submit_to_a_real_ray_head(ray_head, tmp_path):
     small = tmp_path / "ko_small.jsonl"
     small.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[:60]), encoding="utf-8")
