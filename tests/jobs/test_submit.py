@@ -8,6 +8,7 @@ It is killed by process group at the end: never `ray stop`, which would stop eve
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shlex
@@ -114,11 +115,7 @@ def test_another_refusal_is_not_asked_again():
         submit("ko-piqa", [], address="http://head:8265", client=Refusing(), out=io.StringIO())
 
 
-@pytest.fixture
-def ray_head(monkeypatch):
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # head, client and job driver share ~/.ray/auth_token
-    pytest.importorskip("aiohttp", reason="the Jobs API needs ray[default]: pip install -e .[cluster]")
-    temp = tempfile.mkdtemp(prefix="rzs", dir="/tmp")  # short: Ray's socket paths have a length limit
+def _start_head(temp: str) -> tuple[subprocess.Popen, str, int]:
     gcs, dash, client, agent_http, agent_grpc, metrics, env_agent, nm, om = free_ports(9)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
     env["RAY_TMPDIR"] = temp
@@ -133,30 +130,58 @@ def ray_head(monkeypatch):
            "--object-store-memory=500000000", "--disable-usage-stats"]
     proc = subprocess.Popen(cmd, env=env, cwd=temp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    address = f"http://127.0.0.1:{dash}"
-    try:
-        from ray.job_submission import JobSubmissionClient
+    return proc, f"http://127.0.0.1:{dash}", agent_http
 
-        deadline = time.time() + 120
-        while True:
-            try:
-                JobSubmissionClient(address).list_jobs()
-                break
-            except Exception:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(1)
+
+def _ready(proc: subprocess.Popen, address: str, agent_http: int, wait_s: float = 180) -> bool:
+    """The head answers the Jobs API and its job agent listens (a head whose agent failed to start, a port taken
+    between free_ports and `ray start`, exits: `--block` follows its processes)."""
+    import socket
+
+    from ray.job_submission import JobSubmissionClient
+
+    deadline = time.time() + wait_s
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            JobSubmissionClient(address).list_jobs()
+            with socket.create_connection(("127.0.0.1", agent_http), timeout=2):
+                return True
+        except Exception:
+            time.sleep(1)
+    return False
+
+
+def _stop_head(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # workers and agents were started by the raylet in the same session; sweep what is left
+    subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+
+
+@pytest.fixture
+def ray_head(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # head, client and job driver share ~/.ray/auth_token
+    pytest.importorskip("aiohttp", reason="the Jobs API needs ray[default]: pip install -e .[cluster]")
+    for _ in range(3):  # a head on ports another process took in the meantime dies: start it on others
+        temp = tempfile.mkdtemp(prefix="rzs", dir="/tmp")  # short: Ray's socket paths have a length limit
+        proc, address, agent_http = _start_head(temp)
+        if _ready(proc, address, agent_http):
+            break
+        _stop_head(proc)
+        shutil.rmtree(temp, ignore_errors=True)
+    else:
+        pytest.fail("a local Ray head did not come up with its job agent in three tries (see its dashboard_agent.log)")
+    try:
         yield address
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        # workers and agents were started by the raylet in the same session; sweep what is left
-        subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
+        _stop_head(proc)
         shutil.rmtree(temp, ignore_errors=True)  # ~1 GiB of session files and object-store spill per head
 
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.alone  # a whole Ray head beside another test's load can lose its job agent
 @pytest.mark.timeout(1800)
 @pytest.mark.extended
 def test_submit_to_a_real_ray_head(ray_head, tmp_path):
