@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests, each tier against its budget.
 #   scripts/test.sh            the default tier: ruff, mypy, lint-imports, pytest (budget 10 min)
-#   scripts/test.sh --slow     CI's tier (.ci/run): the default tier with the slow tests that may share the machine,
-#                              in one pytest run; then the slow tests that run alone (SIGKILL + resume, node loss);
-#                              then the float-sensitive tests playing another CPU twice. Not the `extended` tests.
-#   scripts/test.sh --extended the slow tests CI leaves out (marker `extended`: whole real-model runs, the second kill
-#                              point of a guarantee CI holds at another, every recipe on the cluster path: the
-#                              rehearsal's CI tier, the storm's fixed points, the forecast against a larger run), the
-#                              shared ones on two workers, then the `alone` ones, then their float-sensitive ones
-#                              playing another CPU; run it before resolving anything touching stages, the
-#                              orchestrator or a recipe
+#   scripts/test.sh --slow     CI's tier (.ci/run): the default tier with the slow tests marked `ci` that may share the
+#                              machine, in one pytest run; then the `ci` ones that run alone (SIGKILL + resume, node
+#                              loss, a real Jobs API head); then the float-sensitive tests playing another CPU twice
+#   scripts/test.sh --extended the slow tests CI leaves out (slow, not `ci`: whole real-model runs, the other kill
+#                              points, every recipe on the cluster path: the rehearsal's CI tier, the storm's fixed
+#                              points, the device check, the forecast against a larger run), the shared ones on two
+#                              workers, then the `alone` ones, then their float-sensitive ones playing another CPU;
+#                              run it before resolving anything touching stages, the orchestrator or a recipe
 #   scripts/test.sh --other-cpu only the float-sensitive tests playing another CPU (both directions)
 #   scripts/test.sh --all      the default tier, then the slow (extended included), recipes and rehearsal tiers (whole recipe jobs on the
 #                              local Qwen 1.5B; the cluster rehearsal with the images' venvs and vLLM's CPU build)
@@ -31,8 +30,8 @@ cd "$ROOT"
 export PIQAFORGE_TIER_COMMAND="bash scripts/test.sh${*:+ $*}"  # what a recorded run's results file says ran
 DEFAULT_MARK="not slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
 SLOW_MARK="slow and not recipes and not vllm and not gpu and not storm and not rehearsal"
-CI_SLOW_MARK="$SLOW_MARK and not extended"
-EXT_MARK="$SLOW_MARK and extended"
+CI_SLOW_MARK="$SLOW_MARK and ci"
+EXT_MARK="$SLOW_MARK and not ci"
 MODE=default
 EXTRA=()
 while [[ $# -gt 0 ]]; do
@@ -59,10 +58,9 @@ trap 'rm -rf "$REPORTS"' EXIT
 
 t0=$SECONDS
 bash scripts/setup.sh
-# The extended tier's Label Studio round trip runs a real server from its own venv (it pins many packages), and the
-# lm-eval comparisons run lm-evaluation-harness from .venv-lmeval (one of them is in CI's slow tier).
-if [[ "$MODE" == extended || "$MODE" == all ]]; then bash scripts/setup_labelstudio.sh; fi
-if [[ "$MODE" == slow || "$MODE" == extended || "$MODE" == all ]]; then bash scripts/setup_lmeval.sh; fi
+# The extended tier's Label Studio round trip runs a real server from its own venv (it pins many packages), and its
+# lm-eval comparisons run lm-evaluation-harness from .venv-lmeval.
+if [[ "$MODE" == extended || "$MODE" == all ]]; then bash scripts/setup_labelstudio.sh; bash scripts/setup_lmeval.sh; fi
 .venv/bin/python scripts/tier_budget.py set-up "$((SECONDS - t0))"
 
 rc=0
@@ -169,7 +167,7 @@ if [[ "$MODE" == slow || "$MODE" == other-cpu ]]; then
   [[ "$MODE" == other-cpu ]] && { (set -e; lint) || keep_first_failure $?; }
   start=$SECONDS
   FLOAT_MARK="floats and not recipes and not vllm and not gpu and not storm and not rehearsal"
-  [[ "$MODE" == slow ]] && FLOAT_MARK="$FLOAT_MARK and not extended"  # CI: the extended ones play it in --extended
+  [[ "$MODE" == slow ]] && FLOAT_MARK="$FLOAT_MARK and (not slow or ci)"  # CI: the extended ones play it in --extended
   # The tests marked `floats_heavy` (e5-torch over hundreds of texts: several minutes each on torch's plain kernels,
   # where bfloat16 also runs by conversion) play another CPU in the AVX2-kernel pass only; every other `floats` test
   # runs in both.

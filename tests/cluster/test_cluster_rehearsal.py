@@ -102,7 +102,6 @@ CI_ENDS = {"ko-piqa": "awaiting_review", "zh-piqa": "succeeded", "ta-piqa": "awa
 @pytest.mark.slow
 @pytest.mark.alone  # five raylets and a head of its own: not beside the other slow tests
 @pytest.mark.timeout(3000)
-@pytest.mark.extended
 def test_every_recipe_on_the_cluster_path_in_ci(tmp_path):
     """CI's tier of the rehearsal (`.ci/run` through `scripts/test.sh --slow`): every recipe through `piqaforge
     submit` on cluster.yaml's five node types as raylets, placement checked against Ray's state API, and the

@@ -225,6 +225,7 @@ KILL_WHEN = {"row-wise stage": "*/.parts/p*.json", "global stage starts": "*_exa
 @pytest.mark.ray
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("kill_when", list(KILL_WHEN))
+@pytest.mark.ci
 def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, clean_run, kill_when, tmp_path):
     address, workers, _ = three_nodes
     lake = tmp_path / "lake"
@@ -303,7 +304,6 @@ def llm_clean_run(shrunk_clean_lake) -> tuple[Path, tuple[pa.Table, pa.Table, Ru
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("three_nodes", [{"llm_worker": 1}], indirect=True, ids=["llm-on-workers"])
 @pytest.mark.parametrize("victim_of", list(VICTIMS))
-@pytest.mark.extended
 def test_killing_a_node_while_the_llm_ensemble_answers_loses_and_reasks_nothing(three_nodes, llm_clean_run,
                                                                                 victim_of):
     """A worker node dies while the ensemble stage runs (VICTIMS)."""

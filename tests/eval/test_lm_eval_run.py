@@ -89,7 +89,6 @@ def _by_prompt(samples: list[dict]) -> dict[tuple[str, str], dict]:
     return {(s["doc"]["prompt"], s["doc"]["solution0"]): s for s in samples}
 
 
-@pytest.mark.extended
 def test_cloze_matches_our_loglikelihoods_item_by_item(items, exported, engine, model_dir, tmp_path):
     from transforms.eval.evaluator import LOGLIK_ACC, LOGLIK_BYTES, LOGLIK_NORM, loglik_predictions
 
@@ -111,7 +110,6 @@ def test_cloze_matches_our_loglikelihoods_item_by_item(items, exported, engine, 
     print(f"\ncloze: {items.num_rows} items, largest log-likelihood difference {worst:.2e} nats")
 
 
-@pytest.mark.extended
 def test_generation_sees_our_prompt_and_gives_our_reply(items, exported, engine, model_dir, tmp_path):
     from transforms.eval.evaluator import generate_predictions
     from transforms.eval.templates import prompt_for

@@ -146,6 +146,7 @@ def _fill(batch: Path, out: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
+@pytest.mark.ci
 def test_ta_piqa_recipe_review_import_then_resume_to_release(tmp_path, ray_local):
     from transforms.flow.orchestrator import RecipeRecord, run_recipe
     from transforms.review.importing import import_files
@@ -205,6 +206,7 @@ def _correct_solutions(n: int, seed: int = 0) -> set[str]:
 
 
 @pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
+@pytest.mark.ci
 def test_zh_piqa_recipe_auto_review_to_release_and_resume_asks_nothing_again(tmp_path, ray_local, monkeypatch):
     from tests.recipe_doubles import RecipeDouble
     from transforms.flow.context import Context
@@ -252,6 +254,7 @@ def test_zh_piqa_recipe_auto_review_to_release_and_resume_asks_nothing_again(tmp
 
 # -- ru-piqa: arms, checks with their figures, LLM annotators, release with provenance ---------------------
 @pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
+@pytest.mark.ci
 def test_ru_piqa_recipe_arms_checks_review_release(tmp_path, ray_local):
     from tests.recipe_doubles import RecipeDouble
     from transforms.flow.orchestrator import run_recipe
@@ -280,6 +283,7 @@ def test_ru_piqa_recipe_arms_checks_review_release(tmp_path, ray_local):
 
 # -- j-piqa: translation, lexical variants, direct generation in quota rounds, union, review, release -------
 @pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
+@pytest.mark.ci
 def test_j_piqa_recipe_three_parts_quota_rounds_release(tmp_path, ray_local):
     pytest.importorskip("fugashi", reason="the `lang` extra (fugashi, unidic-lite) is not installed")
     from tests.recipe_doubles import RecipeDouble
@@ -308,6 +312,7 @@ def test_j_piqa_recipe_three_parts_quota_rounds_release(tmp_path, ray_local):
 
 # -- pindic: open labels, taxonomy, classification, generation rounds, review, MT, correction, release ------
 @pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
+@pytest.mark.ci
 def test_pindic_recipe_phases_with_figures(tmp_path, ray_local):
     import sys
 
@@ -393,6 +398,7 @@ def test_a_human_written_recipe_runs_for_another_language_by_set_alone(tmp_path,
 
 
 @pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
+@pytest.mark.ci
 def test_an_adjudication_round_joins_the_first_review_in_the_recipe(tmp_path, ray_local):
     """Items the first round disputes are requeued; their adjudicated verdicts join the first round's kept items
     in the final run (its parents: both review runs), and the release is made again from both."""

@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-@pytest.mark.extended
 def test_the_device_check_prepares_from_an_empty_carry_and_passes_on_the_cpu(tmp_path):
     env = {**os.environ, "GPU_CHECK_CARRY": str(tmp_path / "carry"), "OUT": str(tmp_path / "out")}
     for var in ("PYTHONPATH", "PIQAFORGE_TEST_OTHER_CPU", "PIQAFORGE_MODEL_CACHE"):

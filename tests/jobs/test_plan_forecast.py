@@ -58,7 +58,6 @@ def _run(tmp: Path, lake: Path, rows: int, seed: int, run_id: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.alone
 @pytest.mark.ray
-@pytest.mark.extended
 def test_a_forecast_from_two_small_runs_holds_for_a_run_ten_times_the_smaller(ray_local, tmp_path):
     fit_lake, spare_lake, big_lake = tmp_path / "fit", tmp_path / "spare", tmp_path / "big"
     _run(tmp_path, spare_lake, 300, 9, "warm")  # fastText, numba, the model and the static table loaded once

@@ -183,7 +183,6 @@ def ray_head(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.alone  # a whole Ray head beside another test's load can lose its job agent
 @pytest.mark.timeout(1800)
-@pytest.mark.extended
 def test_submit_to_a_real_ray_head(ray_head, tmp_path):
     small = tmp_path / "ko_small.jsonl"
     small.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[:60]), encoding="utf-8")

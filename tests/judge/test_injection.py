@@ -116,7 +116,6 @@ def _verdicts(judges, name):
 @pytest.mark.floats
 @pytest.mark.floats_heavy
 @pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
-@pytest.mark.extended
 def test_the_injected_run_keeps_no_row_the_plain_run_drops(judges):
     """The default ko-piqa linear judges and their cascade on the labelled negatives each judge drops but
     comes closest to keeping, every template at every position: no row dropped clean is kept attacked

@@ -335,7 +335,6 @@ def test_the_audit_line_says_when_the_tier_costs_more_than_it_may_on_this_crawl(
 
 @pytest.mark.ray
 @pytest.mark.slow  # a fit in a Ray task and an actor's model load: ~40 s
-@pytest.mark.extended
 def test_on_ray_the_audit_is_gathered_over_the_batches_into_the_report(ray_local, fitted, distillation, crawl,
                                                                        tmp_path):
     """The Ray path (run_dataset): the audit column of every scoring batch reaches the report, and no output row

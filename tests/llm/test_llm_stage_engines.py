@@ -67,7 +67,6 @@ def test_sampled_choice_follows_the_seed_not_the_batch():
 
 
 @pytest.mark.slow  # 4 generate calls on CPU: 370 s with the machine under load (load average 15)
-@pytest.mark.extended
 def test_generated_samples_on_the_real_model(gemma, tmp_path):
     params = GenerationParams(n=2, temperature=1.0, top_p=0.95, seed=5, max_tokens=12)
     kw = {"engine": GEMMA, "prompt": "classify_piqa/en", "output": {"kind": "text"}, "params": params,

@@ -99,7 +99,6 @@ def gemma():
 
 
 @pytest.mark.slow  # 2 generations with a 300-token prompt: 55 s load + 7 min here under a shared machine's load
-@pytest.mark.extended
 def test_llm_screen_with_the_real_local_model(gemma):
     call = default_llm_call()
     call = call.model_copy(update={"params": call.params.model_copy(update={"max_tokens": 48})})

@@ -123,7 +123,6 @@ def check_against_clean(tmp_path: Path, points: list[tuple[str, int, float]]) ->
 @pytest.mark.slow
 @pytest.mark.alone
 @pytest.mark.timeout(3600)
-@pytest.mark.extended
 def test_fixed_kill_points_resume_to_the_same_release(tmp_path):
     result = check_against_clean(tmp_path, FIXED)
     assert len(result["kills"]) == 3, result  # every kill landed where it was meant to

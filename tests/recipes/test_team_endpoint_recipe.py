@@ -92,7 +92,6 @@ def drawn_goal(recipe: Path) -> str:
 
 # -- the run, with faults, to its release -----------------------------------------------------------------
 @pytest.mark.slow  # a whole recipe from the docs to its release over a faulty endpoint: the default tier's largest item
-@pytest.mark.extended
 def test_thai_recipe_from_the_docs_runs_on_a_faulty_endpoint_to_its_release(tmp_path):
     lake = tmp_path / "lake"
     faults = Faults(http500_every=10, http429_every=20, empty_every=30, english_every=29, key=KEY,
@@ -169,7 +168,6 @@ def _one_error_line(stderr: str) -> str:
 
 
 @pytest.mark.slow  # the default tier has the wrong key's line (same path) and the stage-level down test
-@pytest.mark.extended
 def test_an_endpoint_that_is_down_ends_in_one_line_naming_run_stage_endpoint_cause_and_resume(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -201,7 +199,6 @@ def test_a_wrong_key_stops_at_the_first_request_with_one_line(tmp_path):
 # -- a kill mid-translation, then --resume ----------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.alone
-@pytest.mark.extended
 def test_a_kill_mid_translation_then_resume_asks_again_at_most_what_was_in_flight(tmp_path):
     lake = tmp_path / "lake"
     faults = Faults(http500_every=10, http429_every=20, key=KEY, correct=correct_solutions())

@@ -112,7 +112,6 @@ def test_both_orders_moves_qwen_away_from_always_solution_one(shared_data):
 
 
 @pytest.mark.slow  # ~40 s quiet, 130 s under load (Gemma 270M, 20 prompts)
-@pytest.mark.extended
 def test_abstain_withholds_judgments_whose_two_readings_disagree(tmp_path):
     from test_review import ITEMS, make_run
 

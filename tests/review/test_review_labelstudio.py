@@ -140,7 +140,6 @@ def alpha_nominal_np(units: list[list[str]]) -> float:
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-@pytest.mark.extended
 def test_label_studio_round_trip(label_studio, shared_data, tmp_path):
     from label_studio_sdk import LabelStudio
 
@@ -207,7 +206,6 @@ def test_label_studio_round_trip(label_studio, shared_data, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-@pytest.mark.extended
 def test_auto_review_with_the_real_local_model(tmp_path, shared_data):
     """review=auto with Gemma 3 270M (transformers): two annotators (two prompts) on four real PIQA items."""
     pytest.importorskip("transformers")

@@ -37,6 +37,7 @@ def crawl_run(ray_local, tmp_path_factory):
 
 @pytest.mark.ray
 @pytest.mark.slow  # over 10 s: the slow tier (the default tier's budget is 10 min)
+@pytest.mark.ci
 def test_the_bundled_crawl_is_filtered_step_by_step(crawl_run):
     lake, run_id, manifest = crawl_run
     assert manifest.status == "succeeded" and conservation_errors(manifest) == []
@@ -91,6 +92,7 @@ def test_too_few_labels_are_refused_with_how_many_more_to_label():
 
 @pytest.mark.slow  # the refit embeds the new rows and refits five folds: ~25 s more than the default tier's share
 @pytest.mark.ray
+@pytest.mark.ci
 def test_the_labelling_loop_exports_imports_and_the_next_fit_learns_from_it(crawl_run, tmp_path):
     import csv
 

@@ -22,7 +22,7 @@ from conftest import SAMPLES
 from jobutil import ko_piqa_judges
 
 pytest.importorskip("torch")
-pytestmark = [pytest.mark.slow, pytest.mark.extended, pytest.mark.floats, pytest.mark.floats_heavy]
+pytestmark = [pytest.mark.slow, pytest.mark.floats, pytest.mark.floats_heavy]
 
 from transforms.judge.linear import LinearJudge, embedder_for, train  # noqa: E402
 

@@ -231,7 +231,6 @@ def test_job_export_then_imported_csv_to_release(tmp_path, ray_local):
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # 1.5B-model option scoring of Tamil prompts: > 13 min for 6 items at load 35
-@pytest.mark.extended
 def test_job_review_auto_with_four_llm_annotators(tmp_path, ray_local):
     import pyarrow.parquet as pq
 
