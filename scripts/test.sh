@@ -2,8 +2,8 @@
 # README command 2 (and .ci/run): set up if needed, lint, type-check, run the tests, each tier against its budget.
 #   scripts/test.sh            the default tier: ruff, mypy, lint-imports, pytest (budget 10 min)
 #   scripts/test.sh --slow     CI's tier (.ci/run): the default tier with the slow tests marked `ci` that may share the
-#                              machine, in one pytest run; then the `ci` ones that run alone (SIGKILL + resume, node
-#                              loss, a real Jobs API head); then the float-sensitive tests playing another CPU twice
+#                              machine, in one pytest run; then the `ci` ones that run alone (a SIGKILLed creating
+#                              stage resumed, node loss, a real Jobs API head); then the float-sensitive tests playing another CPU twice
 #   scripts/test.sh --extended the slow tests CI leaves out (slow, not `ci`: whole real-model runs, the other kill
 #                              points, every recipe on the cluster path: the rehearsal's CI tier, the storm's fixed
 #                              points, the device check, the forecast against a larger run), the shared ones on two
