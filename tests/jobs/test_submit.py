@@ -133,22 +133,25 @@ def _start_head(temp: str) -> tuple[subprocess.Popen, str, int]:
     return proc, f"http://127.0.0.1:{dash}", agent_http
 
 
-def _ready(proc: subprocess.Popen, address: str, agent_http: int, wait_s: float = 180) -> bool:
-    """The head answers the Jobs API and its job agent listens (a head whose agent failed to start, a port taken
-    between free_ports and `ray start`, exits: `--block` follows its processes)."""
-    import socket
-
-    from ray.job_submission import JobSubmissionClient
-
+def _ready(proc: subprocess.Popen, address: str, agent_http: int, wait_s: float = 180) -> str | None:
+    """None once the head answers the Jobs API and its job agent listens, else why not (a head whose agent failed
+    to start, a port taken between free_ports and `ray start`, exits: `--block` follows its processes)."""
+    # asked from a fresh process, as `piqaforge submit` asks: in a pytest process where earlier tests ran their own
+    # token-auth clusters the in-process client kept failing against a head a fresh process reached at once
+    probe = ("import socket, sys; from ray.job_submission import JobSubmissionClient; "
+             "JobSubmissionClient(sys.argv[1]).list_jobs(); socket.create_connection(('127.0.0.1', int(sys.argv[2])), "
+             "timeout=2).close()")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
     deadline = time.time() + wait_s
+    why = "the head exited"
     while time.time() < deadline and proc.poll() is None:
-        try:
-            JobSubmissionClient(address).list_jobs()
-            with socket.create_connection(("127.0.0.1", agent_http), timeout=2):
-                return True
-        except Exception:
-            time.sleep(1)
-    return False
+        out = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", probe, address, str(agent_http)],
+                             env=env, capture_output=True, text=True, timeout=120)
+        if out.returncode == 0:
+            return None
+        why = (out.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        time.sleep(2)
+    return f"{why} (head exit code {proc.poll()})"
 
 
 def _stop_head(proc: subprocess.Popen) -> None:
@@ -163,15 +166,18 @@ def _stop_head(proc: subprocess.Popen) -> None:
 def ray_head(monkeypatch):
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # head, client and job driver share ~/.ray/auth_token
     pytest.importorskip("aiohttp", reason="the Jobs API needs ray[default]: pip install -e .[cluster]")
+    tries = []
     for _ in range(3):  # a head on ports another process took in the meantime dies: start it on others
         temp = tempfile.mkdtemp(prefix="rzs", dir="/tmp")  # short: Ray's socket paths have a length limit
         proc, address, agent_http = _start_head(temp)
-        if _ready(proc, address, agent_http):
+        why = _ready(proc, address, agent_http)
+        if why is None:
             break
+        tries.append(why)
         _stop_head(proc)
         shutil.rmtree(temp, ignore_errors=True)
     else:
-        pytest.fail("a local Ray head did not come up with its job agent in three tries (see its dashboard_agent.log)")
+        pytest.fail(f"a local Ray head did not come up with its job agent in three tries: {tries}")
     try:
         yield address
     finally:
