@@ -198,8 +198,7 @@ def run_arm(arm: str, judge: Any, pool: list[dict[str, Any]], evaluation: list[d
     # random: a team that labels a random sample and trains on all of it; loop: the recipe's judge as it is (its
     # random share trains too unless --random-rows calibrate)
     judge = judge.model_copy(update={"random_rows": "train" if arm == "random" else args.random_rows,
-                                     "threshold_on": "representative" if arm == "random" else args.threshold_on,
-                                     **({"threshold_scores": args.threshold_scores} if args.threshold_scores else {})})
+                                     "threshold_on": "representative" if arm == "random" else args.threshold_on})
     rng = np.random.default_rng(seed)
     from_file = [r for r in pool if r["seedable"]]
     pos = [r for r in from_file if r["everyday"]]
@@ -367,8 +366,6 @@ def parser() -> argparse.ArgumentParser:
                    help="the loop's judge.random_rows (the recipe's default: train)")
     p.add_argument("--threshold-on", choices=("representative", "all"), default="representative",
                    help="the loop's judge.threshold_on (the recipe's default: representative)")
-    p.add_argument("--threshold-scores", choices=("out_of_fold", "cross_fit"), default=None,
-                   help="both arms' judge.threshold_scores (default: the recipe's)")
     p.add_argument("--cache", default=str(ROOT / "lake" / "cache" / "embeddings"))
     p.add_argument("--png", default=None, help="default: docs/figures/labelling_loop_<crawl>.png")
     p.add_argument("--doc-table", action="store_true", help="print the docs' table of markers and stop")

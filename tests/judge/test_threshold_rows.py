@@ -70,24 +70,3 @@ def test_random_rows_that_calibrate_are_never_fitted_on(rounds_file: Path, tmp_p
     random_texts = [r["text"] for r in rows if r.get("share") == "random"]
     again = fitted.score_texts(random_texts, embedder_for(config, tmp_path / "cache"))
     assert np.abs(kept_scores - again).max() < 1e-4  # float32 embeddings: equal to the last digits
-
-
-def test_cross_fit_threshold_scores_are_the_calibration_rows_scored_by_nearly_the_final_judge(
-        rounds_file: Path, tmp_path: Path) -> None:
-    from transforms.judge.linear import cross_fit_scores, embedder_for
-
-    config = _judge(rounds_file, threshold_scores="cross_fit")
-    crossed = train(config, tmp_path / "cache")
-    plain = train(_judge(rounds_file), tmp_path / "cache")
-    assert crossed.coef == plain.coef and crossed.oof_scores == plain.oof_scores  # the model is not what changes
-    rows = [json.loads(x) for x in rounds_file.read_text(encoding="utf-8").splitlines()]
-    emb = embedder_for(config, tmp_path / "cache").encode([r["text"][:config.embed_chars] for r in rows])
-    y = np.array([bool(r["everyday"]) for r in rows])
-    representative = np.arange(400) < 320
-    scores = cross_fit_scores(emb, y, np.flatnonzero(representative), seed=config.seed)
-    assert crossed.threshold == threshold_for_recall(scores, y[representative], 0.9)
-    assert crossed.threshold != plain.threshold
-    # the random share's unseen scores (the kept-set estimate's) are the same cross-fitted scores
-    unseen = np.array(crossed.cv["samples"]["random"]["unseen_scores"])
-    flagged = unseen == 0.0
-    assert np.allclose(unseen[~flagged], scores[240:320][~flagged])

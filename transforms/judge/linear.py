@@ -75,11 +75,6 @@ class LinearJudge(BaseModel):
         "representative", description="Whose out-of-fold scores set the threshold and the out-of-fold figures: "
         "representative (the labels the team started with and each batch's random share, not the rows a batch "
         "chose near the threshold, which are harder than the crawl and would sink the threshold), or all.")
-    threshold_scores: Literal["out_of_fold", "cross_fit"] = Field(
-        "out_of_fold", description="Which scores of those rows set the threshold: out_of_fold (each from the fold "
-        "model that did not see it, fitted on (folds-1)/folds of the labels), or cross_fit (each from a model fitted "
-        "on every label but a tenth of those rows: nearly the final judge, so the threshold lands where the final "
-        "judge's own scores of unseen rows put it; ten more fits).")
     label: str = Field("physical", description="Which 0/1 column of the labels to learn (any name: `everyday`, "
                        "`physical`, ...); every row of every labels file must carry it.")
     embedder: EmbedderConfig = Field(default_factory=default_embedder)
@@ -273,7 +268,6 @@ def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: flo
                C: float = 1.0, seed: int = 0, min_per_class: int = 10, groups: list[str] | None = None,
                views: tuple[np.ndarray, np.ndarray] | None = None, train_on_views: bool = False,
                calibrate: np.ndarray | None = None, trains: np.ndarray | None = None,
-               threshold_scores: np.ndarray | None = None,
                ) -> tuple[list[float], float, float, dict[str, Any], np.ndarray]:
     """(coef, intercept, threshold, out-of-fold report, out-of-fold scores). The model learns the
     rows' window embeddings; `views` = (embeddings of the other prefix views, their row index) makes
@@ -281,8 +275,7 @@ def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: flo
     adds the views of the training rows to the fit, labelled as their row. `trains` (a mask; None: every row)
     names the rows fitted on; the others are never fitted on, so their score under the final model is as unseen
     as an out-of-fold one, and it stands in the out-of-fold scores. `calibrate` (a mask; None: every row) names
-    the rows whose scores set the threshold and the report; `threshold_scores` (every row's; None: the out-of-fold
-    ones) are those scores."""
+    the rows whose scores set the threshold and the report."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
 
@@ -320,9 +313,8 @@ def fit_linear(embeddings: np.ndarray, labels: np.ndarray, *, target_recall: flo
     on = np.ones(len(y), dtype=bool) if calibrate is None else np.asarray(calibrate, dtype=bool)
     if int((y & on).sum()) < MIN_CALIBRATION_POSITIVES or not (~y & on).any():
         on = np.ones(len(y), dtype=bool)  # too few representative rows to set a threshold on: all of them
-    by = oof if threshold_scores is None else np.asarray(threshold_scores, dtype=np.float64)
-    threshold = threshold_for_recall(by[on], y[on], target_recall)
-    report = judge_metrics(y[on], by[on] >= threshold, by[on])
+    threshold = threshold_for_recall(oof[on], y[on], target_recall)
+    report = judge_metrics(y[on], oof[on] >= threshold, oof[on])
     report.update(threshold=threshold, target_recall=target_recall, folds=folds, C=C, threshold_rows=int(on.sum()),
                   fitted_rows=int(fitted_on.sum()))
     if groups is not None:  # pass rate per source: how many chit-chat rows would get through
@@ -461,20 +453,12 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None, up_to_round:
         flat = [x for v in per_row for x in v[:-1]]
         extra = (embedder.encode(flat) if flat else np.zeros((0, emb.shape[1]), np.float32), owner)
     shares = np.array([share_of(r) for r in rows])
-    calibrate = np.isin(shares, ["seed", "random"]) if config.threshold_on == "representative" else None
-    crossed = None  # the calibration rows' scores from models fitted on all but a tenth of them
-    if config.threshold_scores == "cross_fit" and config.random_rows == "train":
-        on = np.flatnonzero(np.ones(len(rows), dtype=bool) if calibrate is None else calibrate)
-        crossed = np.zeros(len(rows))
-        if len(on) and 0 < labels.sum() < len(labels):
-            crossed[on] = cross_fit_scores(emb, labels, on, C=config.C, seed=config.seed, views=extra,
-                                           train_on_views=config.train_on_views)
     coef, intercept, threshold, report, oof = fit_linear(
         emb, labels, target_recall=config.target_recall, folds=config.folds, C=config.C, seed=config.seed,
         min_per_class=config.min_per_class, groups=[r.source for r in rows], views=extra,
         train_on_views=config.train_on_views,
-        calibrate=calibrate, trains=shares != "random" if config.random_rows == "calibrate" else None,
-        threshold_scores=crossed)
+        calibrate=np.isin(shares, ["seed", "random"]) if config.threshold_on == "representative" else None,
+        trains=shares != "random" if config.random_rows == "calibrate" else None)
     # the out-of-fold scores of the rows drawn at random (from the crawl, or from its kept rows): what the kept
     # set's precision and recall are estimated from (kept_estimate), at whatever threshold the run applies
     # (a text the guard flags scores 0 in a run, so it does here)
@@ -485,9 +469,8 @@ def train(config: LinearJudge, cache_dir: str | Path | None = None, up_to_round:
                          for share in ("random", "audit") if (shares == share).any()}
     if "random" in report["samples"]:  # scored as the final judge scores a crawl row it never saw (kept_estimate)
         drawn = np.flatnonzero(shares == "random")
-        unseen = (oof[drawn] if config.random_rows == "calibrate" else crossed[drawn] if crossed is not None
-                  else cross_fit_scores(emb, labels, drawn, C=config.C, seed=config.seed, views=extra,
-                                        train_on_views=config.train_on_views))
+        unseen = oof[drawn] if config.random_rows == "calibrate" else cross_fit_scores(
+            emb, labels, drawn, C=config.C, seed=config.seed, views=extra, train_on_views=config.train_on_views)
         report["samples"]["random"]["unseen_scores"] = np.where(flagged[drawn], 0.0, unseen).tolist()
     report.update(seed_rows=len(rows), views=config.views, view_min_chars=config.view_min_chars,
                   parts=config.views and config.parts, part_min_chars=config.part_min_chars, guard=config.guard,
