@@ -12,7 +12,6 @@ clean run's verdicts, no question asked twice). About 2 + 6 min.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -35,7 +34,7 @@ from jobutil import (
     log_tail,
     popen_logged,
 )
-from netutil import free_ports
+from netutil import free_ports, kill_session
 
 from transforms.core import columns as C
 from transforms.core.lake import count_rows, read_table
@@ -122,13 +121,6 @@ def _start_node(args: list[str], temp: str, extra_env: dict[str, str] | None = N
                             start_new_session=True)
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
-
-
 @pytest.fixture
 def three_nodes(request):
     """A head and two worker raylets, 1 CPU each: (address, worker processes, Ray's temp dir with its logs).
@@ -152,13 +144,13 @@ def three_nodes(request):
                 if _wait_for_nodes(address, n, stop_if=worker):
                     workers.append(worker)
                     break
-                _kill(worker)
+                kill_session(worker)
             else:
                 raise TimeoutError(f"could not start worker node {n - 1}")
         yield address, workers, temp
     finally:
         for proc in reversed(nodes):
-            _kill(proc)
+            kill_session(proc)
         shutil.rmtree(temp, ignore_errors=True)  # each cluster's session files and logs: ~1 GiB
 
 
@@ -236,7 +228,7 @@ def test_killing_a_worker_node_loses_and_duplicates_nothing(three_nodes, clean_r
         while time.time() < deadline and job.poll() is None and not list(staged.glob(KILL_WHEN[kill_when])):
             time.sleep(0.01)
         assert job.poll() is None, "the job ended before the node could be killed"
-        _kill(workers[0])  # the raylet, its object store and every worker process on that node
+        kill_session(workers[0])  # the raylet, its object store and every worker process on that node
         killed_at = time.time()
         assert job.wait(timeout=1800) == 0, log_tail(_log(lake, "nodes"))
     finally:
@@ -329,7 +321,7 @@ def test_killing_a_node_while_the_llm_ensemble_answers_loses_and_reasks_nothing(
         assert job.poll() is None, "the job ended before the node could be killed"
         assert victim is not None, f"the {VICTIMS[victim_of]} actor was not seen on a worker node"
         answered = len(answer_files(lake, f"{run_id}{CRAWL}")) - started_with
-        _kill(victim)
+        kill_session(victim)
         # a clean run takes ~2 min; a stage waiting for CPUs that never free up fails here, not at the timeout
         assert job.wait(timeout=900) == 0, log_tail(_log(lake, run_id))
     finally:

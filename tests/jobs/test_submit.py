@@ -8,12 +8,10 @@ It is killed by process group at the end: never `ray stop`, which would stop eve
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from jobutil import FRONT_HALF_ONLY
-from netutil import free_ports
+from netutil import free_ports, kill_session
 
 from jobs.submit import EXCLUDES, SubmitError, build_request, submit
 from transforms.core.manifest import RunManifest
@@ -154,14 +152,6 @@ def _ready(proc: subprocess.Popen, address: str, agent_http: int, wait_s: float 
     return f"{why} (head exit code {proc.poll()})"
 
 
-def _stop_head(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    # workers and agents were started by the raylet in the same session; sweep what is left
-    subprocess.run(["pkill", "-9", "-s", str(proc.pid)], check=False)
-
-
 @pytest.fixture
 def ray_head(monkeypatch):
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # head, client and job driver share ~/.ray/auth_token
@@ -174,14 +164,14 @@ def ray_head(monkeypatch):
         if why is None:
             break
         tries.append(why)
-        _stop_head(proc)
+        kill_session(proc)
         shutil.rmtree(temp, ignore_errors=True)
     else:
         pytest.fail(f"a local Ray head did not come up with its job agent in three tries: {tries}")
     try:
         yield address
     finally:
-        _stop_head(proc)
+        kill_session(proc)
         shutil.rmtree(temp, ignore_errors=True)  # ~1 GiB of session files and object-store spill per head
 
 
