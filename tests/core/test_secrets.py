@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from test_submit import ray_head  # noqa: F401,F811  (the real Jobs API head fixture)
+from test_submit import jobs_client, ray_head  # noqa: F401,F811  (the real Jobs API head fixture)
 
 from jobs import JOBS
 from jobs.config import load_job_module
@@ -239,7 +239,6 @@ def test_no_canary_anywhere_after_a_local_run(fresh_ray, tmp_path, canaries, end
 @pytest.mark.ci
 def test_no_canary_anywhere_after_piqaforge_submit(ray_head, tmp_path, canaries, endpoint):  # noqa: F811
     """The head (tests/jobs/test_submit.py's fixture) starts without the key: only `piqaforge submit` brings it."""
-    from ray.job_submission import JobSubmissionClient
 
     port, handler = endpoint
     small, config, sets = job_files(tmp_path, canaries, port)
@@ -254,7 +253,7 @@ def test_no_canary_anywhere_after_piqaforge_submit(ray_head, tmp_path, canaries,
     assert "ko-piqa: done" in result.stdout and "forwarding secret(s) ['PIQAFORGE_TEST_API_KEY']" in result.stdout
     check_run(lake, "sub-secret", handler)
     # what Ray recorded about the job, as the CLI and SDK get it (the dashboard hides env_vars from browsers only)
-    client = JobSubmissionClient(ray_head)
+    client = jobs_client(ray_head)
     job = next(j for j in client.list_jobs() if (j.submission_id or "").startswith("sub-secret-"))
     recorded = json.dumps(job.model_dump() if hasattr(job, "model_dump") else job.dict(), default=str)
     pointer = job.runtime_env["env_vars"]["PIQAFORGE_SECRETS_URI"]

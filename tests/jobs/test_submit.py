@@ -134,8 +134,8 @@ def _start_head(temp: str) -> tuple[subprocess.Popen, str, int]:
 def _ready(proc: subprocess.Popen, address: str, agent_http: int, wait_s: float = 180) -> str | None:
     """None once the head answers the Jobs API and its job agent listens, else why not (a head whose agent failed
     to start, a port taken between free_ports and `ray start`, exits: `--block` follows its processes)."""
-    # asked from a fresh process, as `piqaforge submit` asks: in a pytest process where earlier tests ran their own
-    # token-auth clusters the in-process client kept failing against a head a fresh process reached at once
+    # asked from a fresh process, as `piqaforge submit` asks: Ray reads RAY_AUTH_MODE once per process, and in a
+    # pytest process where an earlier test used Ray without token auth the in-process client sends no token
     probe = ("import socket, sys; from ray.job_submission import JobSubmissionClient; "
              "JobSubmissionClient(sys.argv[1]).list_jobs(); socket.create_connection(('127.0.0.1', int(sys.argv[2])), "
              "timeout=2).close()")
@@ -150,6 +150,16 @@ def _ready(proc: subprocess.Popen, address: str, agent_http: int, wait_s: float 
         why = (out.stderr.strip().splitlines() or ["no output"])[-1][:200]
         time.sleep(2)
     return f"{why} (head exit code {proc.poll()})"
+
+
+def jobs_client(address: str):
+    """A Jobs API client for the `ray_head` fixture's head that sends the head's token itself: Ray reads
+    RAY_AUTH_MODE once per process, so in a pytest process where an earlier test used Ray without token auth its own
+    client sends none ("Missing authentication token") whatever the environment says now."""
+    from ray.job_submission import JobSubmissionClient
+
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    return JobSubmissionClient(address, headers={"Authorization": f"Bearer {path.read_text().strip()}"})
 
 
 @pytest.fixture
