@@ -3,15 +3,17 @@
 #   scripts/test.sh            the default tier: ruff, mypy, lint-imports, pytest (budget 10 min)
 #   scripts/test.sh --slow     CI's tier (.ci/run): the default tier with the slow tests marked `ci` that may share the
 #                              machine, in one pytest run; then the `ci` ones that run alone (a SIGKILLed creating
-#                              stage resumed, node loss, a real Jobs API head); then the float-sensitive tests playing another CPU twice
+#                              stage resumed, node loss, a real Jobs API head); then the float-sensitive tests
+#                              playing another CPU twice
 #   scripts/test.sh --extended the slow tests CI leaves out (slow, not `ci`: whole real-model runs, the other kill
 #                              points, every recipe on the cluster path: the rehearsal's CI tier, the storm's fixed
 #                              points, the device check, the forecast against a larger run), the shared ones on two
 #                              workers, then the `alone` ones, then their float-sensitive ones playing another CPU;
 #                              run it before resolving anything touching stages, the orchestrator or a recipe
 #   scripts/test.sh --other-cpu only the float-sensitive tests playing another CPU (both directions)
-#   scripts/test.sh --all      the default tier, then the slow (extended included), recipes and rehearsal tiers (whole recipe jobs on the
-#                              local Qwen 1.5B; the cluster rehearsal with the images' venvs and vLLM's CPU build)
+#   scripts/test.sh --all      the default tier, then the slow (extended included), recipes and rehearsal tiers
+#                              (whole recipe jobs on the local Qwen 1.5B; the cluster rehearsal with the images'
+#                              venvs and vLLM's CPU build)
 #   scripts/test.sh --vllm     the vLLM-on-CPU tier, in its own environment (.venv-vllm)
 #   scripts/test.sh --rehearsal the cluster rehearsal with the images' venvs and vLLM's CPU build
 #   scripts/test.sh --storm    the whole kill-and-resume storm of a creating recipe (its three fixed points run in the

@@ -205,8 +205,7 @@ def _llm_answers_cached(lake: Path, run_id: str) -> bool:
 @pytest.mark.slow
 @pytest.mark.alone
 @pytest.mark.timeout(3600)  # minutes on an idle machine, far more on a busy one
-@pytest.mark.parametrize("kill_when", [pytest.param(_partition_done, id="front-half"),
-                                       pytest.param(_llm_answers_cached, id="llm-back-half")])
+@pytest.mark.parametrize("kill_when", [_partition_done, _llm_answers_cached], ids=["front-half", "llm-back-half"])
 def test_killed_ko_piqa_driver_resumes_to_the_same_output(shrunk_clean_lake, kill_when):
     """Killed in the lake of the session's clean run (tests/conftest.py), so the lake's caches are warm as
     for a team's second run; the comparison is with that clean run."""
