@@ -181,3 +181,16 @@ def test_sigkill_loses_only_the_questions_in_flight(tmp_path, monkeypatch):
         assert len(ep.asked_twice_after_answer()) <= 2
         assert ep.questions() == {e["question"] for e in ep.log} and len(ep.questions()) == 40
     assert out.column(C.DROP_REASON).to_pylist() == [None] * 40
+
+
+def test_a_request_cut_off_mid_send_is_no_question():
+    """A client SIGKILLed between its headers and its body asked nothing: the server logs no question for it
+    (CI once saw a 41st, empty question logged from such a cut-off request)."""
+    with FaultyEndpoint() as ep:
+        host, port = ep.server.server_address[:2]
+        for head in (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n",  # cut inside the headers
+                     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 90\r\n\r\n{\"mess"):
+            with socket.create_connection((host, port)) as s:
+                s.sendall(head)
+            time.sleep(0.2)
+        assert ep.log == []
