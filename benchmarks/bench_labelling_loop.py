@@ -245,6 +245,12 @@ def summary(points: list[dict[str, Any]], arm: str, k: int) -> dict[str, Any]:
     return out
 
 
+def paired_margins(points: list[dict[str, Any]], k: int, seeds: int) -> np.ndarray:
+    """Per seed, round k: the loop's held-out precision minus random's (both arms start from the seed's labels)."""
+    at = {(p["arm"], p["seed"]): p["held_precision"] for p in points if p["round"] == k}
+    return np.array([at[("loop", s)] - at[("random", s)] for s in range(seeds)])
+
+
 def plot(points: list[dict[str, Any]], rounds: int, target: float, crawl: str, path: Path) -> None:
     import matplotlib
 
@@ -296,6 +302,10 @@ def result_figures(points: list[dict[str, Any]], rounds: int, seeds: int, full: 
         margins.append(lo["held_precision"][0] - ra["held_precision"][0])
         out[f"margin_r{k}"] = figure(round(margins[-1], 3), "precision",
                                      f"loop minus random mean held-out precision, round {k} ({crawl} crawl)")
+        paired = paired_margins(points, k, seeds)
+        out[f"margin_se_r{k}"] = figure(round(float(paired.std(ddof=1) / np.sqrt(len(paired))), 3), "precision",
+                                        f"standard error of the mean over seeds of the loop minus random held-out "
+                                        f"precision (paired by seed), round {k} ({crawl} crawl)")
     ranked = [summary(points, "loop", k)["held_precision_at_r80"][0] - summary(points, "random", k)[
         "held_precision_at_r80"][0] for k in range(1, rounds + 1)]  # round 0: the same seed labels in both arms
     out["worst_ranking_margin"] = figure(round(min(ranked), 3), "precision", "the smallest loop minus random mean "
@@ -311,6 +321,12 @@ def result_figures(points: list[dict[str, Any]], rounds: int, seeds: int, full: 
                                                 f"or above the target at recall >= 0.8, over those seeds ({crawl})")
     out["worst_margin"] = figure(round(min(margins[1:]), 3), "precision", "the smallest loop minus random mean "
                                  f"held-out precision over rounds 1 and on ({crawl} crawl)")
+    worst = 1 + int(np.argmin(margins[1:]))
+    out["worst_margin_round"] = figure(worst, "round", f"the round of the worst margin ({crawl} crawl)")
+    out["worst_margin_se"] = out[f"margin_se_r{worst}"]
+    every = np.concatenate([paired_margins(points, k, seeds) for k in range(1, rounds + 1)])
+    out["mean_margin"] = figure(round(float(every.mean()), 3), "precision", "loop minus random held-out precision, "
+                                f"mean over every seed and every round from 1 ({crawl} crawl)")
     covered = [p["kept_covered"] for p in points if p["arm"] == "loop" and p["kept_covered"] is not None]
     out["kept_coverage"] = figure(round(sum(covered) / max(len(covered), 1), 3), "share",
                                   "share of the loop's (seed, round) fits whose 95% interval for the kept set's "
@@ -422,7 +438,9 @@ def main(argv: list[str] | None = None) -> int:
               f"labels per seed: {', '.join('-' if g is None else str(g) for g in got)}"
               + (f" (median {int(np.median(hit))})" if hit else ""))
     figures = result_figures(points, args.rounds, args.seeds, full, target, args.crawl)
-    print(f"worst margin (loop - random mean held-out precision): {figures['worst_margin']['value']:+.3f}; "
+    print(f"worst margin (loop - random mean held-out precision): {figures['worst_margin']['value']:+.3f} "
+          f"(round {figures['worst_margin_round']['value']}, standard error {figures['worst_margin_se']['value']:.3f});"
+          f" mean over rounds {figures['mean_margin']['value']:+.3f}; "
           f"kept-set precision intervals holding the truth: {figures['kept_coverage']['value']:.3f} of "
           f"{figures['kept_estimates']['value']}")
     png = Path(args.png or ROOT / "docs" / "figures" / f"labelling_loop_{args.crawl}.png")
