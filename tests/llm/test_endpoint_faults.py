@@ -193,4 +193,13 @@ def test_a_request_cut_off_mid_send_is_no_question():
             with socket.create_connection((host, port)) as s:
                 s.sendall(head)
             time.sleep(0.2)
-        assert ep.log == []
+        # then a whole request: it is answered, and it is the only question in the log
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "<text>\nMake tea.\n</text>"}]})
+        with socket.create_connection((host, port)) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      + f"Content-Length: {len(body.encode())}\r\n\r\n".encode() + body.encode())
+            reply = b""
+            while chunk := s.recv(65536):
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.0 200") or reply.startswith(b"HTTP/1.1 200"), reply[:80]
+        assert [e["question"] for e in ep.log] == ["<text>\nMake tea.\n</text>"]
